@@ -1,0 +1,52 @@
+"""Every specfleet tunable, with its default: the one place to read them (like Ansible's defaults/main.yml).
+
+Override any of them per group or per host in the YAML inventory (`vars:`). Precedence, lowest first:
+these defaults < the deploy's profile < inventory vars (all < parent group < child group < host).
+Each variable has exactly one trailing comment; tests/unit/test_readme.py keeps the README's table in step.
+"""
+
+# --- serving container -------------------------------------------------------------------------
+image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"  # container image that runs trtllm-serve (pulled only when missing on the host)
+gpus = True  # pass --gpus=all and require the NVIDIA container runtime; false only on hosts without a GPU (the VM fleet)
+container_env = {}  # extra non-secret environment for the serving container, e.g. {"TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL": "1"}
+serve_host = "127.0.0.1"  # address trtllm-serve binds; it has no authentication, so loopback unless you put a proxy in front
+serve_port = 8000  # TCP port trtllm-serve listens on
+extra_llm_api_options = {}  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated like trtllm-serve 1.2.0rc6)
+
+# --- models --------------------------------------------------------------------------------------
+target_revision = "main"  # branch, tag or commit of the target model; resolved once to a commit on the controller
+draft_revision = "main"  # branch, tag or commit of the draft model / EAGLE-3 head; resolved like target_revision
+hub_endpoint = "https://huggingface.co"  # Hugging Face Hub (or a Hub-compatible mirror) the hosts download from
+controller_hub_endpoint = None  # Hub address the controller uses to resolve commits and sizes; None means hub_endpoint
+hf_token_required = True  # refuse to deploy without a Hugging Face token (HF_TOKEN or hf_token_file) on the controller
+hf_token_file = None  # controller path of a file holding the HF token; None reads the HF_TOKEN environment variable
+fetch_workers = 8  # parallel file downloads per model on each host
+hub_client_requirement = "huggingface_hub==2.4.0"  # pip requirement installed in the host's fetch virtualenv
+pip_index_url = None  # PyPI mirror for the host's fetch virtualenv; None uses pip's default index
+
+# --- tiktoken encodings (gpt-oss / Harmony) ------------------------------------------------------
+tiktoken_base_url = "https://openaipublic.blob.core.windows.net/encodings"  # where hosts fetch the tiktoken files (point at a mirror if needed)
+tiktoken_sha256 = {"o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", "cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"}  # expected SHA-256 of each encoding file
+
+# --- host layout and users -----------------------------------------------------------------------
+data_dir = "/var/lib/specfleet"  # host directory for the model cache, encodings, releases and specfleet's host tools
+secrets_dir = "/etc/specfleet"  # host directory (root-only, 0700) holding the HF token file
+operator_users = []  # existing host users appended to the docker group (docker access is root-equivalent)
+disk_headroom_gb = 20  # free disk (GB) that must remain after the models still to fetch are downloaded
+
+# --- systemd service -----------------------------------------------------------------------------
+service_name = "specfleet-trtllm"  # systemd unit (and docker container) name
+restart_sec = 30  # systemd RestartSec: pause before restarting a crashed server
+start_limit_burst = 3  # systemd StartLimitBurst: starts allowed within start_limit_interval_sec before giving up
+start_limit_interval_sec = 3600  # systemd StartLimitIntervalSec: window for start_limit_burst (> burst x (restart_sec + load time))
+stop_timeout_sec = 60  # seconds docker gives trtllm-serve to stop before killing it
+
+# --- readiness gate ------------------------------------------------------------------------------
+health_timeout_sec = 1800  # seconds to wait for GET /health to answer 200 after a (re)start (model load takes minutes)
+health_interval_sec = 5  # seconds between /health polls
+smoke_timeout_sec = 600  # seconds allowed for the smoke completion after /health is up
+
+# --- releases, cleanup and rollback --------------------------------------------------------------
+keep_releases = 5  # releases kept per host (the current one always kept); older ones and their unused models are pruned
+rollback_to = None  # rollback deploy: release id to return to; None means the previous release
+purge_models = False  # cleanup deploy: also delete the model cache, encodings and releases

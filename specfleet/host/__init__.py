@@ -1,0 +1,1 @@
+"""Programs specfleet installs on each host (run there, not on the controller)."""

@@ -1,0 +1,202 @@
+"""Schema of extra-llm-api-config.yml as trtllm-serve 1.2.0rc6 (pytorch backend) accepts it.
+
+Every model forbids unknown keys, like TensorRT-LLM's own config models: a misspelled key anywhere
+makes the real server refuse to start, so specfleet refuses it before touching a host. Only the options
+listed here are accepted; extend the schema (with a source) when a genuine option is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+# decoding_type values accepted by the 1.2.0rc6 build (Eagle3 only by newer builds; Medusa and
+# Lookahead only on the TensorRT engine backend).
+DECODING_TYPES = ("Eagle", "DraftTarget", "NGram", "MTP", "UserProvided", "SaveState", "AUTO")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class CudaGraphConfig(_Strict):
+    max_batch_size: NonNegInt | None = None
+    batch_sizes: list[PosInt] | None = None
+    enable_padding: bool = False
+
+
+class KvCacheConfig(_Strict):
+    free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    enable_block_reuse: bool = True
+    max_tokens: PosInt | None = None
+    max_attention_window: list[PosInt] | None = None
+    sink_token_length: NonNegInt | None = None
+    host_cache_size: NonNegInt | None = None
+    onboard_blocks: bool = True
+    enable_partial_reuse: bool = True
+    copy_on_partial_reuse: bool = True
+    use_uvm: bool = False
+    dtype: str = "auto"
+
+
+class MoeConfig(_Strict):
+    backend: str = "CUTLASS"
+    max_num_tokens: PosInt | None = None
+
+
+class _SpecBase(_Strict):
+    max_draft_len: int | None = None
+    speculative_model_dir: str | None = None
+
+    def _need_draft_len(self) -> None:
+        if self.max_draft_len is None or self.max_draft_len <= 0:
+            raise ValueError(f"max_draft_len must be an integer > 0 for decoding_type {self.decoding_type}")
+
+    def _need_model_dir(self) -> None:
+        if not self.speculative_model_dir:
+            raise ValueError(f"speculative_model_dir (the draft checkpoint dir) is required for decoding_type {self.decoding_type}")
+        if not self.speculative_model_dir.startswith("/"):
+            raise ValueError("speculative_model_dir must be an absolute path inside the container")
+
+
+class EagleConfig(_SpecBase):
+    decoding_type: Literal["Eagle"]
+    eagle3_one_model: bool = True
+    eagle3_layers_to_capture: list[int] | None = None
+    max_non_leaves_per_layer: PosInt | None = None
+    num_eagle_layers: PosInt | None = None
+    greedy_sampling: bool = True
+    use_dynamic_tree: bool = False
+
+    @model_validator(mode="after")
+    def _check(self):
+        self._need_draft_len()
+        self._need_model_dir()
+        return self
+
+
+class DraftTargetConfig(_SpecBase):
+    decoding_type: Literal["DraftTarget"]
+
+    @model_validator(mode="after")
+    def _check(self):
+        self._need_draft_len()
+        self._need_model_dir()
+        return self
+
+
+class NGramConfig(_SpecBase):
+    decoding_type: Literal["NGram"]
+    max_matching_ngram_size: int | None = None
+    is_keep_all: bool = True
+    is_use_oldest: bool = True
+    is_public_pool: bool = True
+
+    @model_validator(mode="after")
+    def _check(self):
+        self._need_draft_len()
+        if self.max_matching_ngram_size is None or self.max_matching_ngram_size <= 0:
+            raise ValueError("max_matching_ngram_size must be an integer > 0 for decoding_type NGram")
+        return self
+
+
+class MTPConfig(_SpecBase):
+    decoding_type: Literal["MTP"]
+    num_nextn_predict_layers: PosInt = 1
+    use_relaxed_acceptance_for_thinking: bool = False
+    relaxed_topk: PosInt = 1
+    relaxed_delta: float = 0.0
+
+
+class UserProvidedConfig(_SpecBase):
+    decoding_type: Literal["UserProvided"]
+
+
+class SaveStateConfig(_SpecBase):
+    decoding_type: Literal["SaveState"]
+    output_directory: str
+    write_interval: PosInt = 20
+    file_prefix: str = "data"
+    eagle3_layers_to_capture: list[int] | None = None
+
+
+class AutoConfig(_SpecBase):
+    decoding_type: Literal["AUTO"]
+
+
+SpeculativeConfig = Annotated[
+    Union[EagleConfig, DraftTargetConfig, NGramConfig, MTPConfig, UserProvidedConfig, SaveStateConfig, AutoConfig],
+    Field(discriminator="decoding_type"),
+]
+
+
+class LlmApiOptions(_Strict):
+    """Top level of extra-llm-api-config.yml (a TorchLlmArgs subset)."""
+
+    disable_overlap_scheduler: bool = False
+    enable_autotuner: bool = True
+    enable_attention_dp: bool = False
+    enable_chunked_prefill: bool = False
+    enable_iter_perf_stats: bool = False
+    print_iter_log: bool = False
+    max_batch_size: PosInt | None = None
+    max_num_tokens: PosInt | None = None
+    max_seq_len: PosInt | None = None
+    max_input_len: PosInt | None = None
+    max_beam_width: PosInt | None = None
+    tensor_parallel_size: PosInt | None = None
+    pipeline_parallel_size: PosInt | None = None
+    moe_expert_parallel_size: PosInt | None = None
+    trust_remote_code: bool = False
+    attn_backend: str = "TRTLLM"
+    sampler_type: Literal["TRTLLMSampler", "TorchSampler", "auto"] = "auto"
+    stream_interval: PosInt = 1
+    cuda_graph_config: CudaGraphConfig | None = None
+    kv_cache_config: KvCacheConfig | None = None
+    moe_config: MoeConfig | None = None
+    speculative_config: SpeculativeConfig | None = None
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key (recursively); any other value in `override` replaces."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def allowed_keys(loc: tuple) -> list[str] | None:
+    """Field names allowed at a pydantic error location inside LlmApiOptions (for error messages)."""
+    model: Any = LlmApiOptions
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if part in {"Eagle", "DraftTarget", "NGram", "MTP", "UserProvided", "SaveState", "AUTO"}:
+            model = {"Eagle": EagleConfig, "DraftTarget": DraftTargetConfig, "NGram": NGramConfig,
+                     "MTP": MTPConfig, "UserProvided": UserProvidedConfig, "SaveState": SaveStateConfig,
+                     "AUTO": AutoConfig}[part]
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = _model_in(field.annotation)
+        if model is None:
+            return None
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,154 @@
+"""The per-host plan a deploy applies: validated settings + pinned models + the release they make.
+
+Built once on the controller (by inventory.py for pyinfra runs, by the CLI for `check`/`render`),
+before any host is contacted. Data flows one way: inventory -> settings -> plan -> operations.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .hub import ModelPin, resolve_pins
+from .inventory import Inventory, InventoryError, load_inventory
+from .render import HostPaths, config_yaml, rendered_files, smoke_request, unit_text
+from .settings import PROJECT_ROOT, Problem, Settings, build_fleet, split_vars
+
+DEFAULT_INVENTORY = "inventory/fleet.yml"
+EXIT_INVALID = 2
+
+
+class PlanError(Exception):
+    """User error: `lines` are the one-line problems to print; nothing on any host was touched."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+@dataclass
+class HostPlan:
+    settings: Settings
+    connection: dict
+    pins: dict[str, ModelPin] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> HostPaths:
+        return HostPaths.of(self.settings)
+
+    @property
+    def release_id(self) -> str:
+        """Content address of what is served: same inputs -> same release (so re-runs change nothing)."""
+        s = self.settings
+        material = {
+            "config": config_yaml(s), "unit": unit_text(s), "smoke": smoke_request(s),
+            "models": {role: [p.repo, p.commit] for role, p in sorted(self.pins.items())},
+            "tiktoken": s.tiktoken_sha256 if s.profile["tiktoken"] else None,
+        }
+        digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+        return f"r-{digest[:12]}"
+
+    def release_record(self, created: str) -> dict:
+        s = self.settings
+        health_host = "127.0.0.1" if s.serve_host in ("0.0.0.0", "::") else s.serve_host
+        if ":" in health_host:
+            health_host = f"[{health_host}]"
+        return {
+            "id": self.release_id,
+            "created": created,
+            "profile": s.profile_name,
+            "image": s.image,
+            "service": s.service_name,
+            "models": {role: {"repo": p.repo, "revision": p.revision, "commit": p.commit,
+                              "files": len(p.files), "bytes": p.size}
+                       for role, p in sorted(self.pins.items())},
+            "served_model": s.profile["target"]["repo"],
+            "url": f"http://{health_host}:{s.serve_port}",
+            "gate": {"health_timeout_sec": s.health_timeout_sec, "health_interval_sec": s.health_interval_sec,
+                     "smoke_timeout_sec": s.smoke_timeout_sec},
+            "config_sha256": hashlib.sha256(config_yaml(s).encode()).hexdigest(),
+        }
+
+    def files(self, redact: bool = True) -> dict[str, str]:
+        return rendered_files(self.settings, redact=redact)
+
+
+def inventory_path() -> Path:
+    return Path(os.environ.get("SPECFLEET_INVENTORY") or PROJECT_ROOT / DEFAULT_INVENTORY)
+
+
+def deploy_profile(deploy_file: str | Path) -> str | None:
+    """The PROFILE a deploy file declares (read without executing it); None for profile-less deploys."""
+    tree = ast.parse(Path(deploy_file).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PROFILE" for t in node.targets):
+            if isinstance(node.value, ast.Constant):
+                return node.value.value
+    return None
+
+
+def load_inventory_or_fail(path: Path | None = None) -> Inventory:
+    path = path or inventory_path()
+    if not path.exists():
+        hint = ("set SPECFLEET_INVENTORY to your fleet file" if "SPECFLEET_INVENTORY" not in os.environ
+                else "SPECFLEET_INVENTORY names a file that does not exist")
+        raise PlanError([f"{path}: inventory not found ({hint}; see inventory/example.yml)"])
+    try:
+        return load_inventory(path)
+    except InventoryError as exc:
+        raise PlanError([str(exc)]) from None
+
+
+def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True) -> dict[str, HostPlan]:
+    """Validate every host (all problems at once), then pin models on the controller."""
+    fleet, problems = build_fleet(inventory, profile)
+    if problems:
+        raise PlanError([str(p) for p in problems])
+    plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0]) for h, s in fleet.items()}
+    if resolve and profile is not None:
+        pins, problems = resolve_pins(fleet)
+        if problems:
+            raise PlanError(_dedupe(problems))
+        for host, plan in plans.items():
+            plan.pins = pins[host]
+    return plans
+
+
+def _dedupe(problems: list[Problem]) -> list[str]:
+    seen: list[str] = []
+    for p in problems:
+        if str(p) not in seen:
+            seen.append(str(p))
+    return seen
+
+
+def profile_from_argv(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The profile of the deploy file(s) named on a pyinfra command line."""
+    deploys = [a for a in argv[1:] if a.endswith(".py") and Path(a).is_file() and Path(a).name != "inventory.py"]
+    profiles = {deploy_profile(d) for d in deploys}
+    if len(profiles) > 1:
+        raise PlanError([f"{', '.join(deploys)}: deploy files with different profiles ({', '.join(map(str, profiles))}) cannot run together"])
+    return (profiles.pop() if profiles else None), deploys
+
+
+def pyinfra_groups(argv: list[str] | None = None) -> dict[str, list[tuple[str, dict]]]:
+    """Body of inventory.py: the fleet file as pyinfra groups, each host carrying its HostPlan.
+
+    On bad input prints one line per problem and exits 2 before pyinfra connects to anything.
+    """
+    argv = sys.argv if argv is None else argv
+    try:
+        profile, deploys = profile_from_argv(argv)
+        inventory = load_inventory_or_fail()
+        plans = build_plans(inventory, profile, resolve=bool(deploys))
+    except PlanError as exc:
+        for line in exc.lines:
+            print(f"specfleet: {line}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID) from None
+    data = {h: {**plans[h].connection, "specfleet": plans[h]} for h in inventory.hosts}
+    return {group: [(h, data[h]) for h in hosts] for group, hosts in inventory.groups.items()}

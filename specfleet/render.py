@@ -1,0 +1,135 @@
+"""Every file a deploy writes on a host, rendered on the controller from the validated settings.
+
+`specfleet render` prints exactly these (the token redacted); the deploy steps upload exactly these.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+import jinja2
+import yaml
+
+from .settings import PROJECT_ROOT, Settings
+
+TEMPLATES = PROJECT_ROOT / "templates"
+CONTAINER_HF_HOME = "/root/.cache/huggingface"
+CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"
+CONTAINER_TIKTOKEN = "/opt/tiktoken"
+REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """Where things live on a host; every path derives from data_dir / secrets_dir."""
+
+    data_dir: str
+    secrets_dir: str
+    service_name: str
+
+    @classmethod
+    def of(cls, s: Settings) -> "HostPaths":
+        return cls(s.data_dir, s.secrets_dir, s.service_name)
+
+    hf_home = property(lambda self: f"{self.data_dir}/hf")
+    hub_cache = property(lambda self: f"{self.data_dir}/hf/hub")
+    tiktoken = property(lambda self: f"{self.data_dir}/tiktoken")
+    drafts = property(lambda self: f"{self.data_dir}/drafts")
+    releases = property(lambda self: f"{self.data_dir}/releases")
+    current = property(lambda self: f"{self.data_dir}/current")
+    bin = property(lambda self: f"{self.data_dir}/bin")
+    venv = property(lambda self: f"{self.data_dir}/venv")
+    host_tool = property(lambda self: f"{self.data_dir}/bin/specfleet-host")
+    fetch_tool = property(lambda self: f"{self.data_dir}/bin/fetch-model")
+    token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
+    unit_file = property(lambda self: f"/etc/systemd/system/{self.service_name}.service")
+    lock = property(lambda self: f"{self.data_dir}/lock")
+
+    def repo_dir(self, repo: str) -> str:
+        return f"{self.hub_cache}/models--{repo.replace('/', '--')}"
+
+    def snapshot(self, repo: str, commit: str) -> str:
+        return f"{self.repo_dir(repo)}/snapshots/{commit}"
+
+    def draft_dir(self, repo: str, commit: str) -> str:
+        return f"{self.drafts}/{repo.replace('/', '--')}/{commit}"
+
+
+def config_yaml(s: Settings) -> str:
+    """extra-llm-api-config.yml: the profile's options deep-merged with extra_llm_api_options."""
+    return yaml.safe_dump(s.llm_api_options, sort_keys=False, default_flow_style=False)
+
+
+def docker_run_args(s: Settings) -> list[str]:
+    p = HostPaths.of(s)
+    args = ["--rm", "--name", s.service_name, "--init"]
+    if s.gpus:
+        args.append("--gpus=all")
+    args += ["--ipc=host", "--network", "host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": CONTAINER_HF_HOME}
+    if s.profile and s.profile["tiktoken"]:
+        env["TIKTOKEN_ENCODINGS_BASE"] = CONTAINER_TIKTOKEN
+    env.update(s.container_env)
+    for key, value in env.items():
+        args += ["-e", f"{key}={value}"]
+    args += ["-v", f"{p.hf_home}:{CONTAINER_HF_HOME}:ro"]
+    if s.draft_container_dir:
+        args += ["-v", f"{p.current}/draft:{s.draft_container_dir.rstrip('/')}:ro"]
+    args += ["-v", f"{p.current}/extra-llm-api-config.yml:{CONTAINER_CONFIG}:ro"]
+    if s.profile and s.profile["tiktoken"]:
+        args += ["-v", f"{p.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
+    return args
+
+
+def serve_args(s: Settings) -> list[str]:
+    assert s.profile is not None
+    return [s.profile["target"]["repo"], "--host", s.serve_host, "--port", str(s.serve_port),
+            *s.profile["serve_args"], "--extra_llm_api_options", CONTAINER_CONFIG]
+
+
+def _systemd_quote(args: list[str]) -> str:
+    # systemd splits ExecStart like a shell (quotes honoured); '%' and '$' must be escaped for systemd itself.
+    return " ".join(shlex.quote(a).replace("%", "%%").replace("$", "$$") for a in args)
+
+
+def unit_text(s: Settings) -> str:
+    p = HostPaths.of(s)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    return env.get_template("trtllm-serve.service.j2").render(
+        profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=p.current,
+        container_name=s.service_name, image=s.image,
+        docker_args=_systemd_quote(docker_run_args(s)), serve_args=_systemd_quote(serve_args(s)),
+        start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
+        restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,
+        stop_timeout_sec_plus=s.stop_timeout_sec + 30,
+    )
+
+
+def smoke_request(s: Settings) -> str:
+    """The seed's smoke completion for the profile, as the JSON body POSTed to /v1/completions."""
+    return json.dumps({"model": s.profile["target"]["repo"], **s.profile["smoke"]}, indent=1) + "\n"
+
+
+def token_text(s: Settings, redact: bool = True) -> str:
+    if s.hf_token is None:
+        return ""
+    return (REDACTED if redact else s.hf_token.get_secret_value()) + "\n"
+
+
+def rendered_files(s: Settings, redact: bool = True) -> dict[str, str]:
+    """Host path -> content for every file a converge writes whose content is known before deploying.
+
+    Release files are written under releases/<id>/ and reached through the `current` link.
+    """
+    p = HostPaths.of(s)
+    files = {
+        f"{p.current}/extra-llm-api-config.yml": config_yaml(s),
+        f"{p.current}/{s.service_name}.service": unit_text(s),
+        f"{p.current}/smoke.json": smoke_request(s),
+    }
+    if s.hf_token is not None:
+        files[p.token_file] = token_text(s, redact)
+    return files

@@ -1,0 +1,313 @@
+"""One validated settings object per host: group_data/all.py defaults + the deploy's profile + inventory vars.
+
+Validation happens here, on the controller, before any host is contacted. Every problem becomes one
+line `HOST: KEY: what is wrong (what is allowed)`; nothing here raises a traceback for user input.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from .inventory import Inventory
+from .llm_options import LlmApiOptions, allowed_keys, deep_merge
+from .profiles import PROFILES
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULTS_FILE = PROJECT_ROOT / "group_data" / "all.py"
+
+# Inventory vars that configure the connection, not the deploy: passed to pyinfra untouched.
+ANSIBLE_CONNECTION_ALIASES = {
+    "ansible_host": "ssh_hostname",
+    "ansible_port": "ssh_port",
+    "ansible_user": "ssh_user",
+    "ansible_ssh_private_key_file": "ssh_key",
+}
+# pyinfra global arguments that make sense as host data (privilege escalation for non-root SSH users).
+PYINFRA_HOST_ARGS = {"_sudo", "_sudo_user", "_use_sudo_password", "_use_sudo_login", "_preserve_sudo_env", "_su_user"}
+SECRET_ENV = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"}
+TIKTOKEN_FILES = ("o200k_base.tiktoken", "cl100k_base.tiktoken")
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+def load_defaults(path: Path = DEFAULTS_FILE) -> dict[str, Any]:
+    """Module-level assignments of group_data/all.py (the same names pyinfra loads as group data)."""
+    namespace: dict[str, Any] = {}
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+    return {k: v for k, v in namespace.items() if not k.startswith("_")}
+
+
+def default_comments(path: Path = DEFAULTS_FILE) -> dict[str, str]:
+    """The one-line comment documenting each default (used by the README-sync test and `specfleet vars`)."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    comments: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            line = lines[node.end_lineno - 1]
+            _, sep, comment = line.rpartition("  # ")
+            comments[node.targets[0].id] = comment.strip() if sep else ""
+    return comments
+
+
+def _url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("must be an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+def _abs_dir(value: str) -> str:
+    if not value.startswith("/") or value.rstrip("/") == "" or any(c in value for c in " \t\n'\"$`\\"):
+        raise ValueError("must be an absolute path other than / without spaces or quotes")
+    return value.rstrip("/")
+
+
+class Settings(BaseModel):
+    """Everything a deploy needs about one host. Built by `build_settings`, never by hand."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    host: str
+    profile_name: str | None
+    profile: dict[str, Any] | None
+
+    image: Annotated[str, Field(min_length=1, pattern=r"^[^\s'\"$`\\]+$")]
+    gpus: bool
+    container_env: dict[str, str]
+    serve_host: str
+    serve_port: Annotated[int, Field(ge=1, le=65535)]
+    extra_llm_api_options: dict[str, Any]
+    target_revision: Annotated[str, Field(min_length=1, pattern=r"^[\w.\-/]+$")]
+    draft_revision: Annotated[str, Field(min_length=1, pattern=r"^[\w.\-/]+$")]
+    hub_endpoint: str
+    controller_hub_endpoint: str | None
+    hf_token_required: bool
+    hf_token_file: str | None
+    fetch_workers: Annotated[int, Field(ge=1, le=64)]
+    hub_client_requirement: Annotated[str, Field(pattern=r"^huggingface_hub(\[[\w,]+\])?\s*[=<>~!]=?\s*[\w.]+$")]
+    pip_index_url: str | None
+    tiktoken_base_url: str
+    tiktoken_sha256: dict[str, str]
+    data_dir: str
+    secrets_dir: str
+    operator_users: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_\-]*\$?$", max_length=32)]]
+    disk_headroom_gb: NonNegInt
+    service_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=64)]
+    restart_sec: PosInt
+    start_limit_burst: PosInt
+    start_limit_interval_sec: PosInt
+    stop_timeout_sec: PosInt
+    health_timeout_sec: PosInt
+    health_interval_sec: PosInt
+    smoke_timeout_sec: PosInt
+    keep_releases: Annotated[int, Field(ge=2, le=100)]
+    rollback_to: Annotated[str, Field(pattern=r"^r-[0-9a-f]{12}$")] | None
+    purge_models: bool
+
+    # Derived from the above: the merged TRT-LLM options (profile deep-merged with the var).
+    llm_api_options: dict[str, Any]
+    hf_token: SecretStr | None = Field(default=None, repr=False)
+
+    @field_validator("hub_endpoint", "controller_hub_endpoint", "pip_index_url", "tiktoken_base_url")
+    @classmethod
+    def _v_urls(cls, v: str | None) -> str | None:
+        return _url(v)
+
+    @field_validator("data_dir", "secrets_dir")
+    @classmethod
+    def _v_dirs(cls, v: str) -> str:
+        return _abs_dir(v)
+
+    @field_validator("serve_host")
+    @classmethod
+    def _v_serve_host(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError("must be an IP address to bind (127.0.0.1 for loopback, 0.0.0.0 for all interfaces)") from None
+        return v
+
+    @field_validator("container_env")
+    @classmethod
+    def _v_env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"'{key}' is not a valid environment variable name")
+            if key.upper() in SECRET_ENV:
+                raise ValueError(f"'{key}' is a secret; the serving container runs offline and must not get a token")
+        return v
+
+    @field_validator("tiktoken_sha256")
+    @classmethod
+    def _v_tiktoken(cls, v: dict[str, str]) -> dict[str, str]:
+        if set(v) != set(TIKTOKEN_FILES):
+            raise ValueError(f"must map exactly {', '.join(TIKTOKEN_FILES)} to their SHA-256")
+        for name, digest in v.items():
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise ValueError(f"'{name}': '{digest}' is not a lowercase hex SHA-256 (64 characters)")
+        return v
+
+    @field_validator("operator_users")
+    @classmethod
+    def _v_users(cls, v: list[str]) -> list[str]:
+        if "root" in v:
+            raise ValueError("root needs no docker group; list the operators' own accounts")
+        return v
+
+    # ---- derived values the deploys use ------------------------------------------------------
+    @property
+    def controller_endpoint(self) -> str:
+        return self.controller_hub_endpoint or self.hub_endpoint
+
+    @property
+    def draft_container_dir(self) -> str | None:
+        spec = self.llm_api_options.get("speculative_config") or {}
+        return spec.get("speculative_model_dir") if self.profile and self.profile.get("draft") else None
+
+
+@dataclass
+class Problem:
+    host: str
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.key}: {self.message}"
+
+
+def read_token(token_file: str | None) -> tuple[str | None, str | None]:
+    """(token, problem) read on the controller: hf_token_file if set, else $HF_TOKEN."""
+    if token_file:
+        try:
+            token = Path(token_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            return None, f"cannot read {token_file}: {exc.strerror}"
+        return (token or None), (None if token else f"{token_file} is empty")
+    token = os.environ.get("HF_TOKEN", "").strip()
+    return (token or None), None
+
+
+def split_vars(host_vars: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate connection data (for pyinfra) from deploy vars (for Settings)."""
+    connection: dict[str, Any] = {}
+    deploy: dict[str, Any] = {}
+    for key, value in host_vars.items():
+        if key.startswith("ssh_") or key in PYINFRA_HOST_ARGS:
+            connection[key] = value
+        elif key in ANSIBLE_CONNECTION_ALIASES:
+            connection[ANSIBLE_CONNECTION_ALIASES[key]] = value
+        else:
+            deploy[key] = value
+    return connection, deploy
+
+
+def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | None,
+                   defaults: dict[str, Any] | None = None) -> tuple[Settings | None, list[Problem]]:
+    defaults = load_defaults() if defaults is None else defaults
+    _, deploy_vars = split_vars(host_vars)
+    problems: list[Problem] = []
+
+    for key in deploy_vars:
+        if key not in defaults:
+            close = difflib.get_close_matches(key, list(defaults), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (see group_data/all.py for the variables)"
+            problems.append(Problem(host, key, f"unknown variable{hint}"))
+    if profile_name is not None and profile_name not in PROFILES:
+        problems.append(Problem(host, "profile", f"unknown profile '{profile_name}' (allowed: {', '.join(PROFILES)})"))
+        return None, problems
+
+    values = {**defaults, **{k: v for k, v in deploy_vars.items() if k in defaults}}
+    profile = PROFILES.get(profile_name) if profile_name else None
+
+    extra = values.get("extra_llm_api_options")
+    if not isinstance(extra, dict):
+        problems.append(Problem(host, "extra_llm_api_options", f"must be a mapping of TRT-LLM options, got {type(extra).__name__}"))
+        return None, problems
+    merged = deep_merge(profile["llm_api_options"], extra) if profile else dict(extra)
+    if profile:
+        try:
+            LlmApiOptions.model_validate(merged)
+        except ValidationError as exc:
+            for err in exc.errors():
+                problems.append(Problem(host, "extra_llm_api_options." + _loc(err["loc"]), _llm_message(err)))
+        if not problems and profile.get("draft") and not (merged.get("speculative_config") or {}).get("speculative_model_dir"):
+            problems.append(Problem(host, "extra_llm_api_options.speculative_config",
+                                    f"profile {profile_name} serves a draft model: speculative_config with speculative_model_dir is required"))
+        if not problems and not profile.get("draft") and merged.get("speculative_config") and \
+                merged["speculative_config"].get("decoding_type") in ("Eagle", "DraftTarget"):
+            problems.append(Problem(host, "extra_llm_api_options.speculative_config",
+                                    f"profile {profile_name} has no draft model; {merged['speculative_config']['decoding_type']} needs one"))
+
+    token = None
+    if profile is not None or values.get("hf_token_required") is True:
+        token, token_problem = read_token(values.get("hf_token_file") if isinstance(values.get("hf_token_file"), str) else None)
+        if token_problem:
+            problems.append(Problem(host, "hf_token_file", token_problem))
+        elif token is None and values.get("hf_token_required") is True and profile is not None:
+            problems.append(Problem(host, "hf_token", "no Hugging Face token: export HF_TOKEN or set hf_token_file "
+                                                       "(or hf_token_required: false for public models)"))
+
+    fields = {k: v for k, v in values.items() if k in Settings.model_fields}
+    try:
+        settings = Settings.model_validate({
+            **fields, "host": host, "profile_name": profile_name, "profile": profile,
+            "llm_api_options": merged, "hf_token": SecretStr(token) if token else None,
+        })
+    except ValidationError as exc:
+        for err in exc.errors():
+            problems.append(Problem(host, _loc(err["loc"]), _message(err)))
+        return None, problems
+    return (None, problems) if problems else (settings, [])
+
+
+def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[str, Settings], list[Problem]]:
+    defaults = load_defaults()
+    out: dict[str, Settings] = {}
+    problems: list[Problem] = []
+    for host in inventory.hosts:
+        settings, host_problems = build_settings(host, inventory.host_vars[host], profile_name, defaults)
+        problems += host_problems
+        if settings is not None:
+            out[host] = settings
+    return out, problems
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if p not in
+                    {"Eagle", "DraftTarget", "NGram", "MTP", "UserProvided", "SaveState", "AUTO"}) or "value"
+
+
+def _message(err: dict[str, Any]) -> str:
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "string_pattern_mismatch":
+        return f"{err['input']!r} has characters that are not allowed here"
+    if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "dict_type", "list_type"):
+        return f"{msg.lower()}, got {type(err['input']).__name__} {err['input']!r}"
+    return msg[0].lower() + msg[1:] if msg else msg
+
+
+def _llm_message(err: dict[str, Any]) -> str:
+    if err["type"] == "extra_forbidden":
+        allowed = allowed_keys(tuple(err["loc"])) or []
+        close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"unknown option (trtllm-serve refuses it{hint}); allowed here: {', '.join(allowed)}"
+    if err["type"] == "union_tag_invalid":
+        return f"decoding_type {err['input'].get('decoding_type')!r} is not accepted by trtllm-serve 1.2.0rc6 (allowed: Eagle, DraftTarget, NGram, MTP, UserProvided, SaveState, AUTO)"
+    if err["type"] == "union_tag_not_found":
+        return "decoding_type is required (allowed: Eagle, DraftTarget, NGram, MTP, UserProvided, SaveState, AUTO)"
+    return _message(err)

@@ -1,0 +1,26 @@
+"""Cleanup (seed step 4): stop and disable the service and remove the container. The model cache,
+encodings and releases stay unless purge_models is true."""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+from pyinfra.operations import files, server, systemd
+
+from ._common import current_plan, host_status
+
+
+@deploy("Cleanup")
+def cleanup():
+    plan = current_plan()
+    s, p = plan.settings, plan.paths
+    st = host_status(plan)
+    if st.active not in ("inactive", "unknown", "") or st.enabled == "enabled":
+        systemd.service(name=f"Stop and disable {s.service_name}", service=f"{s.service_name}.service",
+                        running=False, enabled=False)
+    if st.container_running:
+        server.shell(name=f"Remove container {s.service_name}", commands=[f"docker rm -f {s.service_name}"])
+    if s.purge_models:
+        for path in (p.hf_home, p.drafts, p.releases, p.tiktoken):
+            files.directory(name=f"Purge {path}", path=path, present=False)
+        for path in (p.current, f"{s.data_dir}/previous"):
+            files.file(name=f"Purge {path}", path=path, present=False)

@@ -1,0 +1,36 @@
+"""Encodings: the tiktoken files gpt-oss's Harmony tokenizer reads, staged once and SHA-256 verified.
+
+Each file is downloaded to a temporary name and moved into place only after its hash matches, so the
+served directory never holds a bad file."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import deploy
+from pyinfra.operations import files, server
+
+from ._common import current_plan, host_status
+
+
+@deploy("tiktoken encodings")
+def encodings():
+    plan = current_plan()
+    s, p = plan.settings, plan.paths
+    if not (s.profile and s.profile["tiktoken"]):
+        return
+    st = host_status(plan)
+    files.directory(name="Encodings directory", path=p.tiktoken, user="root", group="root", mode="755")
+    for name, digest in s.tiktoken_sha256.items():
+        dest = f"{p.tiktoken}/{name}"
+        if st.sha256.get(dest) == digest:
+            continue
+        tmp = f"{dest}.part"
+        url = f"{s.tiktoken_base_url}/{name}"
+        server.shell(name=f"Fetch {name} (SHA-256 verified)", commands=[
+            f"curl -fsSL --retry 3 -o {tmp} {shlex.quote(url)}"
+            f" && echo '{digest}  {tmp}' | sha256sum -c --quiet - "
+            f"|| {{ rm -f {tmp}; echo '{name} from {url} failed the download or SHA-256 check "
+            f"(tiktoken_base_url / tiktoken_sha256)' >&2; exit 1; }}",
+            f"chmod 644 {tmp} && mv -f {tmp} {dest}",
+        ])

@@ -1,0 +1,984 @@
+"""A fleet of real systemd VMs under QEMU that stand in for DGX Spark hosts in CI.
+
+What a guest is
+---------------
+A Debian 12 (bookworm) system built with ``mmdebstrap --variant=minbase`` and the
+packages a deploy relies on (systemd, openssh-server, python3 + venv, docker.io with
+AppArmor, curl, iproute2, sudo, ...). The root filesystem is turned into a sparse raw
+ext4 image with ``mkfs.ext4 -d`` and booted directly with the guest kernel (no
+bootloader). Every guest runs on its own qcow2 copy-on-write overlay of the cached
+image, so guests are independent and the image is never modified.
+
+Like a DGX OS host a guest has ``root`` and a regular operator user ``spark`` (uid
+1000, bash, passwordless sudo, *not* in the ``docker`` group); both accept the fleet's
+generated ed25519 key. Each guest gets its own machine-id, SSH host keys and hostname
+(``spark-N``) at first boot.
+
+CI-only differences (kept short on purpose)
+-------------------------------------------
+* x86_64 Debian 12 instead of aarch64 DGX OS 7 (Ubuntu 24.04); no GPU.
+* QEMU user-mode networking: each guest is 10.0.2.15, reaches the controller at
+  10.0.2.2, uses slirp's DNS 10.0.2.3 (static /etc/resolv.conf), and is reached by
+  the controller through a per-guest SSH port forward on 127.0.0.1.
+* TCG emulation (nested KVM is broken on the CI machines); KVM is used only when a
+  one-off probe boot proves it works.
+* Kernel command line adds ``mitigations=off`` (a large speed-up under TCG, where CPU
+  side-channel mitigations protect nothing).
+* Docs and man pages are not installed (smaller image, faster build).
+
+Environment overrides: ``SPECFLEET_VM_DIR`` (workdir), ``SPECFLEET_CACHE_DIR``
+(image cache), ``SPECFLEET_VM_ACCEL`` (``auto``/``tcg``/``kvm``), ``SPECFLEET_VM_SMP``
+(vCPUs per guest), ``SPECFLEET_VM_BOOT_TIMEOUT`` (seconds).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import click
+import yaml
+
+log = logging.getLogger("specfleet.vm")
+
+# --------------------------------------------------------------------------- recipe
+
+#: Bump to force a rebuild of every cached image (changes the recipe hash).
+RECIPE_VERSION = 1
+
+SUITE = "bookworm"
+MIRRORS = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
+PACKAGES = (
+    # boot + init
+    "systemd", "systemd-sysv", "udev", "dbus", "kmod", "linux-image-cloud-amd64",
+    "libnss-myhostname",  # the per-guest hostname resolves without editing /etc/hosts
+    # access
+    "openssh-server", "openssh-sftp-server", "sudo",
+    # what deploys use on a DGX OS host
+    "python3", "python3-venv", "python3-pip",
+    "docker.io", "apparmor", "iptables",
+    "curl", "ca-certificates", "iproute2", "procps", "xz-utils",
+)
+DPKG_OPTS = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+)
+DISK_SIZE = "6G"
+KERNEL_CMDLINE = "root=/dev/vda rw console=ttyS0 net.ifnames=0 mitigations=off"
+
+#: mmdebstrap customize hook: $1 = rootfs, $2 = public key to authorize.
+CUSTOMIZE_HOOK = r"""#!/bin/sh
+set -eu
+R="$1"; PUB="$2"
+
+# network: DHCP on every ethernet NIC via systemd-networkd; slirp's DNS
+mkdir -p "$R/etc/systemd/network"
+cat > "$R/etc/systemd/network/10-dhcp.network" <<'EOF'
+[Match]
+Name=e*
+
+[Network]
+DHCP=yes
+EOF
+rm -f "$R/etc/resolv.conf"
+echo "nameserver 10.0.2.3" > "$R/etc/resolv.conf"
+
+echo "/dev/vda / ext4 defaults,errors=remount-ro 0 1" > "$R/etc/fstab"
+echo "spark" > "$R/etc/hostname"
+printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$R/etc/hosts"
+
+# per-guest identity: machine-id and SSH host keys are generated at first boot
+: > "$R/etc/machine-id"
+rm -f "$R/var/lib/dbus/machine-id"
+rm -f "$R"/etc/ssh/ssh_host_*
+cat > "$R/etc/systemd/system/specfleet-ssh-hostkeys.service" <<'EOF'
+[Unit]
+Description=Generate this guest's SSH host keys
+Before=ssh.service
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+RequiredBy=ssh.service
+EOF
+# no interactive first-boot prompts on the console
+ln -sf /dev/null "$R/etc/systemd/system/systemd-firstboot.service"
+
+# root and the operator user 'spark' (uid 1000, bash, passwordless sudo, not in docker)
+install -d -m 700 "$R/root/.ssh"
+install -m 600 "$PUB" "$R/root/.ssh/authorized_keys"
+chroot "$R" useradd --create-home --uid 1000 --user-group --shell /bin/bash \
+    --groups sudo spark
+chroot "$R" usermod --password '*' spark
+install -d -m 700 -o 1000 -g 1000 "$R/home/spark/.ssh"
+install -m 600 -o 1000 -g 1000 "$PUB" "$R/home/spark/.ssh/authorized_keys"
+echo 'spark ALL=(ALL) NOPASSWD:ALL' > "$R/etc/sudoers.d/spark"
+chmod 440 "$R/etc/sudoers.d/spark"
+
+chroot "$R" systemctl enable systemd-networkd.service ssh.service docker.service \
+    specfleet-ssh-hostkeys.service
+"""
+
+
+def recipe() -> dict:
+    """Everything that determines the image; its hash keys the cache."""
+    return {
+        "recipe_version": RECIPE_VERSION,
+        "suite": SUITE,
+        "variant": "minbase",
+        "mirrors": list(MIRRORS),
+        "packages": list(PACKAGES),
+        "dpkg_opts": list(DPKG_OPTS),
+        "customize_hook": CUSTOMIZE_HOOK,
+        "disk_size": DISK_SIZE,
+    }
+
+
+def recipe_hash() -> str:
+    blob = json.dumps(recipe(), sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class VMError(RuntimeError):
+    """Anything that went wrong bringing up, reaching or tearing down a guest."""
+
+
+class SSHError(subprocess.CalledProcessError):
+    def __str__(self) -> str:  # include what the remote side said
+        base = super().__str__()
+        err = (self.stderr or "").strip()
+        out = (self.output or "").strip()
+        tail = "\n".join((err or out).splitlines()[-20:])
+        return f"{base}\n{tail}" if tail else base
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def default_workdir() -> Path:
+    return Path(os.environ.get("SPECFLEET_VM_DIR") or ".vm")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("SPECFLEET_CACHE_DIR") or "~/.cache/specfleet").expanduser()
+
+
+def _resolve(path, default) -> Path:
+    return Path(path if path is not None else default()).expanduser().absolute()
+
+
+def _run(argv: Sequence[str], **kw) -> subprocess.CompletedProcess:
+    log.debug("run: %s", shlex.join(str(a) for a in argv))
+    kw.setdefault("check", True)
+    return subprocess.run([str(a) for a in argv], **kw)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        data = Path(path).read_bytes()[-64 * 1024:]
+    except OSError as e:
+        return f"<no console log: {e}>"
+    text = data.decode("utf-8", "replace").replace("\r", "")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _free_port(avoid: Iterable[int] = ()) -> int:
+    avoid = set(avoid)
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+    raise VMError("could not find a free TCP port on 127.0.0.1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _read_pid(pidfile: Path) -> int | None:
+    try:
+        return int(Path(pidfile).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_is_our_qemu(pid: int, overlay: Path) -> bool:
+    """True if pid is a live (non-zombie) QEMU process running `overlay`."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state in ("Z", "X"):
+        return False
+    args = cmdline.split(b"\0")
+    return b"qemu" in cmdline and any(str(overlay).encode() in a for a in args)
+
+
+def _wait_gone(pid: int, overlay: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_is_our_qemu(pid, overlay):
+            return True
+        time.sleep(0.1)
+    return not _pid_is_our_qemu(pid, overlay)
+
+
+def _stop_qemu(pid: int, overlay: Path, term_timeout: float = 5.0) -> bool:
+    """SIGTERM, then SIGKILL, a QEMU process we started. Returns True if one was stopped."""
+    if not _pid_is_our_qemu(pid, overlay):
+        return False
+    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        if _wait_gone(pid, overlay, wait):
+            return True
+    raise VMError(f"QEMU pid {pid} ({overlay}) survived SIGKILL")
+
+
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path).rstrip("/") + "/"
+    found = []
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            mnt = line.split()[4].encode().decode("unicode_escape")
+            if mnt == str(path) or mnt.startswith(prefix):
+                found.append(mnt)
+    except OSError:
+        pass
+    return sorted(found, key=len, reverse=True)
+
+
+def _safe_rmtree(path: Path) -> None:
+    """rmtree that never descends into something still mounted (e.g. a killed
+    mmdebstrap's /proc or /dev bind mounts)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    for mnt in _mounts_under(path):
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    left = _mounts_under(path)
+    if left:
+        raise VMError(f"refusing to delete {path}: still mounted: {left}")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- image
+
+
+@dataclasses.dataclass
+class ImageInfo:
+    dir: Path
+    disk: Path
+    kernel: Path
+    initrd: Path
+    key: Path
+    recipe_hash: str
+    built: bool  # built by this call
+    cached: bool  # found in the cache
+    seconds: float  # time spent in build_image (build or cache lookup)
+    size_bytes: int  # allocated bytes of the sparse disk image
+
+    @property
+    def pubkey(self) -> Path:
+        return self.key.with_name(self.key.name + ".pub")
+
+
+_IMAGE_FILES = ("disk.img", "vmlinuz", "initrd", "id_ed25519", "id_ed25519.pub", "recipe.json")
+
+
+def _image_info(d: Path, h: str, built: bool, seconds: float) -> ImageInfo:
+    key = d / "id_ed25519"
+    with contextlib.suppress(OSError):
+        if key.stat().st_mode & 0o077:
+            key.chmod(0o600)  # ssh refuses group/world-readable keys (e.g. after a CI cache restore)
+    disk = d / "disk.img"
+    return ImageInfo(
+        dir=d, disk=disk, kernel=d / "vmlinuz", initrd=d / "initrd", key=key,
+        recipe_hash=h, built=built, cached=not built, seconds=seconds,
+        size_bytes=disk.stat().st_blocks * 512,
+    )
+
+
+def _image_complete(d: Path) -> bool:
+    return all((d / f).is_file() for f in _IMAGE_FILES)
+
+
+def build_image(cache_dir=None) -> ImageInfo:
+    """Build (or find in the cache) the guest image for the current recipe."""
+    t0 = time.monotonic()
+    cache = _resolve(cache_dir, default_cache_dir)
+    images = cache / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    h = recipe_hash()
+    target = images / h
+    if _image_complete(target):
+        log.info("image cached: %s", target)
+        return _image_info(target, h, built=False, seconds=time.monotonic() - t0)
+
+    with open(images / f".{h}.lock", "w") as lockf:
+        fcntl.flock(lockf, fcntl.LOCK_EX)  # one builder per recipe; others wait and reuse
+        if _image_complete(target):
+            log.info("image cached: %s (built concurrently)", target)
+            return _image_info(target, h, built=False, seconds=time.monotonic() - t0)
+        for stale in images.glob(f".build-{h[:16]}-*"):  # leftovers of interrupted builds
+            log.info("removing stale partial build %s", stale)
+            _safe_rmtree(stale)
+        if target.exists():  # incomplete (should not happen thanks to the rename)
+            _safe_rmtree(target)
+        if os.geteuid() != 0:
+            raise VMError("building the guest image needs root (mmdebstrap + mkfs.ext4 -d "
+                          "must preserve file ownership)")
+        for tool in ("mmdebstrap", "mkfs.ext4", "ssh-keygen"):
+            if not shutil.which(tool):
+                raise VMError(f"{tool} not found; install mmdebstrap e2fsprogs openssh-client")
+
+        log.info("building guest image %s (Debian %s, %d packages)", h[:12], SUITE, len(PACKAGES))
+        tmp = Path(tempfile.mkdtemp(prefix=f".build-{h[:16]}-", dir=images))
+        try:
+            _build_into(tmp)
+            (tmp / "disk.img").chmod(0o444)  # backing file of every overlay: never write it
+            seconds = time.monotonic() - t0
+            meta = dict(recipe(), recipe_hash=h, build_seconds=round(seconds, 1),
+                        built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            (tmp / "recipe.json").write_text(json.dumps(meta, indent=2) + "\n")
+            os.rename(tmp, target)  # atomic: a half-built image never has the final name
+        finally:
+            _safe_rmtree(tmp)
+    info = _image_info(target, h, built=True, seconds=time.monotonic() - t0)
+    log.info("image built in %.0f s: %s (%.0f MiB allocated)", info.seconds, target,
+             info.size_bytes / 2**20)
+    return info
+
+
+def _build_into(tmp: Path) -> None:
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "specfleet-vm",
+          "-f", tmp / "id_ed25519"], capture_output=True)
+    hook = tmp / "customize.sh"
+    hook.write_text(CUSTOMIZE_HOOK)
+    hook.chmod(0o755)
+    rootfs = tmp / "rootfs"
+    argv = ["mmdebstrap", "--variant=minbase", "--format=directory",
+            "--include=" + ",".join(PACKAGES),
+            '--aptopt=Acquire::Retries "5"',
+            *(f"--dpkgopt={o}" for o in DPKG_OPTS),
+            f"--customize-hook=sh {shlex.quote(str(hook))} \"$1\" "
+            f"{shlex.quote(str(tmp / 'id_ed25519.pub'))}",
+            SUITE, rootfs, *MIRRORS]
+    t0 = time.monotonic()
+    proc = _run(argv, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        raise VMError(f"mmdebstrap failed ({proc.returncode}):\n"
+                      + "\n".join(proc.stdout.splitlines()[-40:]))
+    log.info("mmdebstrap: %.0f s", time.monotonic() - t0)
+    boot = rootfs / "boot"
+    kernels = sorted(boot.glob("vmlinuz-*"))
+    initrds = sorted(boot.glob("initrd.img-*"))
+    if len(kernels) != 1 or len(initrds) != 1:
+        raise VMError(f"expected one kernel and one initrd in {boot}, got {kernels} {initrds}")
+    shutil.copyfile(kernels[0], tmp / "vmlinuz")
+    shutil.copyfile(initrds[0], tmp / "initrd")
+    # sanity: the hook ran and its effects survived mmdebstrap's cleanup
+    if (rootfs / "etc/resolv.conf").read_text().strip() != "nameserver 10.0.2.3":
+        raise VMError("customize hook did not leave the static /etc/resolv.conf")
+    if not (rootfs / "home/spark/.ssh/authorized_keys").is_file():
+        raise VMError("customize hook did not create the spark user")
+    t0 = time.monotonic()
+    _run(["mkfs.ext4", "-q", "-F", "-L", "specfleet-root", "-d", rootfs,
+          tmp / "disk.img", DISK_SIZE], capture_output=True)
+    log.info("mkfs.ext4 -d: %.0f s", time.monotonic() - t0)
+    _safe_rmtree(rootfs)
+    hook.unlink()
+
+
+# --------------------------------------------------------------------------- accel
+
+
+def _qemu_binary() -> str:
+    q = shutil.which("qemu-system-x86_64")
+    if not q:
+        raise VMError("qemu-system-x86_64 not found; install qemu-system-x86 qemu-utils")
+    return q
+
+
+def default_smp(count: int) -> int:
+    """vCPUs per guest.
+
+    Measured on the 2-core CI machine under TCG (see tests/vm): with one guest, 2 vCPUs
+    boot it faster; with several guests sharing 2 host cores, 1 vCPU each boots the fleet
+    faster because extra vCPU threads only add contention and cross-vCPU synchronisation
+    (TCG's multi-threaded mode pays for IPIs, TLB shootdowns and atomics emulation).
+    """
+    env = os.environ.get("SPECFLEET_VM_SMP")
+    if env:
+        return max(1, int(env))
+    host = os.cpu_count() or 1
+    return max(1, min(2, host // max(1, count)))
+
+
+KVM_PROBE_TIMEOUT = 25.0
+
+
+def _qemu_version() -> str:
+    out = _run([_qemu_binary(), "--version"], capture_output=True, text=True).stdout
+    return out.splitlines()[0] if out else "?"
+
+
+def choose_accel(image: ImageInfo, cache_dir=None) -> str:
+    """'tcg' or 'kvm'. KVM only if a probe boot proved it works on this host (cached)."""
+    forced = (os.environ.get("SPECFLEET_VM_ACCEL") or "auto").lower()
+    if forced in ("tcg", "kvm"):
+        return forced
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    cache = _resolve(cache_dir, default_cache_dir)
+    verdict_file = cache / "kvm-probe.json"
+    key = {"qemu": _qemu_version(), "host_kernel": os.uname().release,
+           "recipe_hash": image.recipe_hash}
+    with contextlib.suppress(OSError, ValueError):
+        v = json.loads(verdict_file.read_text())
+        if v.get("key") == key:
+            log.info("KVM probe (cached): %s", "works" if v["kvm_works"] else "fails -> TCG")
+            return "kvm" if v["kvm_works"] else "tcg"
+    t0 = time.monotonic()
+    ok, why = _probe_kvm(image, cache)
+    seconds = time.monotonic() - t0
+    log.info("KVM probe: %s in %.1f s (%s)", "works" if ok else "fails -> TCG", seconds, why)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = verdict_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": key, "kvm_works": ok, "reason": why,
+                               "probe_seconds": round(seconds, 1)}, indent=2) + "\n")
+    os.replace(tmp, verdict_file)
+    return "kvm" if ok else "tcg"
+
+
+def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
+    """Boot the image under KVM for at most KVM_PROBE_TIMEOUT seconds; works == SSH answers."""
+    with tempfile.TemporaryDirectory(prefix="kvm-probe-", dir=cache) as td:
+        td = Path(td)
+        overlay = td / "probe.qcow2"
+        _run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", image.disk, "-F", "raw",
+              overlay], capture_output=True)
+        port = _free_port()
+        guest = Guest(name="kvm-probe", port=port, overlay=overlay, pidfile=td / "probe.pid",
+                      console_log=td / "console.log", key_path=image.key, argv=[])
+        argv = _qemu_argv(guest, image.kernel, image.initrd, memory_mb=1024, smp=1,
+                          accel="kvm", hostname="kvm-probe", daemonize=False)
+        errf = open(td / "stderr.log", "wb")
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + KVM_PROBE_TIMEOUT
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    return False, f"qemu exited {proc.returncode}: {_tail(td / 'stderr.log', 3)}"
+                err = (td / "stderr.log").read_bytes()
+                if b"KVM internal error" in err or b"emulation failure" in err:
+                    return False, "KVM internal error (emulation failure)"
+                r = guest.ssh("true", check=False, timeout=5, connect_timeout=3)
+                if r.returncode == 0:
+                    return True, "guest answered SSH"
+                time.sleep(0.5)
+            return False, f"no SSH within {KVM_PROBE_TIMEOUT:.0f} s"
+        finally:
+            proc.kill()
+            proc.wait()
+            errf.close()
+
+
+# --------------------------------------------------------------------------- guests
+
+
+def _qemu_argv(g: "Guest", kernel: Path, initrd: Path, memory_mb: int, smp: int, accel: str,
+               hostname: str, daemonize: bool = True) -> list[str]:
+    if accel == "kvm":
+        accel_args = ["-accel", "kvm", "-cpu", "host"]
+    else:
+        accel_args = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    argv = [
+        _qemu_binary(), "-name", g.name, *accel_args,
+        "-smp", str(smp), "-m", str(memory_mb),
+        "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none",
+        "-serial", f"file:{g.console_log}",
+        "-kernel", str(kernel), "-initrd", str(initrd),
+        "-append", f"{KERNEL_CMDLINE} systemd.hostname={hostname}",
+        "-drive", f"file={g.overlay},format=qcow2,if=virtio",
+        "-netdev", f"user,id=n0,hostname={hostname},hostfwd=tcp:127.0.0.1:{g.port}-:22",
+        "-device", "virtio-net-pci,netdev=n0",
+        "-device", "virtio-rng-pci",
+        "-pidfile", str(g.pidfile),
+    ]
+    if daemonize:
+        argv.append("-daemonize")
+    return argv
+
+
+_SSH_OPTS = (
+    "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+    "-o", "UserKnownHostsFile=/dev/null", "-o", "GlobalKnownHostsFile=/dev/null",
+    "-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes",
+    "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=8",
+)
+
+
+@dataclasses.dataclass
+class Guest:
+    name: str
+    port: int
+    overlay: Path
+    pidfile: Path
+    console_log: Path
+    key_path: Path
+    argv: list[str]  # the QEMU command line; boot() reuses it (same overlay, same port)
+    host: str = "127.0.0.1"
+    boot_timeout: float = 900.0
+
+    # -- state
+    @property
+    def pid(self) -> int | None:
+        pid = _read_pid(self.pidfile)
+        return pid if pid and _pid_is_our_qemu(pid, self.overlay) else None
+
+    def is_running(self) -> bool:
+        return self.pid is not None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "port": self.port, "pidfile": str(self.pidfile),
+                "overlay": str(self.overlay), "console_log": str(self.console_log),
+                "key_path": str(self.key_path), "argv": self.argv,
+                "boot_timeout": self.boot_timeout}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Guest":
+        return cls(name=d["name"], port=int(d["port"]), overlay=Path(d["overlay"]),
+                   pidfile=Path(d["pidfile"]), console_log=Path(d["console_log"]),
+                   key_path=Path(d["key_path"]), argv=list(d.get("argv", [])),
+                   boot_timeout=float(d.get("boot_timeout", 900.0)))
+
+    # -- remote access
+    def _ssh_base(self, connect_timeout: int = 20) -> list[str]:
+        return ["ssh", *_SSH_OPTS, "-o", f"ConnectTimeout={connect_timeout}",
+                "-i", str(self.key_path), "-p", str(self.port)]
+
+    def ssh(self, cmd: str, check: bool = True, timeout: float = 600, user: str = "root",
+            input: bytes | None = None, connect_timeout: int = 20) -> subprocess.CompletedProcess:
+        """Run a shell command on the guest; stdout/stderr are returned as text."""
+        argv = [*self._ssh_base(connect_timeout), f"{user}@{self.host}", cmd]
+        try:
+            p = subprocess.run(argv, input=input if input is not None else b"",
+                               capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise VMError(f"{self.name}: ssh command timed out after {timeout} s: {cmd}") from e
+        out = p.stdout.decode("utf-8", "replace")
+        err = p.stderr.decode("utf-8", "replace")
+        if check and p.returncode != 0:
+            raise SSHError(p.returncode, f"[{self.name}] {cmd}", out, err)
+        return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+    def _scp(self, src: str, dst: str, timeout: float) -> None:
+        argv = ["scp", "-q", *_SSH_OPTS, "-o", "ConnectTimeout=20", "-i", str(self.key_path),
+                "-P", str(self.port), src, dst]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise VMError(f"{self.name}: scp {src} -> {dst} failed: {p.stderr.strip()}")
+
+    def put(self, local: Path, remote: str, user: str = "root", timeout: float = 1800) -> None:
+        self._scp(str(local), f"{user}@{self.host}:{remote}", timeout)
+
+    def get(self, remote: str, local: Path, user: str = "root", timeout: float = 1800) -> None:
+        self._scp(f"{user}@{self.host}:{remote}", str(local), timeout)
+
+    # -- power
+    def poweroff(self) -> None:
+        """Hard power-off (SIGKILL the QEMU process), like pulling the plug."""
+        pid = self.pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            if not _wait_gone(pid, self.overlay, 10):
+                raise VMError(f"{self.name}: QEMU pid {pid} survived SIGKILL")
+            log.info("%s: powered off (killed QEMU pid %d)", self.name, pid)
+        with contextlib.suppress(FileNotFoundError):
+            self.pidfile.unlink()
+
+    def start(self) -> None:
+        """Start QEMU (daemonized) without waiting for the guest."""
+        if self.is_running():
+            raise VMError(f"{self.name} is already running (pid {self.pid})")
+        with contextlib.suppress(FileNotFoundError):
+            self.pidfile.unlink()
+        p = subprocess.run(self.argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise VMError(f"{self.name}: qemu failed to start ({p.returncode}): "
+                          f"{p.stderr.strip()}")
+        if self.pid is None:
+            raise VMError(f"{self.name}: qemu started but is not running:\n{p.stderr.strip()}\n"
+                          f"{_tail(self.console_log)}")
+        log.debug("%s: qemu pid %s, ssh port %d", self.name, self.pid, self.port)
+
+    def boot(self, wait: bool = True) -> None:
+        """Start the guest again from its overlay on the same port; optionally wait for it."""
+        if not _port_free(self.port):
+            raise VMError(f"{self.name}: port {self.port} is in use; cannot boot")
+        self.start()
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float | None = None) -> str:
+        """Wait for SSH and for systemd to finish booting. Returns running/degraded."""
+        timeout = timeout or float(os.environ.get("SPECFLEET_VM_BOOT_TIMEOUT", self.boot_timeout))
+        deadline = time.monotonic() + timeout
+
+        def fail(why: str) -> VMError:
+            return VMError(f"{self.name} (ssh port {self.port}): {why}\n"
+                           f"--- tail of {self.console_log} ---\n{_tail(self.console_log)}")
+
+        while True:
+            if not self.is_running():
+                raise fail("QEMU exited while waiting for the guest to boot")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise fail(f"no SSH after {timeout:.0f} s")
+            r = self.ssh("true", check=False, timeout=min(left, 60),
+                         connect_timeout=max(1, min(int(left), 20)))
+            if r.returncode == 0:
+                break
+            time.sleep(1)
+        left = max(5, deadline - time.monotonic())
+        try:
+            r = self.ssh("systemctl is-system-running --wait", check=False, timeout=left)
+        except VMError:
+            raise fail(f"systemd did not finish booting within {timeout:.0f} s") from None
+        state = r.stdout.strip()
+        if state == "degraded":
+            failed = self.ssh("systemctl --failed --no-pager --no-legend", check=False).stdout
+            log.warning("%s is degraded; failed units:\n%s", self.name, failed.rstrip())
+        elif state != "running":
+            raise fail(f"systemctl is-system-running --wait said {state!r} {r.stderr.strip()}")
+        return state
+
+
+# --------------------------------------------------------------------------- fleet
+
+
+@dataclasses.dataclass
+class Fleet:
+    guests: list[Guest]
+    workdir: Path
+    inventory_path: Path
+    key_path: Path
+    timings: dict = dataclasses.field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Guest:
+        for g in self.guests:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def _parallel(self, fn, guests: Sequence[Guest] | None = None) -> dict:
+        guests = list(guests or self.guests)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(guests))) as ex:
+            futs = {g.name: ex.submit(fn, g) for g in guests}
+            return {name: f.result() for name, f in futs.items()}
+
+    def ssh_all(self, cmd: str, **kw) -> dict[str, subprocess.CompletedProcess]:
+        return self._parallel(lambda g: g.ssh(cmd, **kw))
+
+    def load_image(self, tarball: Path, tag: str, changes: Sequence[str] = ()) -> dict[str, float]:
+        """Copy a rootfs tarball into every guest (in parallel) and `docker import` it
+        as `tag` (with `--change` instructions). Returns seconds per guest."""
+        tarball = Path(tarball)
+        remote = f"/var/tmp/specfleet-import-{os.getpid()}-{tarball.name}"
+        change_args = " ".join(f"--change {shlex.quote(c)}" for c in changes)
+
+        def one(g: Guest) -> float:
+            t0 = time.monotonic()
+            g.put(tarball, remote)
+            try:
+                g.ssh(f"docker import {change_args} {shlex.quote(remote)} {shlex.quote(tag)}")
+            finally:
+                g.ssh(f"rm -f {shlex.quote(remote)}", check=False)
+            return time.monotonic() - t0
+
+        return self._parallel(one)
+
+
+def _fleet_json(workdir: Path) -> Path:
+    return workdir / "fleet.json"
+
+
+def _write_fleet_json(workdir: Path, guests: Sequence[Guest], key: Path, timings: dict,
+                      image: ImageInfo | None = None) -> None:
+    data = {"workdir": str(workdir), "key_path": str(key),
+            "inventory_path": str(workdir / "inventory.yml"),
+            "image": str(image.dir) if image else None,
+            "guests": [g.to_json() for g in guests], "timings": timings}
+    tmp = _fleet_json(workdir).with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, _fleet_json(workdir))
+
+
+def write_inventory(path: Path, guests: Sequence[Guest], key: Path) -> None:
+    inv = {"all": {
+        "vars": {"ssh_user": "root", "ssh_key": str(key), "ssh_known_hosts_file": "/dev/null",
+                 "ssh_strict_host_key_checking": "no"},
+        "children": {"vm_fleet": {"hosts": {
+            g.name: {"ssh_hostname": g.host, "ssh_port": g.port} for g in guests}}},
+    }}
+    tmp = path.with_suffix(".yml.tmp")
+    tmp.write_text(yaml.safe_dump(inv, sort_keys=False, default_flow_style=False))
+    os.replace(tmp, path)
+
+
+def load(workdir=None) -> Fleet:
+    """Re-attach to a fleet brought up (possibly by another process) in `workdir`."""
+    workdir = _resolve(workdir, default_workdir)
+    try:
+        data = json.loads(_fleet_json(workdir).read_text())
+    except FileNotFoundError:
+        raise VMError(f"no fleet in {workdir} (no fleet.json); run `specfleet vm up`") from None
+    return Fleet(guests=[Guest.from_json(g) for g in data["guests"]], workdir=workdir,
+                 inventory_path=Path(data["inventory_path"]), key_path=Path(data["key_path"]),
+                 timings=data.get("timings", {}))
+
+
+def up(count: int = 3, workdir=None, cache_dir=None, memory_mb: int = 2048,
+       smp: int | None = None, accel: str | None = None) -> Fleet:
+    """Build/reuse the image, boot `count` guests, wait for SSH + systemd, write the inventory."""
+    if count < 1:
+        raise VMError("count must be >= 1")
+    workdir = _resolve(workdir, default_workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if _fleet_json(workdir).exists():
+        old = load(workdir)
+        alive = [g.name for g in old.guests if g.is_running()]
+        if alive:
+            raise VMError(f"a fleet is already running in {workdir} ({', '.join(alive)}); "
+                          f"run `specfleet vm down --workdir {workdir}` first")
+        down(workdir)  # stale files of a dead fleet
+
+    timings: dict = {}
+    image = build_image(cache_dir)
+    timings["image_cached"] = image.cached
+    timings["image_build_s" if image.built else "image_lookup_s"] = round(image.seconds, 1)
+    timings["image_size_bytes"] = image.size_bytes
+    t0 = time.monotonic()
+    accel = accel or choose_accel(image, cache_dir)
+    timings["accel_choice_s"] = round(time.monotonic() - t0, 1)
+    smp = smp or default_smp(count)
+    timings.update(accel=accel, smp=smp, count=count, memory_mb=memory_mb)
+    log.info("booting %d guest(s): accel=%s smp=%d memory=%d MiB", count, accel, smp, memory_mb)
+
+    guests: list[Guest] = []
+    used: set[int] = set()
+    for i in range(1, count + 1):
+        name = f"spark-{i}"
+        overlay = workdir / f"{name}.qcow2"
+        with contextlib.suppress(FileNotFoundError):
+            overlay.unlink()
+        _run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", image.disk, "-F", "raw",
+              overlay], capture_output=True)
+        g = Guest(name=name, port=0, overlay=overlay, pidfile=workdir / f"{name}.pid",
+                  console_log=workdir / f"{name}.console.log", key_path=image.key, argv=[])
+        with contextlib.suppress(FileNotFoundError):
+            g.console_log.unlink()
+        guests.append(g)
+    _write_fleet_json(workdir, guests, image.key, timings, image)
+
+    t_boot = time.monotonic()
+    try:
+        for g in guests:
+            for attempt in range(5):  # a port may be grabbed between probe and bind
+                g.port = _free_port(avoid=used)
+                g.argv = _qemu_argv(g, image.kernel, image.initrd, memory_mb, smp, accel,
+                                    hostname=g.name)
+                try:
+                    g.start()
+                    break
+                except VMError as e:
+                    if "hostfwd" not in str(e) and "forwarding" not in str(e) or attempt == 4:
+                        raise
+            used.add(g.port)
+            _write_fleet_json(workdir, guests, image.key, timings, image)
+        states = _wait_all(guests)
+    except BaseException:
+        log.error("bringing up the fleet failed; tearing down (console logs kept in %s)", workdir)
+        with contextlib.suppress(Exception):
+            down(workdir)
+        raise
+    timings["boot_s"] = round(time.monotonic() - t_boot, 1)
+    timings["states"] = states
+    log.info("%d guest(s) up in %.0f s: %s", count, timings["boot_s"],
+             ", ".join(f"{g.name}=127.0.0.1:{g.port}" for g in guests))
+
+    inventory = workdir / "inventory.yml"
+    write_inventory(inventory, guests, image.key)
+    _write_fleet_json(workdir, guests, image.key, timings, image)
+    return Fleet(guests=guests, workdir=workdir, inventory_path=inventory,
+                 key_path=image.key, timings=timings)
+
+
+def _wait_all(guests: Sequence[Guest]) -> dict[str, str]:
+    results: dict[str, str] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def one(g: Guest) -> None:
+        t0 = time.monotonic()
+        try:
+            state = g.wait_ready()
+            with lock:
+                results[g.name] = state
+            log.info("%s ready (%s) after %.0f s", g.name, state, time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001 - collected and re-raised below
+            with lock:
+                errors.append(str(e))
+
+    threads = [threading.Thread(target=one, args=(g,), daemon=True) for g in guests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise VMError("\n\n".join(errors))
+    return results
+
+
+def down(workdir=None) -> None:
+    """Stop the QEMU processes this fleet started and remove its runtime files.
+    Console logs are kept. Safe to run twice and when nothing is up."""
+    workdir = _resolve(workdir, default_workdir)
+    if not workdir.is_dir():
+        return
+    entries: dict[Path, Path] = {}  # pidfile -> overlay
+    with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+        for g in json.loads(_fleet_json(workdir).read_text())["guests"]:
+            entries[Path(g["pidfile"])] = Path(g["overlay"])
+    for pf in workdir.glob("*.pid"):  # e.g. fleet.json lost: our naming convention
+        entries.setdefault(pf, pf.with_suffix(".qcow2"))
+    for pidfile, overlay in entries.items():
+        pid = _read_pid(pidfile)
+        if pid is not None:
+            if _stop_qemu(pid, overlay):
+                log.info("stopped QEMU pid %d (%s)", pid, overlay.name)
+            elif Path(f"/proc/{pid}").exists():
+                log.debug("pid %d is not our QEMU for %s; left alone", pid, overlay)
+        for p in (pidfile, overlay):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    for name in ("fleet.json", "fleet.json.tmp", "inventory.yml", "inventory.yml.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            (workdir / name).unlink()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _setup_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s vm: %(message)s",
+                            datefmt="%H:%M:%S")
+
+
+_workdir_opt = click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), envvar="SPECFLEET_VM_DIR",
+    default=".vm", show_default=True, help="Where overlays, logs, fleet.json and "
+    "inventory.yml live (env SPECFLEET_VM_DIR).")
+_cache_opt = click.option(
+    "--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+    envvar="SPECFLEET_CACHE_DIR", default="~/.cache/specfleet", show_default=True,
+    help="Image cache (env SPECFLEET_CACHE_DIR).")
+
+cli = click.Group("vm", help="A fleet of QEMU VMs standing in for DGX Spark hosts (CI).")
+
+
+@cli.command("up")
+@click.option("--count", type=click.IntRange(1, 16), default=3, show_default=True)
+@_workdir_opt
+@click.option("--memory", "memory_mb", type=click.IntRange(256), default=2048,
+              show_default=True, help="Memory per guest in MiB.")
+@_cache_opt
+@click.option("--smp", type=click.IntRange(1, 64), default=None,
+              help="vCPUs per guest (default: chosen from host cores and --count).")
+def up_cmd(count: int, workdir: Path, memory_mb: int, cache_dir: Path, smp: int | None) -> None:
+    """Boot COUNT guests and write WORKDIR/inventory.yml."""
+    _setup_logging()
+    try:
+        fleet = up(count=count, workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
+                   memory_mb=memory_mb, smp=smp)
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+    for g in fleet.guests:
+        click.echo(f"{g.name}\t127.0.0.1:{g.port}")
+    click.echo(f"inventory: {fleet.inventory_path}")
+
+
+@cli.command("down")
+@_workdir_opt
+def down_cmd(workdir: Path) -> None:
+    """Stop the fleet's guests and remove overlays, pid files and fleet.json."""
+    _setup_logging()
+    try:
+        down(workdir)
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@cli.command("build-image")
+@_cache_opt
+def build_image_cmd(cache_dir: Path) -> None:
+    """Build (or find cached) the guest image and print its directory."""
+    _setup_logging()
+    try:
+        info = build_image(Path(cache_dir).expanduser())
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(str(info.dir))
+
+
+@cli.command("status")
+@_workdir_opt
+def status_cmd(workdir: Path) -> None:
+    """Show the fleet's guests and whether their QEMU is running."""
+    try:
+        fleet = load(workdir)
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+    for g in fleet.guests:
+        state = f"running (pid {g.pid})" if g.is_running() else "stopped"
+        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{state}")

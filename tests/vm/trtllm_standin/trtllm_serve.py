@@ -1,0 +1,1136 @@
+#!/usr/bin/python3
+"""trtllm-serve STAND-IN -- this is NOT TensorRT-LLM.
+
+specfleet CI runs on QEMU VMs with no GPU and no NGC image.  This single
+file (Python 3 stdlib + PyYAML) pretends to be ``trtllm-serve`` from
+TensorRT-LLM 1.2.0rc6 closely enough to exercise the deployment: same
+command line, the same strict ``--extra_llm_api_options`` YAML checking,
+the same mount/cache/environment preconditions, the same start-up order
+(port bound, model "loaded" while connections are refused, then serving)
+and the same HTTP endpoints.  It generates no real text.
+
+Behaviour, in order (every step is logged to stdout, i.e. the journal):
+
+1. read the behaviour config ``/etc/trtllm-standin.json`` (path overridable
+   with ``TRTLLM_STANDIN_CONFIG``; missing -> mode "ok", load_delay_s 5):
+   ``{"mode": "ok"|"crash"|"never_healthy"|"empty", "load_delay_s": float,
+   "version": str}``;
+2. validate the extra_llm_api_options YAML (strict: unknown keys refused at
+   any level, types checked -- stricter than pydantic's lax coercion: a
+   string or a bool is never accepted where an int is expected);
+3. check the model (HF cache snapshot or local dir), the draft model dir
+   for Eagle/DraftTarget, and TIKTOKEN_ENCODINGS_BASE for gpt-oss models;
+4. mode "crash": exit 1.  Otherwise bind the port, sleep load_delay_s
+   without listen()ing (connections refused), then serve HTTP.
+
+Any error in steps 1-3 prints one clear ERROR line and exits 1 before the
+port is ever listened on.  SIGTERM/SIGINT exit (status 0) within a second.
+
+Extra environment knobs (stand-in only): TRTLLM_STANDIN_CONFIG (config
+path), TRTLLM_STANDIN_STRICT_TIKTOKEN=1 (refuse tiktoken files whose
+SHA-256 differs from the published one; default: warn only).
+"""
+
+import argparse
+import difflib
+import hashlib
+import http.server
+import json
+import math
+import os
+import re
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - the image always has python3-yaml
+    yaml = None
+
+STANDIN_TAG = "STAND-IN"
+DEFAULT_CONFIG_PATH = "/etc/trtllm-standin.json"
+DEFAULT_VERSION = "1.2.0rc6"
+MODES = ("ok", "crash", "never_healthy", "empty")
+DEFAULT_BEHAVIOUR = {"mode": "ok", "load_delay_s": 5.0, "version": DEFAULT_VERSION}
+
+TIKTOKEN_SHA256 = {
+    "o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+HARMONY_ERROR = ("openai_harmony.HarmonyError: error downloading or loading vocab file: "
+                 "failed to download or load vocab file")
+
+
+# --------------------------------------------------------------------------
+# logging
+# --------------------------------------------------------------------------
+_LOG_LOCK = threading.Lock()
+_LEVELS = {"internal_error": 0, "error": 1, "warning": 2, "info": 3,
+           "verbose": 4, "debug": 5, "trace": 6}
+_log_threshold = _LEVELS["info"]
+
+
+def log(msg, level="I"):
+    lvl = {"E": 1, "W": 2, "I": 3, "D": 5}.get(level, 3)
+    if lvl > _log_threshold and level != "E":
+        return
+    stamp = time.strftime("%m/%d/%Y-%H:%M:%S")
+    with _LOG_LOCK:
+        sys.stdout.write("[%s] [TRT-LLM %s] [%s] %s\n" % (stamp, STANDIN_TAG, level, msg))
+        sys.stdout.flush()
+
+
+class StartupError(Exception):
+    """A precondition failed: print one ERROR line and exit 1."""
+
+
+def die(msg):
+    log("ERROR: " + msg, "E")
+    log("exiting with status 1 (the port was never listened on)", "E")
+    sys.exit(1)
+
+
+# --------------------------------------------------------------------------
+# 1. behaviour config
+# --------------------------------------------------------------------------
+def read_behaviour(strict=True):
+    path = os.environ.get("TRTLLM_STANDIN_CONFIG", DEFAULT_CONFIG_PATH)
+    cfg = dict(DEFAULT_BEHAVIOUR)
+    if not os.path.exists(path):
+        return cfg, path, False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict):
+            raise ValueError("top level is not a JSON object")
+        for key, value in data.items():
+            if key not in DEFAULT_BEHAVIOUR:
+                continue  # tolerated, logged by the caller
+            cfg[key] = value
+        if cfg["mode"] not in MODES:
+            raise ValueError("mode %r not one of %s" % (cfg["mode"], "|".join(MODES)))
+        if isinstance(cfg["load_delay_s"], bool) or not isinstance(cfg["load_delay_s"], (int, float)) \
+                or not math.isfinite(cfg["load_delay_s"]) or cfg["load_delay_s"] < 0:
+            raise ValueError("load_delay_s must be a number >= 0")
+        cfg["load_delay_s"] = float(cfg["load_delay_s"])
+        if not isinstance(cfg["version"], str) or not cfg["version"]:
+            raise ValueError("version must be a non-empty string")
+        cfg["_unknown_keys"] = sorted(set(data) - set(DEFAULT_BEHAVIOUR))
+    except (OSError, ValueError) as exc:
+        if strict:
+            raise StartupError("stand-in behaviour config %s is invalid: %s" % (path, exc))
+        return dict(DEFAULT_BEHAVIOUR), path, False
+    return cfg, path, True
+
+
+# --------------------------------------------------------------------------
+# 2. extra_llm_api_options schema (strict, pydantic extra="forbid"-like)
+# --------------------------------------------------------------------------
+def _typename(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "bool"
+    return {int: "int", float: "float", str: "string", list: "list", dict: "mapping"}.get(type(v), type(v).__name__)
+
+
+def _p(path):
+    return path or "<top level>"
+
+
+def v_bool(v, path, errs):
+    if not isinstance(v, bool):
+        errs.append("%s: expected a bool (true/false), got %s %r" % (_p(path), _typename(v), v))
+
+
+def v_int(minimum=None):
+    def check(v, path, errs):
+        if isinstance(v, bool) or not isinstance(v, int):
+            errs.append("%s: expected an integer, got %s %r" % (_p(path), _typename(v), v))
+        elif minimum is not None and v < minimum:
+            errs.append("%s: must be >= %d, got %d" % (_p(path), minimum, v))
+    return check
+
+
+def v_float(lo=None, hi=None):
+    def check(v, path, errs):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            errs.append("%s: expected a number, got %s %r" % (_p(path), _typename(v), v))
+        elif not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+            errs.append("%s: must be in [%s, %s], got %r" % (_p(path), lo, hi, v))
+    return check
+
+
+def v_str(v, path, errs):
+    if not isinstance(v, str):
+        errs.append("%s: expected a string, got %s %r" % (_p(path), _typename(v), v))
+
+
+def v_nonempty_str(v, path, errs):
+    if not isinstance(v, str) or not v.strip():
+        errs.append("%s: expected a non-empty string, got %s %r" % (_p(path), _typename(v), v))
+
+
+def v_enum(*choices):
+    def check(v, path, errs):
+        if not isinstance(v, str) or v not in choices:
+            errs.append("%s: must be one of %s, got %r" % (_p(path), ", ".join(choices), v))
+    return check
+
+
+def v_list(item):
+    def check(v, path, errs):
+        if not isinstance(v, list):
+            errs.append("%s: expected a list, got %s %r" % (_p(path), _typename(v), v))
+            return
+        for i, x in enumerate(v):
+            item(x, "%s[%d]" % (path, i), errs)
+    return check
+
+
+def v_any(v, path, errs):
+    pass
+
+
+def nullable(check):
+    def wrapped(v, path, errs):
+        if v is not None:
+            check(v, path, errs)
+    return wrapped
+
+
+def check_mapping(v, path, fields, errs, model_name):
+    """Strict model: v must be a mapping whose keys are all in fields."""
+    if not isinstance(v, dict):
+        errs.append("%s: expected a mapping (%s), got %s %r" % (_p(path), model_name, _typename(v), v))
+        return False
+    for key, value in v.items():
+        sub = "%s.%s" % (path, key) if path else str(key)
+        if not isinstance(key, str):
+            errs.append("%s: keys must be strings, got %s %r" % (_p(path), _typename(key), key))
+            continue
+        if key not in fields:
+            hint = difflib.get_close_matches(key, list(fields), n=1)
+            errs.append("%s: unknown key, extra inputs are not permitted (%s)%s"
+                        % (sub, model_name, "; did you mean %r?" % hint[0] if hint else ""))
+            continue
+        fields[key](value, sub, errs)
+    return True
+
+
+def v_model(fields, model_name):
+    def check(v, path, errs):
+        check_mapping(v, path, fields, errs, model_name)
+    return check
+
+
+CUDA_GRAPH_FIELDS = {
+    "max_batch_size": v_int(0),
+    "batch_sizes": nullable(v_list(v_int(1))),
+    "enable_padding": v_bool,
+}
+
+KV_CACHE_FIELDS = {
+    "free_gpu_memory_fraction": nullable(v_float(0.0, 1.0)),
+    "enable_block_reuse": v_bool,
+    "max_tokens": nullable(v_int(1)),
+    "dtype": v_str,
+    "max_attention_window": nullable(v_list(v_int(1))),
+    "sink_token_length": nullable(v_int(0)),
+    "host_cache_size": nullable(v_int(0)),
+    "onboard_blocks": v_bool,
+    "cross_kv_cache_fraction": nullable(v_float(0.0, 1.0)),
+    "secondary_offload_min_priority": nullable(v_int()),
+    "event_buffer_max_size": v_int(0),
+    "enable_partial_reuse": v_bool,
+    "copy_on_partial_reuse": v_bool,
+    "use_uvm": v_bool,
+    "mamba_ssm_cache_dtype": v_str,
+    "tokens_per_block": v_int(1),
+}
+
+MOE_FIELDS = {
+    "backend": v_enum("CUTLASS", "CUTEDSL", "WIDEEP", "TRTLLM", "DEEPGEMM", "VANILLA", "TRITON"),
+    "max_num_tokens": nullable(v_int(1)),
+    "load_balancer": v_any,
+}
+
+SCHEDULER_FIELDS = {
+    "capacity_scheduler_policy": v_enum("MAX_UTILIZATION", "GUARANTEED_NO_EVICT", "STATIC_BATCH"),
+    "context_chunking_policy": nullable(v_enum("FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS")),
+    "dynamic_batch_config": v_any,
+}
+
+# speculative_config: fields common to every DecodingBaseConfig ...
+SPEC_BASE_FIELDS = {
+    "decoding_type": v_str,
+    "max_draft_len": nullable(v_int()),
+    "speculative_model_dir": nullable(v_str),
+    "max_concurrency": nullable(v_int(1)),
+    "load_format": nullable(v_str),
+}
+# ... plus the per-decoding-type fields.
+SPEC_TYPE_FIELDS = {
+    "Eagle": {
+        "eagle_choices": nullable(v_list(v_list(v_int(0)))),
+        "greedy_sampling": nullable(v_bool),
+        "posterior_threshold": nullable(v_float()),
+        "use_dynamic_tree": nullable(v_bool),
+        "dynamic_tree_max_topK": nullable(v_int(1)),
+        "num_eagle_layers": nullable(v_int(1)),
+        "max_non_leaves_per_layer": nullable(v_int(1)),
+        "eagle3_one_model": nullable(v_bool),
+        "eagle3_layers_to_capture": nullable(v_list(v_int())),
+    },
+    "DraftTarget": {},
+    "NGram": {
+        "max_matching_ngram_size": v_int(),
+        "is_keep_all": v_bool,
+        "is_use_oldest": v_bool,
+        "is_public_pool": v_bool,
+    },
+    "MTP": {
+        "num_nextn_predict_layers": v_int(),
+        "use_relaxed_acceptance_for_thinking": v_bool,
+        "relaxed_topk": v_int(1),
+        "relaxed_delta": v_float(),
+        "use_mtp_vanilla": v_bool,
+        "mtp_eagle_one_model": v_bool,
+    },
+    "UserProvided": {"drafter": v_any, "resource_manager": v_any},
+    "SaveState": {
+        "output_directory": v_nonempty_str,
+        "write_interval": v_int(1),
+        "file_prefix": v_str,
+        "eagle3_layers_to_capture": nullable(v_list(v_int())),
+    },
+    "AUTO": {},
+    # TensorRT-engine only (refused on the pytorch / _autodeploy backends):
+    "Medusa": {"medusa_choices": nullable(v_list(v_list(v_int(0)))),
+               "num_medusa_heads": nullable(v_int(1))},
+    "Lookahead": {"max_window_size": v_int(1), "max_ngram_size": v_int(1),
+                  "max_verification_set_size": v_int(1)},
+}
+TRT_ONLY_DECODING = ("Medusa", "Lookahead")
+
+
+def v_speculative(backend):
+    def check(v, path, errs):
+        if v is None:
+            return
+        if not isinstance(v, dict):
+            errs.append("%s: expected a mapping (speculative config) or null, got %s %r"
+                        % (path, _typename(v), v))
+            return
+        dt = v.get("decoding_type")
+        if "decoding_type" not in v:
+            errs.append("%s.decoding_type: field required (one of %s)"
+                        % (path, ", ".join(k for k in SPEC_TYPE_FIELDS if k not in TRT_ONLY_DECODING)))
+            return
+        if not isinstance(dt, str) or dt not in SPEC_TYPE_FIELDS:
+            hint = ""
+            if dt == "Eagle3":
+                hint = " (TensorRT-LLM 1.2.0rc6 does not accept 'Eagle3': use decoding_type: Eagle, which is EAGLE-3 on the pytorch backend)"
+            errs.append("%s.decoding_type: invalid decoding type %r; accepted: %s%s"
+                        % (path, dt, ", ".join(k for k in SPEC_TYPE_FIELDS if k not in TRT_ONLY_DECODING), hint))
+            return
+        if dt in TRT_ONLY_DECODING and backend != "tensorrt":
+            errs.append("%s.decoding_type: %s is only supported by the TensorRT engine backend, not %s"
+                        % (path, dt, backend))
+            return
+        fields = dict(SPEC_BASE_FIELDS)
+        fields.update(SPEC_TYPE_FIELDS[dt])
+        n_before = len(errs)
+        check_mapping(v, path, fields, errs, "%sDecodingConfig" % dt)
+        if len(errs) > n_before:
+            return
+        mdl = v.get("max_draft_len")
+        if dt in ("Eagle", "DraftTarget", "NGram"):
+            if mdl is None:
+                errs.append("%s.max_draft_len: required for decoding_type %s (an integer > 0)" % (path, dt))
+            elif mdl <= 0:
+                errs.append("%s.max_draft_len: must be > 0 for decoding_type %s, got %d" % (path, dt, mdl))
+        elif mdl is not None and mdl <= 0:
+            errs.append("%s.max_draft_len: must be > 0, got %d" % (path, mdl))
+        if dt in ("Eagle", "DraftTarget"):
+            smd = v.get("speculative_model_dir")
+            if smd is None or (isinstance(smd, str) and not smd.strip()):
+                errs.append("%s.speculative_model_dir: required for decoding_type %s (path to the draft checkpoint)"
+                            % (path, dt))
+        if dt == "NGram":
+            m = v.get("max_matching_ngram_size")
+            if m is None:
+                errs.append("%s.max_matching_ngram_size: required for decoding_type NGram (an integer > 0)" % path)
+            elif m <= 0:
+                errs.append("%s.max_matching_ngram_size: must be > 0, got %d" % (path, m))
+        if dt == "MTP" and v.get("num_nextn_predict_layers", 1) <= 0:
+            errs.append("%s.num_nextn_predict_layers: must be > 0, got %d" % (path, v["num_nextn_predict_layers"]))
+    return check
+
+
+BACKENDS = ("pytorch", "tensorrt", "_autodeploy")
+
+
+def top_level_fields(backend):
+    fields = {
+        # BaseLlmArgs
+        "tensor_parallel_size": v_int(1),
+        "pipeline_parallel_size": v_int(1),
+        "moe_expert_parallel_size": nullable(v_int(1)),
+        "moe_tensor_parallel_size": nullable(v_int(1)),
+        "enable_attention_dp": v_bool,
+        "trust_remote_code": v_bool,
+        "skip_tokenizer_init": v_bool,
+        "tokenizer": nullable(v_str),
+        "tokenizer_mode": v_enum("auto", "slow"),
+        "revision": nullable(v_str),
+        "dtype": v_str,
+        "backend": nullable(v_enum(*BACKENDS)),
+        "max_batch_size": nullable(v_int(1)),
+        "max_num_tokens": nullable(v_int(1)),
+        "max_seq_len": nullable(v_int(1)),
+        "max_input_len": nullable(v_int(1)),
+        "max_beam_width": nullable(v_int(1)),
+        "enable_chunked_prefill": v_bool,
+        "enable_lora": v_bool,
+        "gather_generation_logits": v_bool,
+        "guided_decoding_backend": nullable(v_enum("xgrammar", "llguidance")),
+        "iter_stats_max_iterations": nullable(v_int(0)),
+        "request_stats_max_iterations": nullable(v_int(0)),
+        "num_postprocess_workers": v_int(0),
+        "reasoning_parser": nullable(v_str),
+        "return_perf_metrics": v_bool,
+        "kv_cache_config": v_model(KV_CACHE_FIELDS, "KvCacheConfig"),
+        "scheduler_config": v_model(SCHEDULER_FIELDS, "SchedulerConfig"),
+        "speculative_config": v_speculative(backend),
+    }
+    if backend != "tensorrt":
+        # TorchLlmArgs-only fields (TrtLlmArgs would refuse them as extra inputs).
+        fields.update({
+            "disable_overlap_scheduler": v_bool,
+            "enable_autotuner": v_bool,
+            "print_iter_log": v_bool,
+            "enable_iter_perf_stats": v_bool,
+            "enable_iter_req_stats": v_bool,
+            "cuda_graph_config": nullable(v_model(CUDA_GRAPH_FIELDS, "CudaGraphConfig")),
+            "moe_config": v_model(MOE_FIELDS, "MoeConfig"),
+            "attn_backend": v_enum("TRTLLM", "FLASHINFER", "FLASHINFER_STAR_ATTENTION", "VANILLA"),
+            "sampler_type": v_enum("TRTLLMSampler", "TorchSampler", "auto"),
+            "stream_interval": v_int(1),
+            "garbage_collection_gen0_threshold": v_int(0),
+            "enable_layerwise_nvtx_marker": v_bool,
+            "enable_min_latency": v_bool,
+        })
+    return fields
+
+
+def validate_extra_options(data, cli_backend="pytorch"):
+    """Return a list of error strings (empty = valid) for a parsed YAML document."""
+    if not isinstance(data, dict):
+        return ["<top level>: the extra_llm_api_options YAML must be a mapping, got %s" % _typename(data)]
+    errs = []
+    backend = data.get("backend", cli_backend)
+    if backend is None:
+        backend = cli_backend
+    if backend not in BACKENDS:
+        backend = cli_backend  # reported by the field check below
+    model = "TrtLlmArgs" if backend == "tensorrt" else "TorchLlmArgs"
+    check_mapping(data, "", top_level_fields(backend), errs, model)
+    return errs
+
+
+def load_extra_options(path, cli_backend):
+    if yaml is None:
+        raise StartupError("PyYAML is not installed in the stand-in image")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise StartupError("cannot read --extra_llm_api_options %s: %s" % (path, exc))
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise StartupError("--extra_llm_api_options %s is not valid YAML: %s"
+                           % (path, str(exc).replace("\n", " ")))
+    errs = validate_extra_options(data, cli_backend)
+    if errs:
+        raise StartupError("invalid --extra_llm_api_options %s: %d validation error%s: %s"
+                           % (path, len(errs), "" if len(errs) == 1 else "s", "; ".join(errs)))
+    return data
+
+
+def effective_settings(args, extra):
+    """CLI values first, then the YAML overrides them (like serve.py)."""
+    eff = {
+        "backend": args.backend,
+        "max_batch_size": args.max_batch_size,
+        "max_num_tokens": args.max_num_tokens,
+        "max_seq_len": args.max_seq_len,
+        "tensor_parallel_size": args.tp_size,
+        "pipeline_parallel_size": args.pp_size,
+        "trust_remote_code": args.trust_remote_code,
+        "revision": args.revision,
+        "kv_cache_config": {"free_gpu_memory_fraction": args.kv_cache_free_gpu_memory_fraction},
+    }
+    for key, value in extra.items():
+        if key == "backend" and value is None:
+            continue
+        eff[key] = value
+    # In this build a YAML kv_cache_config block REPLACES the CLI one: an
+    # omitted fraction falls back to the default 0.9, not to the CLI value.
+    kv = dict(eff.get("kv_cache_config") or {})
+    if kv.get("free_gpu_memory_fraction") is None:
+        kv["free_gpu_memory_fraction"] = 0.9
+    eff["kv_cache_config"] = kv
+    return eff
+
+
+# --------------------------------------------------------------------------
+# 3. mounts: model, draft model, tiktoken
+# --------------------------------------------------------------------------
+HF_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def hf_hub_cache():
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "huggingface", "hub")
+
+
+def hf_offline():
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def is_local_path(model):
+    return model.startswith(("/", "./", "../", "~")) or model in (".", "..") or os.path.isdir(model)
+
+
+def check_snapshot(snap, what):
+    """Return a list of problems with a model directory (empty = ok)."""
+    problems = []
+    if not os.path.isdir(snap):
+        return ["%s: directory %s does not exist" % (what, snap)]
+    if not os.path.isfile(os.path.join(snap, "config.json")):
+        problems.append("%s: %s has no config.json" % (what, snap))
+    index = os.path.join(snap, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            with open(index, encoding="utf-8") as fh:
+                weight_map = json.load(fh)["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return problems + ["%s: cannot parse %s: %s" % (what, index, exc)]
+        missing = [s for s in shards if not os.path.isfile(os.path.join(snap, s))]
+        if missing:
+            problems.append("%s: %d of %d weight files named by model.safetensors.index.json are missing "
+                            "(or dangling symlinks) in %s: %s" % (what, len(missing), len(shards), snap,
+                                                                  ", ".join(missing[:5])
+                                                                  + (" ..." if len(missing) > 5 else "")))
+    elif not any(n.endswith(".safetensors") and os.path.isfile(os.path.join(snap, n))
+                 for n in os.listdir(snap)):
+        problems.append("%s: no *.safetensors weight file in %s" % (what, snap))
+    return problems
+
+
+def resolve_hf_model(repo_id, revision, what):
+    """Resolve an HF repo id in the hub cache. Returns (snapshot_dir, problems)."""
+    hub = hf_hub_cache()
+    repo_dir = os.path.join(hub, "models--" + repo_id.replace("/", "--"))
+    rev = revision or "main"
+    if re.fullmatch(r"[0-9a-f]{40}", rev):
+        commit = rev
+    else:
+        ref = os.path.join(repo_dir, "refs", rev)
+        try:
+            with open(ref, encoding="utf-8") as fh:
+                commit = fh.read().strip()
+        except OSError:
+            return None, ["%s: %s (revision %s) is not in the Hugging Face cache %s (no %s)"
+                          % (what, repo_id, rev, hub, ref)]
+        if not commit:
+            return None, ["%s: %s is empty" % (what, ref)]
+    snap = os.path.join(repo_dir, "snapshots", commit)
+    if not os.path.isdir(snap):
+        return None, ["%s: %s refs/%s -> %s but snapshot %s does not exist"
+                      % (what, repo_id, rev, commit, snap)]
+    return snap, check_snapshot(snap, what)
+
+
+def offline_or_download_error(repo_id, problems):
+    detail = "; ".join(problems)
+    if hf_offline():
+        return ("%s; HF_HUB_OFFLINE=1 so the server uses only the local cache and cannot fetch it" % detail)
+    return ("%s; HF_HUB_OFFLINE is not 1, so the real server would now try to download %s from "
+            "huggingface.co -- the stand-in has no network and refuses instead" % (detail, repo_id))
+
+
+def check_model(model, revision):
+    """Return (served_model_id, model_path) or raise StartupError."""
+    if is_local_path(model):
+        path = os.path.abspath(os.path.expanduser(model))
+        if not os.path.isdir(path):
+            raise StartupError("MODEL %s: local checkpoint directory does not exist" % model)
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise StartupError("MODEL %s: local checkpoint directory has no config.json" % model)
+        if not any(n.endswith((".safetensors", ".engine", ".bin")) for n in os.listdir(path)):
+            log("WARNING: local checkpoint %s holds no *.safetensors / *.engine files" % path, "W")
+        log("model: local checkpoint directory %s" % path)
+        return os.path.basename(path.rstrip("/")) or path, path
+    if not HF_ID_RE.match(model):
+        raise StartupError("MODEL %r is neither an existing local directory nor a valid Hugging Face repo id"
+                           % model)
+    snap, problems = resolve_hf_model(model, revision, "MODEL " + model)
+    if problems:
+        raise StartupError(offline_or_download_error(model, problems))
+    log("model: %s resolved in the HF cache -> %s" % (model, snap))
+    return model, snap
+
+
+def check_draft(spec):
+    if not spec:
+        return None
+    dt = spec.get("decoding_type")
+    if dt not in ("Eagle", "DraftTarget"):
+        return None
+    smd = spec["speculative_model_dir"]
+    what = "speculative_config.speculative_model_dir"
+    if os.path.isdir(smd) or smd.startswith(("/", ".", "~")) or not HF_ID_RE.match(smd):
+        path = os.path.abspath(os.path.expanduser(smd))
+        if not os.path.isdir(path):
+            raise StartupError("%s %s (draft model for %s): directory does not exist "
+                               "(is it mounted into the container?)" % (what, smd, dt))
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise StartupError("%s %s (draft model for %s): no config.json in it" % (what, smd, dt))
+        log("draft model (%s): local directory %s" % (dt, path))
+        return path
+    snap, problems = resolve_hf_model(smd, None, what + " " + smd)
+    if problems:
+        raise StartupError(offline_or_download_error(smd, problems))
+    log("draft model (%s): %s resolved in the HF cache -> %s" % (dt, smd, snap))
+    return snap
+
+
+def is_gpt_oss(model):
+    return "gpt-oss" in model.lower()
+
+
+def tiktoken_problem(verify_hash=False):
+    """None if TIKTOKEN_ENCODINGS_BASE holds both encodings, else a message."""
+    base = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
+    if not base:
+        return "TIKTOKEN_ENCODINGS_BASE is not set (the Harmony adapter would try to download o200k_base)"
+    missing = [n for n in TIKTOKEN_SHA256 if not os.path.isfile(os.path.join(base, n))]
+    if missing:
+        return "TIKTOKEN_ENCODINGS_BASE=%s lacks %s" % (base, ", ".join(missing))
+    if verify_hash:
+        for name, want in TIKTOKEN_SHA256.items():
+            h = hashlib.sha256()
+            with open(os.path.join(base, name), "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            if h.hexdigest() != want:
+                msg = "%s/%s has SHA-256 %s, expected %s" % (base, name, h.hexdigest(), want)
+                if os.environ.get("TRTLLM_STANDIN_STRICT_TIKTOKEN") == "1":
+                    return msg
+                log("WARNING: %s (the real Harmony loader would reject it; "
+                    "set TRTLLM_STANDIN_STRICT_TIKTOKEN=1 to make the stand-in refuse too)" % msg, "W")
+    return None
+
+
+# --------------------------------------------------------------------------
+# 4. HTTP serving
+# --------------------------------------------------------------------------
+FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike "
+          "november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+NATURAL_TOKENS = 32  # the stand-in "model" stops by itself after this many tokens
+
+
+class ServerState:
+    def __init__(self, behaviour, served_id, model_arg, eff, gpt_oss):
+        self.behaviour = behaviour
+        self.served_id = served_id
+        self.model_arg = model_arg
+        self.eff = eff
+        self.gpt_oss = gpt_oss
+        self.created = int(time.time())
+        self.lock = threading.Lock()
+        self.iteration = 0
+        maxlen = eff.get("iter_stats_max_iterations")
+        self.stats = deque(maxlen=maxlen if isinstance(maxlen, int) and maxlen > 0 else 1000)
+        spec = eff.get("speculative_config") or None
+        self.spec_type = spec.get("decoding_type") if spec else None
+        if spec and self.spec_type == "MTP":
+            self.draft_len = spec.get("num_nextn_predict_layers", 1)
+        elif spec:
+            self.draft_len = spec.get("max_draft_len") or 1
+        else:
+            self.draft_len = 0
+
+    def record(self, prompt_tokens, completion_tokens):
+        if not self.eff.get("enable_iter_perf_stats"):
+            return
+        with self.lock:
+            produced = 0
+            steps = 0
+            while produced < max(completion_tokens, 1) and steps < 16:
+                self.iteration += 1
+                steps += 1
+                entry = {
+                    "iter": self.iteration,
+                    "iterLatencyMS": 5.0,
+                    "numActiveRequests": 1,
+                    "numQueuedRequests": 0,
+                    "maxNumActiveRequests": self.eff.get("max_batch_size") or 2048,
+                    "gpuMemUsage": 0,
+                    "cpuMemUsage": 0,
+                    "timestamp": time.strftime("%m-%d-%Y %H:%M:%S"),
+                    "inflightBatchingStats": {
+                        "numContextRequests": 1 if steps == 1 else 0,
+                        "numGenRequests": 0 if steps == 1 else 1,
+                        "numScheduledRequests": 1,
+                        "numCtxTokens": prompt_tokens if steps == 1 else 0,
+                    },
+                    "standin": True,
+                }
+                if self.draft_len:
+                    accepted = max(self.draft_len - 1, 0)
+                    entry["specDecodingStats"] = {
+                        "numDraftTokens": self.draft_len,
+                        "numAcceptedTokens": accepted,
+                        "numRequestsWithDraftTokens": 1,
+                        "acceptanceLength": float(accepted + 1),
+                        "iterLatencyMS": 5.0,
+                        "draftOverhead": 0.1,
+                    }
+                    produced += accepted + 1
+                else:
+                    produced += 1
+                self.stats.append(entry)
+
+    def drain(self):
+        with self.lock:
+            out = list(self.stats)
+            self.stats.clear()
+        return out
+
+
+def count_prompt_tokens(prompt):
+    if isinstance(prompt, str):
+        return max(len(prompt.split()), 1)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return len(prompt)
+    return 1
+
+
+def generate(state, prompt_text, max_tokens):
+    """Deterministic stand-in output. Returns (text, completion_tokens, finish_reason)."""
+    if state.behaviour["mode"] == "empty":
+        return "", 0, "stop"
+    n = min(max_tokens, NATURAL_TOKENS)
+    finish = "length" if n == max_tokens else "stop"
+    digest = hashlib.sha256(prompt_text.encode("utf-8", "replace")).digest()
+    words = [FILLER[(digest[i % len(digest)] + i) % len(FILLER)] for i in range(n)]
+    text = (" [trtllm-serve STAND-IN %s, not TensorRT-LLM; model %s; max_tokens=%d honoured; "
+            "%d tokens] %s" % (state.behaviour["version"], state.served_id, max_tokens, n, " ".join(words)))
+    return text, n, finish
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _opt_int(body, key, default, minimum):
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest("'%s' must be an integer, got %r" % (key, v))
+    if v < minimum:
+        raise BadRequest("'%s' must be >= %d, got %d" % (key, minimum, v))
+    return v
+
+
+def _check_sampling(body):
+    t = body.get("temperature")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0):
+        raise BadRequest("'temperature' must be a number >= 0, got %r" % (t,))
+    p = body.get("top_p")
+    if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
+        raise BadRequest("'top_p' must be in (0, 1], got %r" % (p,))
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "trtllm-serve-STAND-IN"
+    state = None  # set on the subclass
+
+    # one uvicorn-like line per request
+    def log_request(self, code="-", size="-"):
+        code = getattr(code, "value", code)
+        log('%s:%s - "%s" %s' % (self.client_address[0], self.client_address[1], self.requestline, code))
+
+    def log_message(self, fmt, *args):
+        log("http: " + (fmt % args), "D")
+
+    def _send(self, status, payload, content_type="application/json"):
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, status, message, etype="BadRequestError"):
+        self._send(status, {"object": "error", "message": message, "type": etype,
+                            "param": None, "code": status})
+
+    def do_GET(self):
+        st = self.state
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            if st.behaviour["mode"] == "never_healthy":
+                self._send(503, b"", "text/plain")
+            else:
+                self._send(200, b"", "text/plain")
+        elif path == "/v1/models":
+            self._send(200, {"object": "list", "data": [
+                {"id": st.served_id, "object": "model", "created": st.created, "owned_by": "tensorrt_llm"}]})
+        elif path == "/version":
+            self._send(200, {"version": "%s-standin" % st.behaviour["version"]})
+        elif path == "/metrics":
+            self._send(200, st.drain())
+        elif path in ("/v1/completions", "/v1/chat/completions"):
+            self._send(405, {"detail": "Method Not Allowed"})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def _read_json(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadRequest("request body is not valid JSON: %s" % exc)
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        return body
+
+    def _check_model(self, body):
+        st = self.state
+        m = body.get("model")
+        if m is not None and m not in (st.served_id, st.model_arg):
+            raise BadRequest("The model `%s` does not exist. This server serves `%s`." % (m, st.served_id))
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            if path in ("/health", "/v1/models", "/version", "/metrics"):
+                self._send(405, {"detail": "Method Not Allowed"})
+            else:
+                self._send(404, {"detail": "Not Found"})
+            return
+        try:
+            body = self._read_json()
+            self._check_model(body)
+            _check_sampling(body)
+            if path == "/v1/completions":
+                self._completions(body)
+            else:
+                self._chat(body)
+        except BadRequest as exc:
+            self._error(400, str(exc))
+
+    def _stream(self, chunks):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for c in chunks:
+            self.wfile.write(("data: %s\n\n" % json.dumps(c)).encode("utf-8"))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    def _completions(self, body):
+        st = self.state
+        if "prompt" not in body:
+            raise BadRequest("'prompt' is required")
+        prompt = body["prompt"]
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt
+                                       and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
+            prompts = [prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            prompts = prompt
+        else:
+            raise BadRequest("'prompt' must be a string, a list of strings or a list of token ids")
+        max_tokens = _opt_int(body, "max_tokens", 16, 1)
+        n = _opt_int(body, "n", 1, 1)
+        choices, ptoks, ctoks = [], 0, 0
+        for p in prompts:
+            ptok = count_prompt_tokens(p)
+            ptoks += ptok
+            for _ in range(n):
+                text, ctok, finish = generate(st, json.dumps(p), max_tokens)
+                ctoks += ctok
+                st.record(ptok, ctok)
+                choices.append({"index": len(choices), "text": text, "finish_reason": finish,
+                                "logprobs": None, "stop_reason": None})
+        resp = {"id": "cmpl-%s" % uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
+                "model": st.served_id, "choices": choices,
+                "usage": {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}}
+        if body.get("stream"):
+            chunks = []
+            for c in choices:
+                chunks.append(dict(resp, choices=[dict(c, finish_reason=None)], usage=None))
+                chunks.append(dict(resp, choices=[dict(c, text="")]))
+            self._stream(chunks)
+        else:
+            self._send(200, resp)
+
+    def _chat(self, body):
+        st = self.state
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRequest("'messages' must be a non-empty list")
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
+                raise BadRequest("messages[%d] must be an object with 'role' and 'content'" % i)
+        if st.gpt_oss:
+            problem = tiktoken_problem()
+            if problem:
+                raise BadRequest("%s (%s)" % (HARMONY_ERROR, problem))
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = _opt_int({"max_tokens": max_tokens}, "max_tokens", 256, 1)
+        ptok = sum(count_prompt_tokens(m.get("content") if isinstance(m.get("content"), str) else "x")
+                   for m in msgs)
+        text, ctok, finish = generate(st, json.dumps(msgs), max_tokens)
+        st.record(ptok, ctok)
+        resp = {"id": "chatcmpl-%s" % uuid.uuid4().hex, "object": "chat.completion",
+                "created": int(time.time()), "model": st.served_id,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
+                                                     "reasoning_content": None, "tool_calls": []},
+                             "logprobs": None, "finish_reason": finish, "stop_reason": None}],
+                "usage": {"prompt_tokens": ptok, "completion_tokens": ctok, "total_tokens": ptok + ctok}}
+        if body.get("stream"):
+            base = dict(resp, object="chat.completion.chunk")
+            self._stream([
+                dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                     "finish_reason": None}], usage=None),
+                dict(base, choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+                     usage=None),
+                dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": finish}]),
+            ])
+        else:
+            self._send(200, resp)
+
+    do_HEAD = do_GET
+
+
+class StandinHTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def make_server(host, port):
+    """Create and bind (NOT listen) the server socket -- like the real start-up order."""
+    infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    if not infos:
+        raise StartupError("cannot resolve --host %s" % host)
+    family, _, _, _, sockaddr = infos[0]
+
+    class Server(StandinHTTPServer):
+        address_family = family
+
+    srv = Server(sockaddr[:2] if family == socket.AF_INET else sockaddr, Handler, bind_and_activate=False)
+    try:
+        srv.server_bind()
+    except OSError as exc:
+        srv.server_close()
+        raise StartupError("cannot bind %s:%s: %s (is port %s already in use?)" % (host, port, exc, port))
+    return srv
+
+
+# --------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------
+class VersionAction(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        cfg, _, _ = read_behaviour(strict=False)
+        print("trtllm-serve, version %s-standin (STAND-IN for TensorRT-LLM %s, NOT TensorRT-LLM)"
+              % (cfg["version"], cfg["version"]))
+        parser.exit(0)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="trtllm-serve",
+        allow_abbrev=False,
+        description="STAND-IN for TensorRT-LLM's trtllm-serve (specfleet CI; NOT TensorRT-LLM, no GPU, "
+                    "no real model). Validates the same CLI, extra_llm_api_options YAML and mounts, then "
+                    "serves OpenAI-shaped fake completions on the same endpoints.")
+    p.add_argument("model", metavar="MODEL", help="Hugging Face repo id or local checkpoint directory")
+    p.add_argument("--tokenizer", default=None, help="(accepted, ignored by the stand-in)")
+    p.add_argument("--host", default="localhost")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--backend", choices=BACKENDS, default="pytorch")
+    p.add_argument("--log_level", default="info", choices=list(_LEVELS))
+    p.add_argument("--max_beam_width", type=int, default=1)
+    p.add_argument("--max_batch_size", type=int, default=2048)
+    p.add_argument("--max_num_tokens", type=int, default=8192)
+    p.add_argument("--max_seq_len", type=int, default=None)
+    p.add_argument("--tp_size", type=int, default=1)
+    p.add_argument("--pp_size", type=int, default=1)
+    p.add_argument("--kv_cache_free_gpu_memory_fraction", type=float, default=0.9)
+    p.add_argument("--extra_llm_api_options", default=None, metavar="PATH")
+    p.add_argument("--trust_remote_code", action="store_true")
+    p.add_argument("--revision", default=None)
+    p.add_argument("--version", action=VersionAction, help="show the (stand-in) version and exit")
+    return p
+
+
+def parse_args(argv):
+    if argv and argv[0] == "serve":  # `trtllm-serve serve MODEL ...` is the same command
+        argv = argv[1:]
+    args = build_parser().parse_args(argv)
+    bad = [(n, getattr(args, n)) for n in ("max_batch_size", "max_num_tokens", "tp_size", "pp_size",
+                                          "max_beam_width")
+           if getattr(args, n) < 1]
+    if args.max_seq_len is not None and args.max_seq_len < 1:
+        bad.append(("max_seq_len", args.max_seq_len))
+    if bad:
+        build_parser().error("; ".join("--%s must be >= 1, got %d" % b for b in bad))
+    if not 0 <= args.port <= 65535:
+        build_parser().error("--port must be in 0..65535")
+    return args
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+def wait_or_stop(stop, seconds):
+    """Sleep up to `seconds` in short slices; True as soon as `stop` is set."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if stop.is_set():
+            return True
+        if left <= 0:
+            return False
+        stop.wait(min(left, 0.1))
+
+
+def main(argv=None):
+    global _log_threshold
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    _log_threshold = _LEVELS[args.log_level]
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        log("received %s, shutting down" % signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    try:
+        # 1. behaviour config
+        behaviour, cfg_path, found = read_behaviour()
+        log("trtllm-serve STAND-IN %s-standin starting -- this is NOT TensorRT-LLM (specfleet CI stand-in, "
+            "no GPU, fake outputs)" % behaviour["version"])
+        log("argv: %s" % " ".join(sys.argv if argv is None else ["trtllm-serve"] + list(argv)))
+        log("step 1/4: behaviour config %s %s: mode=%s load_delay_s=%s version=%s"
+            % (cfg_path, "read" if found else "absent (defaults)", behaviour["mode"],
+               behaviour["load_delay_s"], behaviour["version"]))
+        for k in behaviour.pop("_unknown_keys", []):
+            log("WARNING: ignoring unknown key %r in %s" % (k, cfg_path), "W")
+
+        # 2. extra_llm_api_options
+        extra = {}
+        if args.extra_llm_api_options:
+            extra = load_extra_options(args.extra_llm_api_options, args.backend)
+            log("step 2/4: extra_llm_api_options %s is valid (%d top-level keys: %s)"
+                % (args.extra_llm_api_options, len(extra), ", ".join(sorted(extra)) or "-"))
+        else:
+            log("step 2/4: no --extra_llm_api_options")
+        eff = effective_settings(args, extra)
+        frac = eff["kv_cache_config"]["free_gpu_memory_fraction"]
+        if not 0.0 <= frac <= 1.0:
+            raise StartupError("kv_cache_config.free_gpu_memory_fraction must be in [0, 1], got %r "
+                               "(from --kv_cache_free_gpu_memory_fraction)" % frac)
+        spec = eff.get("speculative_config") or None
+        log("effective settings (YAML overrides CLI): backend=%s tp=%s pp=%s max_batch_size=%s "
+            "max_num_tokens=%s max_seq_len=%s kv_cache_config=%s speculative=%s"
+            % (eff["backend"], eff["tensor_parallel_size"], eff["pipeline_parallel_size"],
+               eff["max_batch_size"], eff["max_num_tokens"], eff["max_seq_len"],
+               json.dumps(eff["kv_cache_config"], sort_keys=True),
+               json.dumps(spec, sort_keys=True) if spec else "none"))
+        if args.kv_cache_free_gpu_memory_fraction != 0.9 and "kv_cache_config" in extra \
+                and "free_gpu_memory_fraction" not in (extra["kv_cache_config"] or {}):
+            log("WARNING: the YAML kv_cache_config block replaces the CLI one: "
+                "--kv_cache_free_gpu_memory_fraction %s is ignored, fraction = 0.9"
+                % args.kv_cache_free_gpu_memory_fraction, "W")
+        if spec and not eff.get("disable_overlap_scheduler", False):
+            if spec["decoding_type"] in ("DraftTarget", "NGram", "UserProvided") or \
+                    (spec["decoding_type"] == "Eagle" and spec.get("eagle3_one_model") is False):
+                log("WARNING: overlap scheduler is not supported with %s speculative decoding; disabling it"
+                    % spec["decoding_type"], "W")
+
+        # 3. mounts
+        log("step 3/4: checking model, draft model and encodings (HF cache %s, HF_HUB_OFFLINE=%s)"
+            % (hf_hub_cache(), os.environ.get("HF_HUB_OFFLINE", "")))
+        served_id, _model_path = check_model(args.model, eff.get("revision"))
+        check_draft(spec)
+        gpt_oss = is_gpt_oss(args.model)
+        if gpt_oss:
+            problem = tiktoken_problem(verify_hash=True)
+            if problem:
+                raise StartupError("%s (%s)" % (HARMONY_ERROR, problem))
+            log("gpt-oss: Harmony encodings found in %s" % os.environ["TIKTOKEN_ENCODINGS_BASE"])
+
+        # 4. crash / load / serve
+        if behaviour["mode"] == "crash":
+            raise StartupError("stand-in mode 'crash': simulating a failure while loading the model "
+                               "(e.g. CUDA out of memory)")
+        srv = make_server(args.host, args.port)
+    except StartupError as exc:
+        die(str(exc))
+
+    bound = srv.server_address
+    log("step 4/4: port %s:%s bound (not listening yet); loading model for %.1f s "
+        "(connections are refused meanwhile)" % (bound[0], bound[1], behaviour["load_delay_s"]))
+    if wait_or_stop(stop, behaviour["load_delay_s"]):
+        srv.server_close()
+        log("stopped while loading")
+        return 0
+    Handler.state = ServerState(behaviour, served_id, args.model, eff, gpt_oss)
+    srv.server_activate()
+    log("model loaded; serving %s on http://%s:%s (mode %s) -- Uvicorn-like STAND-IN server listening"
+        % (served_id, args.host, bound[1], behaviour["mode"]))
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    t.start()
+    while not wait_or_stop(stop, 3600):
+        pass
+    srv.shutdown()
+    srv.server_close()
+    log("server stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
