@@ -51,6 +51,10 @@ class HostStatus:
 class SpecfleetHost(FactBase):
     """Status of a specfleet host: docker, port, unit, current release, free disk, image, file sizes/hashes."""
 
+    @staticmethod
+    def default() -> HostStatus:
+        return HostStatus()
+
     def command(self, data_dir, service, port, image, sizes=(), hashes=(), exists=()):
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,

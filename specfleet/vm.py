@@ -121,11 +121,16 @@ ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
 
 [Service]
 Type=oneshot
-ExecStart=/usr/bin/ssh-keygen -A
+ExecStartPre=/bin/sh -c 'rm -f /etc/ssh/ssh_host_*'
+ExecStart=/usr/bin/ssh-keygen -q -t ecdsa -N "" -f /etc/ssh/ssh_host_ecdsa_key
+ExecStart=/usr/bin/ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key
 
 [Install]
 RequiredBy=ssh.service
 EOF
+# RSA host keys take ~25 s to generate under TCG: serve ed25519 + ecdsa only
+printf 'HostKey /etc/ssh/ssh_host_ed25519_key\nHostKey /etc/ssh/ssh_host_ecdsa_key\n' \
+    > "$R/etc/ssh/sshd_config.d/specfleet-hostkeys.conf"
 # no interactive first-boot prompts on the console
 ln -sf /dev/null "$R/etc/systemd/system/systemd-firstboot.service"
 
@@ -503,13 +508,18 @@ def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
                                 start_new_session=True)
         try:
-            deadline = time.monotonic() + KVM_PROBE_TIMEOUT
+            started = time.monotonic()
+            deadline = started + KVM_PROBE_TIMEOUT
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     return False, f"qemu exited {proc.returncode}: {_tail(td / 'stderr.log', 3)}"
                 err = (td / "stderr.log").read_bytes()
                 if b"KVM internal error" in err or b"emulation failure" in err:
                     return False, "KVM internal error (emulation failure)"
+                console = td / "console.log"
+                if time.monotonic() - started > 10 and (
+                        not console.exists() or console.stat().st_size == 0):
+                    return False, "guest printed nothing on its console within 10 s (hung)"
                 r = guest.ssh("true", check=False, timeout=5, connect_timeout=3)
                 if r.returncode == 0:
                     return True, "guest answered SSH"

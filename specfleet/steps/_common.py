@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import shlex
+from weakref import WeakKeyDictionary
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
 from ..plan import HostPlan
@@ -32,7 +34,18 @@ def model_paths(plan: HostPlan) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
+_STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host name: HostStatus}
+
+
 def host_status(plan: HostPlan) -> HostStatus:
+    """The host's status before this run changed anything (read once per host per run)."""
+    per_run = _STATUS.setdefault(ctx_state.get(), {})
+    if host.name not in per_run:
+        per_run[host.name] = _read_status(plan)
+    return per_run[host.name]
+
+
+def _read_status(plan: HostPlan) -> HostStatus:
     s, p = plan.settings, plan.paths
     sizes = tuple(path for paths in model_paths(plan).values() for path, _ in paths)
     hashes = tuple(f"{p.tiktoken}/{name}" for name in TIKTOKEN_FILES) if s.profile and s.profile["tiktoken"] else ()

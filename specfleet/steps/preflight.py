@@ -34,6 +34,6 @@ def preflight():
     users = host.get_fact(Users) or {}
     for user in s.operator_users:
         if user not in users:
-            problems.append(f"operator user '{user}' does not exist on the host (operator_users)")
+            problems.append(f"operator user {user} does not exist on the host (operator_users)")
     if problems:
         refuse(name="Preflight checks", message=f"{host.name}: preflight: " + "; ".join(problems))

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from io import StringIO
 
+from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.server import Home
 from pyinfra.operations import files
 
 from ._common import current_plan
@@ -19,6 +21,14 @@ def token():
     plan = current_plan()
     s, p = plan.settings, plan.paths
     files.directory(name="Secrets directory (root only)", path=s.secrets_dir, user="root", group="root", mode="700")
-    if s.hf_token is not None:
-        files.put(name="Hugging Face token (root:root 0600)", src=StringIO(s.hf_token.get_secret_value() + "\n"),
-                  dest=p.token_file, user="root", group="root", mode="600")
+    if s.hf_token is None:
+        return
+    staging = {}
+    if host.data.get("_sudo"):
+        # With sudo, pyinfra uploads as the SSH user to a temp file, then copies it as root. Keep that
+        # temp file in a directory only the SSH user can enter, never in the world-readable /tmp.
+        upload_dir = f"{host.get_fact(Home, _sudo=False)}/.specfleet-upload"
+        files.directory(name="Private upload directory (0700)", path=upload_dir, mode="700", _sudo=False)
+        staging = {"_temp_dir": upload_dir}
+    files.put(name="Hugging Face token (root:root 0600)", src=StringIO(s.hf_token.get_secret_value() + "\n"),
+              dest=p.token_file, user="root", group="root", mode="600", **staging)

@@ -23,4 +23,4 @@ def tools():
     pip.venv(name="Fetch virtualenv", path=p.venv, python="python3")
     extra = f"--index-url {s.pip_index_url}" if s.pip_index_url else None
     pip.packages(name=f"Pinned {s.hub_client_requirement} in the fetch virtualenv",
-                 packages=[s.hub_client_requirement], virtualenv=p.venv, extra_install_args=extra)
+                 packages=[s.hub_client_requirement], pip=f"{p.venv}/bin/pip", extra_install_args=extra)

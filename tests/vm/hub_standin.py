@@ -648,28 +648,34 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(e.status, _json({"error": e.message}), headers)
 
     def _send(self, status: int, body: bytes, headers: dict, content_length: int | None = None) -> None:
-        """Send headers, then the body (unless HEAD), throttled, counting bytes actually written."""
+        """Send headers, then the body (unless HEAD), throttled, counting bytes actually written.
+
+        The request is logged *before* anything is sent, and bytes are counted before each chunk is written (and
+        un-counted if the write fails), so a client that has received data always finds it in the log."""
+        self.hub._begin(self._method, self._log_path, status)
+        written = 0
+        try:
+            self._send_inner(status, body, headers, content_length)
+            written = self._partial
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError):
+            self.close_connection = True
+            written = self._partial
+        finally:
+            self.hub._end(self._method, self._log_path, status, written)
+
+    def _send_inner(self, status: int, body: bytes, headers: dict, content_length: int | None) -> None:
+        self._partial = 0
         self.send_response_only(status)
         self.send_header("Date", self.date_time_string())
         self.send_header("Content-Length", str(len(body) if content_length is None else content_length))
         for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
-        written = 0
-        self.hub._begin()
-        try:
-            if self._method != "HEAD":
-                written = self._write_body(body, count=200 <= status < 300)
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError):
-            self.close_connection = True
-            written = self._partial
-        finally:
-            self.hub._record(self._method, self._log_path, status, written)
-            self.hub._end()
+        if self._method != "HEAD":
+            self._write_body(body, count=200 <= status < 300)
 
-    def _write_body(self, body: bytes, count: bool) -> int:
+    def _write_body(self, body: bytes, count: bool) -> None:
         view = memoryview(body)
-        self._partial = 0
         total = len(body)
         while self._partial < total:
             if self.hub._stopping.is_set():
@@ -678,13 +684,17 @@ class _Handler(BaseHTTPRequestHandler):
             bps = self.hub._throttle_bps
             chunk = 256 * KiB if not bps else max(1 * KiB, min(64 * KiB, bps // 20))
             part = view[self._partial : self._partial + chunk]
-            self.wfile.write(part)
-            self._partial += len(part)
             if count:  # bytes_served() = content delivered: bodies of 2xx responses only (not error JSON)
                 self.hub._count(self._log_path, len(part))
+            try:
+                self.wfile.write(part)
+            except BaseException:
+                if count:
+                    self.hub._count(self._log_path, -len(part))
+                raise
+            self._partial += len(part)
             if bps:
                 time.sleep(len(part) / bps)
-        return self._partial
 
     _partial = 0
 
@@ -1006,13 +1016,15 @@ class HubStandin:
         try:
             self._server.serve_forever(poll_interval=0.2)
         finally:
+            self.wait_idle(2)  # let responses being written finish (and their log lines be printed)
             self._stopping.set()
             self._server.server_close()
 
     def stop(self) -> None:
-        self._stopping.set()
+        self._stopping.set()  # throttled responses in flight abort at their next chunk
         if self._server is not None:
             self._server.shutdown()
+            self.wait_idle(5)
             self._server.server_close()
             self._server = None
         if self._thread is not None:
@@ -1068,30 +1080,28 @@ class HubStandin:
         with self._idle:
             return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout)
 
-    def _begin(self) -> None:
+    def _begin(self, method: str, path: str, status: int) -> None:
         with self._lock:
             self._inflight += 1
+            if not path.startswith("/_standin/"):
+                self._bytes.setdefault(path, 0)
+                self._requests.append((method, path, status))
 
-    def _end(self) -> None:
-        with self._idle:
-            self._inflight -= 1
-            self._idle.notify_all()
+    def _end(self, method: str, path: str, status: int, written: int) -> None:
+        try:
+            if self.verbose and not path.startswith("/_standin/"):
+                # Never log headers (Authorization!) -- method, path, status, body bytes written only.
+                print(f"{method} {path} {status} {written}", file=sys.stderr, flush=True)
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
 
     def _count(self, path: str, n: int) -> None:
         if path.startswith("/_standin/"):
             return
         with self._lock:
             self._bytes[path] = self._bytes.get(path, 0) + n
-
-    def _record(self, method: str, path: str, status: int, written: int) -> None:
-        if path.startswith("/_standin/"):
-            return
-        with self._lock:
-            self._bytes.setdefault(path, 0)
-            self._requests.append((method, path, status))
-        if self.verbose:
-            # Never log headers (Authorization!) -- method, path, status, body bytes only.
-            print(f"{method} {path} {status} {written}", file=sys.stderr, flush=True)
 
     # -- repo metadata helpers (no server needed) ----------------------------------------------------------------
 

@@ -91,8 +91,7 @@ class StartupError(Exception):
 
 
 def die(msg):
-    log("ERROR: " + msg, "E")
-    log("exiting with status 1 (the port was never listened on)", "E")
+    log("ERROR: %s -- exiting with status 1 (the port was never listened on)" % msg, "E")
     sys.exit(1)
 
 

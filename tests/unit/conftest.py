@@ -1,0 +1,23 @@
+import os
+
+import pytest
+
+TOKEN = "hf_unit_test_secret_Zq9"
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.delenv("SPECFLEET_INVENTORY", raising=False)
+    yield
+
+
+@pytest.fixture
+def fleet_file(tmp_path, monkeypatch):
+    """Write an inventory YAML and point SPECFLEET_INVENTORY at it."""
+    def write(text: str):
+        path = tmp_path / "fleet.yml"
+        path.write_text(text)
+        monkeypatch.setenv("SPECFLEET_INVENTORY", str(path))
+        return path
+    return write

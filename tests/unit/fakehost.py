@@ -1,0 +1,161 @@
+"""Run whole specfleet deploys against pyinfra's @fake connector (no host, no network).
+
+`fake_converged_responses(plan)` scripts what a fully converged host answers to every fact the
+converge reads; tests then change one answer to simulate one difference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Callable
+
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.deploy import add_deploy
+from pyinfra.api.operations import run_ops
+
+from specfleet.hub import ModelPin
+from specfleet.inventory import Inventory as FleetInventory
+from specfleet.plan import HostPlan, build_plans
+from specfleet.render import unit_text
+from specfleet.settings import TIKTOKEN_FILES
+
+COMMITS = {"target": "a" * 40, "draft": "b" * 40}
+
+
+def fake_pins(plan: HostPlan) -> dict[str, ModelPin]:
+    s = plan.settings
+    pins = {}
+    for role in ("target", "draft"):
+        model = s.profile.get(role)
+        if model:
+            files = (("config.json", 100), ("model-00001-of-00002.safetensors", 2000), ("model-00002-of-00002.safetensors", 3000))
+            pins[role] = ModelPin(role, model["repo"], "main", COMMITS[role], files, tuple(model["ignore_patterns"]), 10_000)
+    return pins
+
+
+def make_plans(host_vars: dict[str, dict[str, Any]], profile: str | None) -> dict[str, HostPlan]:
+    inv = FleetInventory(path=None, hosts=list(host_vars), groups={"all": list(host_vars)}, host_vars=host_vars)
+    plans = build_plans(inv, profile, resolve=False)
+    for plan in plans.values():
+        if plan.settings.profile:
+            plan.pins = fake_pins(plan)
+    return plans
+
+
+def status_lines(plan: HostPlan, **over: Any) -> list[str]:
+    """What SpecfleetHost prints for a converged host (override any field by keyword)."""
+    s, p = plan.settings, plan.paths
+    unit_sha = hashlib.sha256(unit_text(s).encode()).hexdigest() if s.profile else ""
+    fields = {
+        "arch": "aarch64", "os": "Ubuntu 24.04.3 LTS", "docker": "ok",
+        "runtimes": '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}',
+        "listen": "1", "active": "active", "enabled": "enabled",
+        "current": plan.release_id if s.profile else "", "unit_sha256": unit_sha, "container": "true",
+        "free": str(500 * 10**9), "image": "sha256:" + "c" * 64,
+    }
+    fields.update({k: str(v) for k, v in over.items() if k in fields})
+    lines = [f"{k}\t{v}" for k, v in fields.items()]
+    from specfleet.steps._common import model_paths
+    sizes = over.get("sizes", {})
+    for paths in model_paths(plan).values():
+        for path, size in paths:
+            lines.append(f"size\t{sizes.get(path, size)}\t{path}")
+    if s.profile and s.profile["tiktoken"]:
+        hashes = over.get("hashes", {})
+        for name in TIKTOKEN_FILES:
+            path = f"{p.tiktoken}/{name}"
+            lines.append(f"sha256\t{hashes.get(path, s.tiktoken_sha256[name])}\t{path}")
+    if s.profile and not over.get("release_missing"):
+        lines.append(f"exists\t{p.releases}/{plan.release_id}/release.json")
+    return lines
+
+
+def run_deploy(plans: dict[str, HostPlan], deploy_fn: Callable, *args: Any,
+               responses: Callable[[HostPlan], dict] | None = None) -> State:
+    hosts = []
+    for name, plan in plans.items():
+        data = {"specfleet": plan, "fake_delay": 0, "fake_delay_jitter": 0,
+                "fake_responses": responses(plan) if responses else {}}
+        hosts.append((f"@fake/{name}", data))
+    inventory = Inventory((hosts, {}))
+    state = State(inventory, Config())
+    connect_all(state)
+    add_deploy(state, deploy_fn, *args)
+    try:
+        run_ops(state)
+    except PyinfraError as exc:  # every host failed: pyinfra's way of saying so
+        if "No hosts remaining" not in str(exc):
+            raise
+    disconnect_all(state)
+    return state
+
+
+def executed(state: State) -> dict[str, list[str]]:
+    return {h.name.removeprefix("@fake/"): list(h.connector.executed_commands) for h in state.inventory}
+
+
+def changed_ops(state: State) -> dict[str, list[str]]:
+    """Names of operations that changed something, per host."""
+    out: dict[str, list[str]] = {}
+    for h in state.inventory:
+        names = []
+        for op_hash in state.get_op_order():
+            meta = state.get_op_meta(op_hash)
+            result = state.ops[h].get(op_hash)
+            if result and result.operation_meta.did_change():
+                names.append(", ".join(meta.names))
+        out[h.name.removeprefix("@fake/")] = names
+    return out
+
+
+SPECFLEET_FACT = re.compile(r"export DATA SVC PORT IMAGE")
+
+
+def _stat(path: str, mode: str, target: str | None = None) -> tuple[re.Pattern, str]:
+    name = f"'{path}' -> '{target}'" if target else f"'{path}'"
+    return (re.compile(re.escape(f"%N' {path} 2>")),
+            f"user=root group=root mode={mode} atime=0 mtime=0 ctime=0 size=4096 {name}")
+
+
+def _sha1(path: str, content: bytes) -> tuple[re.Pattern, str]:
+    return re.compile(rf"sha1sum {re.escape(path)}( |$)"), f"{hashlib.sha1(content).hexdigest()}  {path}"
+
+
+def converged_responses(plan: HostPlan, **status: Any) -> dict:
+    """Fact answers of a host on which `plan` has fully converged (status fields overridable)."""
+    from importlib import resources
+
+    s, p = plan.settings, plan.paths
+    rdir = f"{p.releases}/{plan.release_id}"
+    out: dict = {SPECFLEET_FACT: status_lines(plan, **status)}
+    dirs = {s.secrets_dir: "drwx------", s.data_dir: "drwxr-xr-x", p.bin: "drwxr-xr-x", p.tiktoken: "drwxr-xr-x",
+            p.releases: "drwxr-xr-x", rdir: "drwxr-xr-x"}
+    for path, mode in dirs.items():
+        out.__setitem__(*_stat(path, mode))
+    out.__setitem__(*_stat(f"{p.venv}/bin/activate", "-rw-r--r--"))
+    uploads: dict[str, tuple[bytes, str]] = {}
+    if s.hf_token is not None:
+        uploads[p.token_file] = ((s.hf_token.get_secret_value() + "\n").encode(), "-rw-------")
+    host_dir = resources.files("specfleet.host")
+    uploads[p.host_tool] = ((host_dir / "specfleet_host.py").read_bytes(), "-rwxr-xr-x")
+    uploads[p.fetch_tool] = ((host_dir / "fetch_model.py").read_bytes(), "-rwxr-xr-x")
+    for path, content in plan.files(redact=False).items():
+        if path.startswith(p.current + "/"):
+            uploads[f"{rdir}/{path.rsplit('/', 1)[1]}"] = (content.encode(), "-rw-r--r--")
+    for path, (content, mode) in uploads.items():
+        out.__setitem__(*_stat(path, mode))
+        out.__setitem__(*_sha1(path, content))
+    if "draft" in plan.pins:
+        pin = plan.pins["draft"]
+        out.__setitem__(*_stat(f"{rdir}/draft", "lrwxrwxrwx", p.draft_dir(pin.repo, pin.commit)))
+    users = s.operator_users
+    out["cat /etc/passwd | cut -d: -f1"] = [f"{u}:x:{1000 + i}:{1000 + i}::/home/{u}:/bin/bash|{u}|{u} docker||"
+                                              for i, u in enumerate(users)] + ["root:x:0:0:root:/root:/bin/bash|root|root||"]
+    out["cat /etc/group"] = [f"docker:x:998:{','.join(users)}", "root:x:0:"]
+    out["uname -s"] = "Linux"
+    out["dpkg -l"] = ["ii  python3-venv    3.11.2-1+b1    amd64    venv module for python3"]
+    out["pip freeze"] = ["huggingface_hub==2.4.0", "pip==23.0.1"]
+    return out

@@ -1,0 +1,134 @@
+"""Whole converges on pyinfra's @fake connector: what a deploy does to a host in each situation."""
+
+import re
+
+import pytest
+
+from specfleet.steps import cleanup, converge
+from tests.unit.conftest import TOKEN
+from tests.unit.fakehost import (converged_responses, changed_ops, executed, make_plans, run_deploy)
+
+MUTATING = ("systemctl restart", "daemon-reload", "fetch-model --repo", "docker pull", " switch ", " gate ", "curl ")
+
+
+def _run(profile, responses, **vars):
+    plans = make_plans({"spark-01": {"operator_users": ["nvidia"], **vars}}, profile)
+    state = run_deploy(plans, converge, profile, responses=responses)
+    return plans["spark-01"], state, executed(state)["spark-01"]
+
+
+@pytest.mark.parametrize("profile", ["eagle3", "draft_target", "baseline"])
+def test_converged_host_changes_nothing(profile):
+    plan, state, cmds = _run(profile, converged_responses)
+    assert changed_ops(state)["spark-01"] == []
+    assert not [c for c in cmds if any(m in c for m in MUTATING)]
+    assert not state.failed_hosts
+
+
+FRESH = {"cat /etc/passwd | cut -d: -f1": ["nvidia:x:1000:1000::/home/nvidia:/bin/bash|nvidia|nvidia||"],
+         "cat /etc/group": ["docker:x:998:", "nvidia:x:1000:"], "uname -s": "Linux",
+         "command -v usermod": "/usr/sbin/usermod"}
+
+
+def test_fresh_host_gets_everything_in_order():
+    plan, state, cmds = _run("eagle3", lambda p: FRESH)
+    text = "\n".join(cmds)
+    for needle in ("docker pull nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6", "fetch-model --repo openai/gpt-oss-120b",
+                   "--ignore 'original/*' --ignore 'metal/*'", "fetch-model --repo nvidia/gpt-oss-120b-Eagle3-long-context",
+                   "--link-dir /var/lib/specfleet/drafts/nvidia--gpt-oss-120b-Eagle3-long-context/",
+                   "o200k_base.tiktoken", f"switch {plan.release_id}", "gate --revert", "usermod -a -G docker nvidia"):
+        assert needle in text, needle
+    order = [next(i for i, c in enumerate(cmds) if n in c) for n in ("fetch-model --repo openai", f"switch {plan.release_id}", "gate --revert")]
+    assert order == sorted(order)
+
+
+def test_token_never_on_a_command_line():
+    for responses in (lambda p: FRESH, converged_responses):
+        _, _, cmds = _run("eagle3", responses)
+        assert cmds and not [c for c in cmds if TOKEN in c]
+    _, _, cmds = _run("eagle3", lambda p: FRESH)
+    assert any("HF_TOKEN_PATH=/etc/specfleet/hf_token" in c for c in cmds)
+
+
+def test_changed_option_restarts_without_download():
+    plans = make_plans({"spark-01": {"operator_users": ["nvidia"]}}, "eagle3")
+    old = plans["spark-01"]
+    new_plans = make_plans({"spark-01": {"operator_users": ["nvidia"],
+                                         "extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}}}, "eagle3")
+    new = new_plans["spark-01"]
+    assert new.release_id != old.release_id
+    # the host serves the old release: its status says current = old id
+    state = run_deploy(new_plans, converge, "eagle3",
+                       responses=lambda p: converged_responses(p, current=old.release_id, release_missing=True))
+    cmds = executed(state)["spark-01"]
+    assert any(f"switch {new.release_id}" in c for c in cmds) and any("gate --revert" in c for c in cmds)
+    assert not [c for c in cmds if "fetch-model --repo" in c or "docker pull" in c]
+
+
+def test_interrupted_fetch_completes_only_what_is_missing():
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    snap = plan.paths.snapshot(plan.pins["target"].repo, plan.pins["target"].commit)
+    partial = {f"{snap}/model-00002-of-00002.safetensors": -1}
+    state = run_deploy({"spark-01": plan}, converge, "eagle3",
+                       responses=lambda p: converged_responses(p, sizes=partial))
+    cmds = executed(state)["spark-01"]
+    fetches = [c for c in cmds if "fetch-model --repo" in c]
+    assert len(fetches) == 1 and "--repo openai/gpt-oss-120b" in fetches[0]
+    assert not [c for c in cmds if " switch " in c], "same release, still serving: no restart"
+
+
+def test_stopped_service_is_restarted_without_download():
+    plan, state, cmds = _run("eagle3", lambda p: converged_responses(p, active="failed", container="false"))
+    assert any(" switch " in c for c in cmds) and not any("fetch-model --repo" in c for c in cmds)
+
+
+@pytest.mark.parametrize("status,message", [
+    ({"docker": "Cannot connect to the Docker daemon at unix:///var/run/docker.sock"}, "docker daemon not reachable"),
+    ({"runtimes": '{"runc":{}}'}, "no nvidia runtime"),
+    ({"free": "1000", "sizes": None}, "not enough disk"),
+    ({"active": "inactive", "container": "false"}, "port 8000 is in use by another program"),
+])
+def test_preflight_refuses_before_any_change(status, message):
+    def responses(p):
+        over = dict(status)
+        if "sizes" in over:
+            snap = p.paths.snapshot(p.pins["target"].repo, p.pins["target"].commit)
+            over["sizes"] = {f"{snap}/model-00001-of-00002.safetensors": -1}
+        r = converged_responses(p, **over)
+        return {"exit 1": {"success": False, "stderr": "preflight failed"}, **r}
+    plans = make_plans({"spark-01": {}, "spark-02": {}}, "eagle3")
+    state = run_deploy(plans, converge, "eagle3",
+                       responses=lambda p: responses(p) if p.settings.host == "spark-01" else converged_responses(p))
+    cmds = executed(state)["spark-01"]
+    refusal = [c for c in cmds if "exit 1" in c]
+    assert len(refusal) == 1 and "spark-01: preflight: " in refusal[0] and message in refusal[0]
+    after = cmds[cmds.index(refusal[0]) + 1:]
+    assert not [c for c in after if any(w in c for w in ("mkdir", "chmod", "usermod", "fetch", "switch", "docker pull"))]
+    assert [h.name for h in state.failed_hosts] == ["@fake/spark-01"]
+
+
+def test_preflight_names_missing_operator_user():
+    plans = make_plans({"spark-01": {"operator_users": ["ghost"]}}, "eagle3")
+    state = run_deploy(plans, converge, "eagle3", responses=lambda p: {
+        "exit 1": {"success": False}, **converged_responses(p), "cat /etc/passwd | cut -d: -f1": []})
+    refusal = [c for c in executed(state)["spark-01"] if "exit 1" in c]
+    assert refusal and "operator user ghost does not exist" in refusal[0]
+
+
+def test_cleanup_stops_and_keeps_models():
+    plans = make_plans({"spark-01": {}}, None)
+    state = run_deploy(plans, cleanup, responses=lambda p: {
+        "export DATA SVC": ["active\tactive", "enabled\tenabled", "container\ttrue"],
+        "--property SubState": ["Id=specfleet-trtllm.service", "SubState=running"],
+        "--property UnitFileState": ["Id=specfleet-trtllm.service", "UnitFileState=enabled"]})
+    cmds = "\n".join(executed(state)["spark-01"])
+    assert "systemctl stop specfleet-trtllm.service" in cmds and "systemctl disable specfleet-trtllm.service" in cmds
+    assert "docker rm -f specfleet-trtllm" in cmds
+    assert "rm -rf" not in cmds
+
+
+def test_cleanup_purge_removes_models():
+    plans = make_plans({"spark-01": {"purge_models": True}}, None)
+    state = run_deploy(plans, cleanup, responses=lambda p: {re.compile(r"stat -c .* /var/lib/specfleet/hf 2>"): "user=root group=root mode=drwxr-xr-x atime=0 mtime=0 ctime=0 size=1 '/var/lib/specfleet/hf'"})
+    assert "rm -rf /var/lib/specfleet/hf" in "\n".join(executed(state)["spark-01"])
+

@@ -1,0 +1,254 @@
+"""Build the trtllm-serve STAND-IN container rootfs without a registry.
+
+The result is a plain tarball for ``docker import``::
+
+    tar = build_rootfs_tarball(Path("~/.cache/specfleet/standin").expanduser(), mode="ok")
+    docker import $(for c in docker_import_changes(): --change "$c") TAR trtllm-standin:ok
+
+How it is built
+---------------
+* BASE layer: ``mmdebstrap --variant=essential --include=python3-yaml`` of Debian
+  bookworm (the merged-usr hook avoids pulling usrmerge+perl; man/doc/locale
+  are path-excluded; no /dev nodes), written directly as a tar.  It holds no
+  specfleet bytes, so it is cached under ``cache_dir`` keyed by the sha256 of
+  the mmdebstrap recipe (arguments + suite + mirror + architecture) and only
+  rebuilt when that recipe changes (~20-30 s, ~95 MiB).
+* VARIANT: a copy of the base tar to which Python's ``tarfile`` appends two
+  small members -- ``/usr/local/bin/trtllm-serve`` (the stand-in script, 0755)
+  and ``/etc/trtllm-standin.json`` (the behaviour config, 0644).  No mmdebstrap
+  run; cost is one file copy (well under a second).  Cached keyed by the sha256
+  of (base recipe key, script bytes, config JSON).
+
+Inside a VM, a harness can make a variant from an already imported image
+instead::
+
+    docker create --name cfg IMAGE true
+    printf '%s' "$(variant_config_json(...))" > cfg.json
+    docker cp cfg.json cfg:/etc/trtllm-standin.json
+    docker commit $(--change ...) cfg trtllm-standin:crash && docker rm cfg
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STANDIN_SCRIPT = HERE / "trtllm_serve.py"
+SCRIPT_PATH_IN_IMAGE = "/usr/local/bin/trtllm-serve"
+CONFIG_PATH_IN_IMAGE = "/etc/trtllm-standin.json"
+MODES = ("ok", "crash", "never_healthy", "empty")
+
+SUITE = "bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Bumped whenever the way variants are assembled changes (part of the cache key).
+_ASSEMBLY_VERSION = "1"
+# Fixed mtime for the appended members, so variant tarballs are reproducible.
+_MEMBER_MTIME = 1700000000
+
+_DPKG_EXCLUDES = (
+    "/usr/share/man/*",
+    "/usr/share/doc/*",
+    "/usr/share/locale/*",
+    "/usr/share/info/*",
+    "/usr/share/lintian/*",
+)
+
+
+def _native_arch() -> str:
+    try:
+        out = subprocess.run(["dpkg", "--print-architecture"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        if out:
+            return out
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
+def mmdebstrap_args(arch: str | None = None, mirror: str | None = None) -> list[str]:
+    """The mmdebstrap command line for the base rootfs (output path appended by the caller)."""
+    arch = arch or _native_arch()
+    mirror = mirror or os.environ.get("SPECFLEET_DEBIAN_MIRROR", DEFAULT_MIRROR)
+    args = [
+        "mmdebstrap",
+        "--variant=essential",
+        "--include=python3-yaml",  # pulls python3 (json, http.server) + libyaml
+        "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",  # usr-is-merged instead of usrmerge+perl
+        "--skip=output/dev",  # no device nodes: docker provides /dev
+        "--architectures=" + arch,
+        "--format=tar",
+    ]
+    args += ["--dpkgopt=path-exclude=" + p for p in _DPKG_EXCLUDES]
+    args += ["--customize-hook=chroot \"$1\" python3 -c 'import yaml, http.server, json'"]
+    args += [SUITE]
+    # the target (output tar) goes here, then the mirror
+    return args + ["{TARGET}", mirror]
+
+
+def base_recipe_key(arch: str | None = None, mirror: str | None = None) -> str:
+    recipe = {"mmdebstrap": mmdebstrap_args(arch, mirror)}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+def variant_config_json(mode: str = "ok", load_delay_s: float = 5.0, version: str = "1.2.0rc6") -> str:
+    """Content of /etc/trtllm-standin.json for one behaviour variant."""
+    if mode not in MODES:
+        raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
+    if isinstance(load_delay_s, bool) or not isinstance(load_delay_s, (int, float)) or load_delay_s < 0:
+        raise ValueError("load_delay_s must be a number >= 0, got %r" % (load_delay_s,))
+    if not isinstance(version, str) or not version:
+        raise ValueError("version must be a non-empty string")
+    return json.dumps({"mode": mode, "load_delay_s": float(load_delay_s), "version": version},
+                      sort_keys=True) + "\n"
+
+
+def docker_import_changes() -> list[str]:
+    """--change arguments for `docker import` (and `docker commit`) of the stand-in rootfs."""
+    return [
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "ENV LANG=C.UTF-8",
+        "ENV PYTHONUNBUFFERED=1",
+        "ENV PYTHONDONTWRITEBYTECODE=1",
+        "WORKDIR /",
+        'CMD ["/bin/bash"]',
+        "LABEL org.opencontainers.image.title=trtllm-serve-standin",
+        "LABEL org.opencontainers.image.description=STAND-IN-for-TensorRT-LLM-trtllm-serve-NOT-TensorRT-LLM",
+    ]
+
+
+@contextlib.contextmanager
+def _locked(cache_dir: Path, name: str):
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / (".lock-" + name), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run_mmdebstrap(args: list[str], target: Path) -> None:
+    argv = [str(target) if a == "{TARGET}" else a for a in args]
+    if os.geteuid() != 0:
+        argv.insert(1, "--mode=unshare")
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("mmdebstrap failed (exit %d): %s\n%s"
+                           % (proc.returncode, " ".join(argv), (proc.stdout + proc.stderr)[-4000:]))
+
+
+def build_base_tarball(cache_dir: Path, arch: str | None = None, mirror: str | None = None) -> Path:
+    """The cached Debian base rootfs tar (no stand-in files); runs mmdebstrap only on a cache miss."""
+    cache_dir = Path(cache_dir)
+    key = base_recipe_key(arch, mirror)
+    out = cache_dir / ("debian-%s-python3-yaml-%s.tar" % (SUITE, key[:16]))
+    if out.exists():
+        return out
+    with _locked(cache_dir, "base-" + key[:16]):
+        if out.exists():
+            return out
+        tmp = cache_dir / (".tmp-%s-%d.tar" % (out.stem, os.getpid()))
+        try:
+            _run_mmdebstrap(mmdebstrap_args(arch, mirror), tmp)
+            os.replace(tmp, out)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+    return out
+
+
+def _tar_member(name: str, data: bytes, mode: int) -> tuple[tarfile.TarInfo, io.BytesIO]:
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    ti.mode = mode
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = "root"
+    ti.mtime = _MEMBER_MTIME
+    return ti, io.BytesIO(data)
+
+
+def add_standin_files(base_tar: Path, out_tar: Path, config_json: str,
+                      script: bytes | None = None) -> Path:
+    """Copy base_tar to out_tar and append the stand-in script + behaviour config to it."""
+    script = STANDIN_SCRIPT.read_bytes() if script is None else script
+    tmp = out_tar.with_name(".tmp-%s-%d" % (out_tar.name, os.getpid()))
+    try:
+        shutil.copyfile(base_tar, tmp)
+        with tarfile.open(tmp, "a", format=tarfile.PAX_FORMAT) as tf:
+            for name, data, mode in (
+                    ("." + SCRIPT_PATH_IN_IMAGE, script, 0o755),
+                    ("." + CONFIG_PATH_IN_IMAGE, config_json.encode(), 0o644)):
+                tf.addfile(*_tar_member(name, data, mode))
+        os.replace(tmp, out_tar)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return out_tar
+
+
+def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float = 5.0,
+                         version: str = "1.2.0rc6", *, arch: str | None = None,
+                         mirror: str | None = None) -> Path:
+    """Path to a `docker import`-able rootfs tar of the stand-in with the given behaviour.
+
+    First call: mmdebstrap base (~20-30 s) + variant (<1 s).  Later calls with the
+    same recipe return the cached file immediately; a new mode/delay/version or a
+    changed stand-in script only re-assembles the variant (no mmdebstrap).
+    """
+    cache_dir = Path(cache_dir)
+    config_json = variant_config_json(mode, load_delay_s, version)
+    script = STANDIN_SCRIPT.read_bytes()
+    base_key = base_recipe_key(arch, mirror)
+    h = hashlib.sha256()
+    for part in (_ASSEMBLY_VERSION.encode(), base_key.encode(), script, config_json.encode()):
+        h.update(hashlib.sha256(part).digest())
+    out = cache_dir / ("trtllm-standin-%s-%s.tar" % (mode, h.hexdigest()[:16]))
+    if out.exists():
+        return out
+    base = build_base_tarball(cache_dir, arch, mirror)
+    with _locked(cache_dir, "variant-" + h.hexdigest()[:16]):
+        if not out.exists():
+            add_standin_files(base, out, config_json, script)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Build the trtllm-serve STAND-IN rootfs tarball "
+                                            "(prints its path and the docker import command).")
+    p.add_argument("--cache-dir", type=Path,
+                   default=Path(os.environ.get("SPECFLEET_STANDIN_CACHE",
+                                               Path.home() / ".cache" / "specfleet" / "trtllm-standin")))
+    p.add_argument("--mode", choices=MODES, default="ok")
+    p.add_argument("--load-delay-s", type=float, default=5.0)
+    p.add_argument("--version", default="1.2.0rc6")
+    p.add_argument("--arch", default=None)
+    a = p.parse_args(argv)
+    t0 = time.monotonic()
+    out = build_rootfs_tarball(a.cache_dir, a.mode, a.load_delay_s, a.version, arch=a.arch)
+    print(out)
+    changes = " ".join("--change %s" % _shell_quote(c) for c in docker_import_changes())
+    print("# built/cached in %.1f s; import with:\n# docker import %s %s trtllm-standin:%s"
+          % (time.monotonic() - t0, changes, out, a.mode))
+    return 0
+
+
+def _shell_quote(s: str) -> str:
+    import shlex
+    return shlex.quote(s)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
