@@ -46,6 +46,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -264,7 +265,8 @@ _CONFIGS = {
         "torch_dtype": "bfloat16",
         "quantization_config": {
             "quant_method": "mxfp4",
-            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                       "model.embed_tokens", "lm_head"],
         },
         "eos_token_id": 200002,
         "pad_token_id": 199999,
@@ -615,6 +617,7 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _dispatch(self, method: str) -> None:
+        self._started = False
         split = urlsplit(self.path)
         self._log_path = unquote(split.path)
         self._method = method
@@ -639,6 +642,12 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HubError(404, None, f"Not found on the Hub stand-in: {self._log_path}")
         except _HubError as e:
             self._send_error(e)
+        except Exception as e:  # a bug in the stand-in: answer 500 (not a dropped connection) and say why
+            traceback.print_exc(file=sys.stderr)
+            if not self._started:
+                self._send_error(_HubError(500, None, f"Hub stand-in internal error: {e!r}"))
+            else:
+                self.close_connection = True
 
     def _send_error(self, e: _HubError) -> None:
         headers = {"Content-Type": "application/json; charset=utf-8", **e.extra_headers}
@@ -647,7 +656,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers["X-Error-Message"] = e.message
         self._send(e.status, _json({"error": e.message}), headers)
 
-    def _send(self, status: int, body: bytes, headers: dict, content_length: int | None = None) -> None:
+    def _send(self, status: int, body: bytes, headers: dict) -> None:
         """Send headers, then the body (unless HEAD), throttled, counting bytes actually written.
 
         The request is logged *before* anything is sent, and bytes are counted before each chunk is written (and
@@ -655,7 +664,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.hub._begin(self._method, self._log_path, status)
         written = 0
         try:
-            self._send_inner(status, body, headers, content_length)
+            self._send_inner(status, body, headers)
             written = self._partial
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError, OSError):
             self.close_connection = True
@@ -663,11 +672,12 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.hub._end(self._method, self._log_path, status, written)
 
-    def _send_inner(self, status: int, body: bytes, headers: dict, content_length: int | None) -> None:
+    def _send_inner(self, status: int, body: bytes, headers: dict) -> None:
         self._partial = 0
+        self._started = True
         self.send_response_only(status)
         self.send_header("Date", self.date_time_string())
-        self.send_header("Content-Length", str(len(body) if content_length is None else content_length))
+        self.send_header("Content-Length", str(len(body)))
         for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
@@ -973,7 +983,8 @@ class HubStandin:
       ``.requests()`` [(method, path, status)], ``.reset_log()``, ``.set_throttle(bps or None)``,
       ``.wait_idle(timeout)`` (no response in flight). Control endpoints under ``/_standin/`` are not logged.
     - Static helpers (no server needed): ``commit(repo_id, index=-1)``, ``repo_size(repo_id, commit=None)``,
-      ``files(repo_id, commit=None)``, ``file_bytes(repo_id, path, commit=None)``, ``file_meta(...)``.
+      ``commits(repo_id)``, ``files(repo_id, commit=None)`` {path: size}, ``file_bytes(repo_id, path, commit=None)``,
+      ``file_meta(...)``, ``is_gated(repo_id)``.
     """
 
     def __init__(self, bind: str = "127.0.0.1", port: int = 0, tokens=(STANDIN_TOKEN,),

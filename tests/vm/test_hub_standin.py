@@ -208,7 +208,9 @@ def test_resolve_headers_plain_http_no_xet(hub):
         url = hf_hub_url(GPT_OSS, path, revision=sha, endpoint=hub.url)
         meta = get_hf_file_metadata(url, token=False, endpoint=hub.url)
         fm = HubStandin.file_meta(GPT_OSS, path)
-        assert meta.commit_hash == sha and meta.size == fm["size"] and meta.xet_file_data is None
+        assert meta.xet_file_data is None  # plain HTTP, never Xet
+        assert meta.commit_hash == sha
+        assert meta.size == fm["size"]
         assert meta.etag == (fm["lfs"]["sha256"] if fm["lfs"] else fm["blob_id"])
         r = requests.head(url, timeout=10)
         assert r.status_code == 200 and r.headers["Accept-Ranges"] == "bytes"

@@ -586,6 +586,7 @@ def test_port_in_use_fails_before_loading(world, serve):
         busy.listen()
         port = busy.getsockname()[1]
         s = serve(eagle_args, port=port, delay=30)
+        s.proc.wait(timeout=5)
         rc, _, out = s.stop()
     assert rc == 1 and "already in use" in out and "loading model" not in out
 

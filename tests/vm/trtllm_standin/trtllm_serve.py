@@ -1021,16 +1021,26 @@ def parse_args(argv):
 # --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
-def wait_or_stop(stop, seconds):
-    """Sleep up to `seconds` in short slices; True as soon as `stop` is set."""
+# Set by the signal handler.  The handler must not take any lock (log(),
+# threading.Event) because it runs in the main thread, which may hold it.
+_stop_signal = []
+
+
+def _on_signal(signum, frame):
+    _stop_signal.append(signum)
+
+
+def wait_or_stop(seconds):
+    """Sleep up to `seconds` in short slices; True as soon as a stop signal arrived."""
     deadline = time.monotonic() + seconds
     while True:
-        left = deadline - time.monotonic()
-        if stop.is_set():
+        if _stop_signal:
+            log("received %s, shutting down" % signal.Signals(_stop_signal[0]).name)
             return True
+        left = deadline - time.monotonic()
         if left <= 0:
             return False
-        stop.wait(min(left, 0.1))
+        time.sleep(min(left, 0.05))
 
 
 def main(argv=None):
@@ -1038,14 +1048,8 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     _log_threshold = _LEVELS[args.log_level]
 
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
-        log("received %s, shutting down" % signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
 
     try:
         # 1. behaviour config
@@ -1113,7 +1117,7 @@ def main(argv=None):
     bound = srv.server_address
     log("step 4/4: port %s:%s bound (not listening yet); loading model for %.1f s "
         "(connections are refused meanwhile)" % (bound[0], bound[1], behaviour["load_delay_s"]))
-    if wait_or_stop(stop, behaviour["load_delay_s"]):
+    if wait_or_stop(behaviour["load_delay_s"]):
         srv.server_close()
         log("stopped while loading")
         return 0
@@ -1123,7 +1127,7 @@ def main(argv=None):
         % (served_id, args.host, bound[1], behaviour["mode"]))
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     t.start()
-    while not wait_or_stop(stop, 3600):
+    while not wait_or_stop(3600):
         pass
     srv.shutdown()
     srv.server_close()

@@ -1,0 +1,119 @@
+"""The CI lab: a VM fleet + the Hub stand-in + the trtllm-serve stand-in image, and the CI inventory.
+
+The CI inventory differs from a production one ONLY in the vars of `ci_vars()` (documented in the
+README); everything else is what `specfleet vm up` writes (connection vars) plus normal inventory data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tests.vm.hub_standin import STANDIN_TIKTOKEN_SHA256, STANDIN_TOKEN
+from tests.vm.trtllm_standin import image as standin_image
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN_REPO = "specfleet-standin/trtllm-serve"
+STANDIN_TAG = f"{STANDIN_REPO}:1.2.0rc6-standin"
+GUEST_SEES_CONTROLLER = "10.0.2.2"  # QEMU user networking: the controller's loopback, seen from a guest
+
+
+def ci_vars(hub_port: int, image: str = STANDIN_TAG) -> dict:
+    """The complete list of inventory vars in which the VM fleet differs from real Sparks."""
+    return {
+        "image": image,  # the trtllm-serve stand-in image (loaded into each guest, no registry)
+        "gpus": False,  # no GPU and no NVIDIA runtime in the guests
+        "hub_endpoint": f"http://{GUEST_SEES_CONTROLLER}:{hub_port}",  # the Hub stand-in, as the guests reach it
+        "controller_hub_endpoint": f"http://127.0.0.1:{hub_port}",  # the same server, as the controller reaches it
+        "tiktoken_base_url": f"http://{GUEST_SEES_CONTROLLER}:{hub_port}/encodings",  # stand-in encodings
+        "tiktoken_sha256": dict(STANDIN_TIKTOKEN_SHA256),  # and their hashes
+        "health_timeout_sec": 300,  # timeouts sized for the stand-in's seconds-long "model load"
+        "health_interval_sec": 1,
+        "restart_sec": 5,
+        "disk_headroom_gb": 1,  # the guests' disks are 6 GB
+    }
+
+
+def write_ci_inventory(fleet_inventory: Path, hub_port: int, out: Path, image: str = STANDIN_TAG) -> Path:
+    inv = yaml.safe_load(fleet_inventory.read_text())
+    inv["all"].setdefault("vars", {}).update(ci_vars(hub_port, image))
+    inv["all"]["vars"]["operator_users"] = ["spark"]  # ordinary fleet data: the guests' operator account
+    out.write_text("# CI inventory: written by tests/vm/lab.py from the VM fleet's inventory + ci_vars()\n"
+                   + yaml.safe_dump(inv, sort_keys=False))
+    return out
+
+
+def load_standin_image(fleet, cache_dir: Path, mode: str = "ok", load_delay_s: float = 4.0, tag: str = STANDIN_TAG) -> dict:
+    tarball = standin_image.build_rootfs_tarball(cache_dir, mode=mode, load_delay_s=load_delay_s)
+    return fleet.load_image(tarball, tag, standin_image.docker_import_changes())
+
+
+@dataclass
+class PyinfraRun:
+    deploy: str
+    returncode: int
+    seconds: float
+    stdout: str
+    stderr: str
+    result: dict | None = None
+    changed: dict[str, list[str]] = field(default_factory=dict)  # host -> names of ops that changed something
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def n_changed(self) -> int:
+        return sum(len(v) for v in self.changed.values())
+
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_pyinfra(inventory: Path, deploy: str, *extra: str, json_out: bool = True, timeout: float = 2400,
+                env: dict | None = None) -> PyinfraRun:
+    """`pyinfra -y inventory.py deploys/<deploy>.py` as a user runs it (a subprocess in the project dir)."""
+    cmd = [sys.executable, "-m", "pyinfra", "-y", *(["--json"] if json_out else []), *extra,
+           "inventory.py", f"deploys/{deploy}.py"]
+    full_env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN,
+                "PYINFRA_PROGRESS": "off", **(env or {})}
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    run = PyinfraRun(deploy, proc.returncode, time.monotonic() - start, proc.stdout, proc.stderr)
+    if json_out:
+        start_json = proc.stdout.find("{")
+        if start_json >= 0:
+            try:
+                run.result = json.loads(proc.stdout[start_json:])
+            except ValueError:
+                run.result = None
+        if run.result:
+            names = {op["op_hash"]: " | ".join(op["names"]) for op in run.result["results"]["operations"]}
+            for op in run.result["results"]["operations"]:
+                for h in op["success"]:
+                    run.changed.setdefault(h, []).append(names[op["op_hash"]])
+            run.failed = list(run.result["results"].get("failed_hosts") or [])
+    sys.stderr.write(f"\n=== pyinfra {deploy}: rc={run.returncode} in {run.seconds:.1f}s ===\n{proc.stderr[-6000:]}\n")
+    return run
+
+
+def guest_curl_completion(guest, port: int = 8000, model: str = "openai/gpt-oss-120b", prompt: str = "Say hello.") -> dict:
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 32})
+    out = guest.ssh(f"curl -fsS -m 30 http://127.0.0.1:{port}/v1/completions -H 'Content-Type: application/json' "
+                    f"-d '{body}'").stdout
+    return json.loads(out)
+
+
+def run_infra_suite(inventory: Path, junit: Path | None = None, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The testinfra suite (tests/infra) against an inventory, exactly as a user runs it on real Sparks."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/infra", *extra]
+    if junit:
+        cmd.append(f"--junitxml={junit}")
+    env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    sys.stderr.write(f"\n=== testinfra suite: rc={proc.returncode} ===\n{proc.stdout[-5000:]}\n{proc.stderr[-2000:]}\n")
+    return proc

@@ -1,0 +1,133 @@
+"""The CI sequence on the VM fleet (like Molecule): create -> prepare -> converge eagle3 -> idempotence
+-> verify -> converge draft_target (with a fetch killed halfway on one guest) -> verify -> cleanup ->
+verify stopped + cache kept -> destroy (the session fixture). Tests run in file order and share state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.vm import lab
+from tests.vm.conftest import figure
+from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
+
+pytestmark = pytest.mark.vm
+
+FILE_PATHS = ("/resolve/", "/encodings/")
+STATE: dict = {}
+
+
+def file_bytes(hub: HubStandin) -> int:
+    return sum(n for path, n in hub.bytes_served().items() if any(p in path for p in FILE_PATHS))
+
+
+def api_bytes(hub: HubStandin) -> int:
+    return sum(n for path, n in hub.bytes_served().items() if path.startswith("/api/"))
+
+
+def started_at(fleet) -> dict[str, str]:
+    return {g.name: g.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip()
+            for g in fleet.guests}
+
+
+def test_converge_eagle3(vm_fleet, lab_inventory, hub):
+    hub.reset_log()
+    run = lab.run_pyinfra(lab_inventory, "eagle3", "-vv", json_out=False)
+    assert run.returncode == 0, run.output()[-4000:]
+    assert STANDIN_TOKEN not in run.output(), "the token must never appear in pyinfra output, even at -vv"
+    STATE["first"] = run.seconds
+    fetched = file_bytes(hub)
+    repos = ["openai/gpt-oss-120b", "nvidia/gpt-oss-120b-Eagle3-long-context"]
+    full = sum(HubStandin.repo_size(r) for r in repos) * len(vm_fleet.guests)
+    STATE["first_bytes"] = fetched
+    figure("first converge eagle3 (all guests)", f"{run.seconds:.1f} s")
+    figure("bytes fetched by first converge / full repos", f"{fetched:,} / {full:,} = {fetched / full:.2f}")
+    # gpt-oss: the original/ and metal/ copies were never requested
+    assert not [p for p in hub.bytes_served() if "/original/" in p or "/metal/" in p]
+    for g in vm_fleet.guests:
+        answer = lab.guest_curl_completion(g)
+        assert answer["choices"][0]["text"].strip()
+
+
+def test_idempotence(vm_fleet, lab_inventory, hub):
+    before = started_at(vm_fleet)
+    hub.reset_log()
+    run = lab.run_pyinfra(lab_inventory, "eagle3")
+    assert run.returncode == 0, run.output()[-4000:]
+    assert run.changed == {}, f"second converge changed: {run.changed}"
+    assert file_bytes(hub) == 0, f"second converge downloaded: {hub.bytes_served()}"
+    assert started_at(vm_fleet) == before, "the container was restarted"
+    figure("second converge eagle3 (no change)", f"{run.seconds:.1f} s")
+    figure("second / first converge time", f"{run.seconds / STATE['first']:.2f}")
+    figure("bytes fetched by second converge (files / Hub API metadata)", f"{file_bytes(hub)} / {api_bytes(hub):,}")
+
+
+def test_verify_eagle3(lab_inventory):
+    proc = lab.run_infra_suite(lab_inventory)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout
+
+
+def test_converge_draft_target_with_a_fetch_killed_halfway(vm_fleet, lab_inventory, hub):
+    victim = vm_fleet.guests[0]
+    hub.reset_log()
+    hub.set_throttle(256 * 1024)  # slow enough to catch the fetch in flight
+    killed = threading.Event()
+
+    def kill_when_halfway():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            served = sum(n for p, n in hub.bytes_served().items() if "Llama-3.3-70B" in p and p.endswith(".safetensors"))
+            if served > 512 * 1024:
+                proc = victim.ssh("pkill -9 -f 'fetch-model --repo nvidia/Llama-3.3-70B' && echo killed", check=False)
+                if "killed" in proc.stdout:
+                    killed.set()
+                    hub.set_throttle(None)
+                    return
+            time.sleep(0.3)
+
+    killer = threading.Thread(target=kill_when_halfway, daemon=True)
+    killer.start()
+    run = lab.run_pyinfra(lab_inventory, "draft_target")
+    killer.join(timeout=30)
+    hub.set_throttle(None)
+    assert killed.is_set(), "never caught a fetch in flight"
+    assert run.returncode != 0 and run.failed == [victim.name], (run.failed, run.output()[-3000:])
+    # the victim kept serving its old release: it failed before the switch
+    assert "gpt-oss" in victim.ssh("cat /var/lib/specfleet/current/release.json").stdout
+    # the others converged
+    for g in vm_fleet.guests[1:]:
+        assert "Llama-3.3-70B" in g.ssh("cat /var/lib/specfleet/current/release.json").stdout
+
+    hub.reset_log()
+    rerun = lab.run_pyinfra(lab_inventory, "draft_target")
+    assert rerun.returncode == 0, rerun.output()[-4000:]
+    assert set(rerun.changed) == {victim.name}, f"only the interrupted guest had work left: {rerun.changed}"
+    resumed = file_bytes(hub)
+    full = HubStandin.repo_size("nvidia/Llama-3.3-70B-Instruct-FP4") + HubStandin.repo_size("nvidia/Llama-3.1-8B-Instruct-FP4")
+    figure("re-run after a killed fetch: bytes fetched / one guest's full repos", f"{resumed:,} / {full:,}")
+    assert 0 < resumed < full
+
+
+def test_verify_draft_target(lab_inventory):
+    proc = lab.run_infra_suite(lab_inventory)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+
+
+def test_cleanup_stops_and_keeps_the_cache(vm_fleet, lab_inventory, hub):
+    run = lab.run_pyinfra(lab_inventory, "cleanup")
+    assert run.returncode == 0, run.output()[-4000:]
+    for g in vm_fleet.guests:
+        state = g.ssh("systemctl is-active specfleet-trtllm; systemctl is-enabled specfleet-trtllm", check=False).stdout.split()
+        assert state == ["inactive", "disabled"], state
+        assert g.ssh("docker ps -aq --filter name=specfleet-trtllm").stdout.strip() == ""
+        listing = g.ssh("/var/lib/specfleet/venv/bin/hf cache ls --cache-dir /var/lib/specfleet/hf/hub 2>&1 || "
+                        "ls /var/lib/specfleet/hf/hub", check=False).stdout
+        assert "Llama-3.3-70B-Instruct-FP4" in listing and "gpt-oss-120b" in listing, listing
+    again = lab.run_pyinfra(lab_inventory, "cleanup")
+    assert again.returncode == 0 and again.changed == {}

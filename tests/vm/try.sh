@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Try specfleet on a local 2-guest VM fleet: bring it up, converge EAGLE-3 with pyinfra, print a completion.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bash tests/install-deps.sh
+exec python3 -m tests.vm.try_it "$@"

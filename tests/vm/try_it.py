@@ -1,0 +1,48 @@
+"""Try specfleet locally: 2 QEMU guests stand in for DGX Sparks, the stand-ins for the Hub and for
+trtllm-serve stand in for what cannot run here. Runs the real `pyinfra inventory.py deploys/eagle3.py`.
+
+    bash tests/vm/try.sh          # then, when done:  specfleet vm down
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from specfleet import vm
+from tests.vm import lab
+from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
+
+
+def main() -> int:
+    workdir = Path(os.environ.get("SPECFLEET_VM_DIR", lab.ROOT / ".vm"))
+    cache = Path(os.environ.get("SPECFLEET_CACHE_DIR") or Path.home() / ".cache" / "specfleet")
+    print(f"==> bringing up 2 guests in {workdir} (first time: builds the guest image, a few minutes)")
+    fleet = vm.up(count=2, workdir=workdir, cache_dir=cache)
+    print("==> loading the trtllm-serve STAND-IN image into the guests (no GPU here)")
+    lab.load_standin_image(fleet, cache)
+    with HubStandin(bind="127.0.0.1", port=0) as hub:
+        inventory = lab.write_ci_inventory(fleet.inventory_path, hub.port, workdir / "ci-inventory.yml")
+        print(f"==> SPECFLEET_INVENTORY={inventory} pyinfra -y inventory.py deploys/eagle3.py")
+        env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN}
+        rc = subprocess.call([sys.executable, "-m", "pyinfra", "-y", "inventory.py", "deploys/eagle3.py"],
+                             cwd=lab.ROOT, env=env)
+    if rc != 0:
+        print(f"pyinfra failed (exit {rc}); the fleet is still up for a look. Tear down: specfleet vm down --workdir {workdir}")
+        return rc
+    guest = fleet.guests[0]
+    answer = lab.guest_curl_completion(guest, prompt="Explain speculative decoding in one sentence.")
+    print(f"==> completion from {guest.name} (trtllm-serve stand-in):")
+    print(json.dumps(answer, indent=1))
+    print(f"\nRe-run the converge (nothing changes):  SPECFLEET_INVENTORY={inventory} HF_TOKEN={STANDIN_TOKEN} "
+          "pyinfra -y inventory.py deploys/eagle3.py")
+    print(f"Log in:     ssh -i {fleet.key_path} -p {guest.port} -o StrictHostKeyChecking=no root@127.0.0.1")
+    print(f"Tear down:  specfleet vm down --workdir {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
