@@ -40,6 +40,11 @@ def main() -> int:
     except Exception as exc:  # network errors: one line, not a traceback
         print(f"fetch-model: {args.repo}@{args.commit[:12]}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    # A killed fetch leaves <blob>.<id>.incomplete files that huggingface_hub never reuses: once the
+    # snapshot is complete they are only wasted disk (possibly tens of GB), so remove them.
+    for orphan in (snap.parent.parent / "blobs").glob("*.incomplete"):
+        orphan.unlink(missing_ok=True)
+        print(f"removed interrupted download {orphan.name}")
     files = [p for p in snap.rglob("*") if not p.is_dir()]
     size = sum(p.stat().st_size for p in files)
     print(f"{args.repo}@{args.commit[:12]}: {len(files)} files, {size} bytes in {time.monotonic() - start:.1f}s")
