@@ -67,19 +67,12 @@ def render(inventory_file: str, deploy_file: str, host: str) -> None:
         click.echo(content, nl=not content.endswith("\n"))
 
 
-def _add_optional_groups() -> None:
-    from . import vm  # noqa: PLC0415  (the VM fleet is a developer/CI tool)
-    main.add_command(vm.cli, "vm")
-    try:
-        from . import rollout
-    except ImportError:
-        return
-    for name in ("rollout", "releases"):
-        if hasattr(rollout, name):
-            main.add_command(getattr(rollout, name), name)
+from . import rollout as _rollout  # noqa: E402
+from . import vm as _vm  # noqa: E402
 
+main.add_command(_vm.cli, "vm")
+main.add_command(_rollout.rollout, "rollout")
+main.add_command(_rollout.releases, "releases")
 
-try:
-    _add_optional_groups()
-except ImportError:  # pragma: no cover - vm module not present
-    pass
+if __name__ == "__main__":
+    main()

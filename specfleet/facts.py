@@ -17,6 +17,9 @@ echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
 echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
 echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
 echo "current	$(basename "$(readlink "$DATA/current" 2>/dev/null)" 2>/dev/null)"
+echo "previous	$(cat "$DATA/previous" 2>/dev/null)"
+echo "releases	$(ls "$DATA/releases" 2>/dev/null | tr '\n' ' ')"
+echo "lock	$(cat "$DATA/lock/owner" 2>/dev/null)"
 echo "unit_sha256	$(sha256sum "/etc/systemd/system/$SVC.service" 2>/dev/null | cut -d' ' -f1)"
 echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
 d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
@@ -39,6 +42,9 @@ class HostStatus:
     active: str = ""
     enabled: str = ""
     current: str = ""
+    previous: str = ""
+    releases: list[str] = field(default_factory=list)
+    lock: str = ""  # owner line of a rollout lock, if one is held
     unit_sha256: str = ""
     container_running: bool = False
     free_bytes: int = 0
@@ -86,6 +92,9 @@ class SpecfleetHost(FactBase):
                 st.container_running = rest == "true"
             elif key == "image":
                 st.image_id = rest
-            elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "current", "unit_sha256"):
+            elif key == "releases":
+                st.releases = rest.split()
+            elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "current", "previous", "lock",
+                         "unit_sha256"):
                 setattr(st, key, rest)
         return st

@@ -13,7 +13,7 @@ and exits non-zero with one clear line on failure.
   status             JSON: current, previous, releases (newest first), unit state, container start time.
   prune --keep N     delete releases beyond the N newest (never current/previous), then drafts and model
                      snapshots/blobs that no kept release uses.
-  lock/unlock OWNER  a host-wide lock for rollouts (refuses while another owner holds it).
+  unlock [--force]   release the rollout lock (<data_dir>/lock) left by a rollout that died.
 """
 
 from __future__ import annotations
@@ -128,6 +128,8 @@ class Host:
             sh("systemctl", "enable", f"{service}.service")
             print(f"{service} enabled at boot")
         sh("systemctl", "reset-failed", f"{service}.service", check=False)
+        atomic_write(self.data / "last-switch.json", json.dumps(
+            {"from": old, "to": rid, "restarted_at": time.time(), "result": "switching"}) + "\n")
         sh("systemctl", "restart", f"{service}.service")
         image_id = sh("docker", "image", "inspect", "--format", "{{.Id}}", rec["image"], check=False).stdout.strip()
         if image_id:
@@ -135,14 +137,29 @@ class Host:
         print(f"switched {old or '(none)'} -> {rid}; restarted {service}")
 
     # ---- gate ----------------------------------------------------------------------------------
-    def gate(self, revert: bool) -> None:
+    def note_switch(self, **fields) -> None:
+        path = self.data / "last-switch.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {}
+        record.update(fields)
+        if "ready_at" in fields and "restarted_at" in record:
+            record["downtime_s"] = round(fields["ready_at"] - record["restarted_at"], 2)
+        atomic_write(path, json.dumps(record) + "\n")
+
+    def gate(self, revert: bool, timeout: int | None = None) -> None:
         rid = self.current()
         if rid is None:
             raise Fail("no current release to gate")
         rec = self.record(rid)
+        if timeout:
+            rec["gate"]["health_timeout_sec"] = timeout
         try:
             elapsed, text = self._gate_once(rec)
+            self.note_switch(ready_at=time.time(), result="ready")
         except Fail as exc:
+            self.note_switch(result="failed gate")
             print(f"readiness gate FAILED for {rid}: {exc}", file=sys.stderr)
             print(f"last journal lines of {rec['service']}:", file=sys.stderr)
             print(journal_tail(rec["service"]), file=sys.stderr)
@@ -151,7 +168,11 @@ class Host:
                 print(f"reverting to previous release {prev}", file=sys.stderr)
                 try:
                     self.switch(prev)
-                    self._gate_once(self.record(prev))
+                    prev_rec = self.record(prev)
+                    if timeout:
+                        prev_rec["gate"]["health_timeout_sec"] = timeout
+                    self._gate_once(prev_rec)
+                    self.note_switch(ready_at=time.time(), result=f"rolled back: {rid} failed its gate")
                     # The failed release must not be "previous" of the restored one.
                     self.previous_file.unlink(missing_ok=True)
                     raise Fail(f"{rid} failed its readiness gate ({exc}); rolled back to {prev}, which is serving")
@@ -213,7 +234,14 @@ class Host:
             "active": sh("systemctl", "is-active", service, check=False).stdout.strip() if service else None,
             "container_started_at": started,
             "lock": self.lock_owner(),
+            "last_switch": self.last_switch(),
         }
+
+    def last_switch(self) -> dict | None:
+        try:
+            return json.loads((self.data / "last-switch.json").read_text())
+        except (OSError, ValueError):
+            return None
 
     def prune(self, keep: int) -> None:
         records = self.all_records()
@@ -258,18 +286,6 @@ class Host:
         except OSError:
             return None
 
-    def lock(self, owner: str) -> None:
-        lock = self.data / "lock"
-        try:
-            lock.mkdir(parents=True)  # atomic: exactly one concurrent caller succeeds
-        except FileExistsError:
-            holder = self.lock_owner() or "unknown (lock dir without owner)"
-            if holder.split()[0] == owner:
-                return
-            raise Fail(f"locked by another rollout: {holder}; wait for it or, if it died, run "
-                       f"`specfleet-host unlock --force` on this host") from None
-        (lock / "owner").write_text(f"{owner} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
-
     def unlock(self, owner: str | None) -> None:
         holder = self.lock_owner()
         if holder and owner and holder.split()[0] != owner:
@@ -293,10 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parent.parent))
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("switch").add_argument("release")
-    sub.add_parser("gate").add_argument("--revert", action="store_true")
+    gate_p = sub.add_parser("gate")
+    gate_p.add_argument("--revert", action="store_true")
+    gate_p.add_argument("--timeout", type=int, help="override the release's health_timeout_sec")
     sub.add_parser("status")
     sub.add_parser("prune").add_argument("--keep", type=int, required=True)
-    sub.add_parser("lock").add_argument("owner")
     un = sub.add_parser("unlock")
     un.add_argument("owner", nargs="?")
     un.add_argument("--force", action="store_true")
@@ -307,13 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "switch":
             host.switch(args.release)
         elif args.cmd == "gate":
-            host.gate(args.revert)
+            host.gate(args.revert, args.timeout)
         elif args.cmd == "status":
             print(json.dumps(host.status(), indent=1))
         elif args.cmd == "prune":
             host.prune(args.keep)
-        elif args.cmd == "lock":
-            host.lock(args.owner)
         elif args.cmd == "unlock":
             host.unlock(None if args.force else args.owner)
         elif args.cmd == "previous":

@@ -8,29 +8,41 @@ from ._common import current_plan
 from .cleanup import cleanup
 from .docker_access import docker_access
 from .encodings import encodings
+from .lock import lock, unlock
 from .models import models
 from .preflight import preflight
 from .readiness import readiness
 from .release import release
+from .rollback import rollback
 from .service import service
 from .token import token
 from .tools import tools
 
-__all__ = ["converge", "cleanup", "preflight", "docker_access", "token", "tools", "encodings", "models",
-           "release", "service", "readiness"]
+__all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
+           "token", "tools", "encodings", "models", "release", "service", "readiness"]
 
 
-def converge(profile: str) -> None:
-    """Turn the host into a trtllm-serve server for `profile`, idempotently."""
+def _check_profile(profile: str) -> None:
     plan = current_plan()
     if plan.settings.profile_name != profile:
         raise SystemExit(f"specfleet: {plan.settings.host}: plan built for profile {plan.settings.profile_name}, "
                          f"deploy wants {profile}; run `pyinfra inventory.py deploys/{profile}.py`")
+
+
+def converge(profile: str) -> None:
+    """Turn the host into a trtllm-serve server for `profile`, idempotently."""
+    _check_profile(profile)
     _converge()
 
 
 @deploy("Converge")
 def _converge() -> None:
+    _stage_steps()
+    service()
+    readiness()
+
+
+def _stage_steps() -> None:
     preflight()
     docker_access()
     token()
@@ -38,5 +50,16 @@ def _converge() -> None:
     encodings()
     models()
     release()
+
+
+@deploy("Stage")
+def stage() -> None:
+    """Everything but serving: preflight, access, token, tools, encodings, models, the new release."""
+    _stage_steps()
+
+
+@deploy("Switch")
+def switch(health_timeout_sec: int | None = None) -> None:
+    """Make the staged release current, restart, and gate it (reverting on failure)."""
     service()
-    readiness()
+    readiness(health_timeout_sec)

@@ -12,11 +12,12 @@ from .service import needs_switch
 
 
 @deploy("Readiness")
-def readiness():
+def readiness(health_timeout_sec: int | None = None):
     plan = current_plan()
     s, p = plan.settings, plan.paths
     if needs_switch(plan):
+        timeout = f" --timeout {int(health_timeout_sec)}" if health_timeout_sec else ""
         server.shell(name="Readiness gate: /health, then the smoke completion",
-                     commands=[f"{p.host_tool} --data-dir {s.data_dir} gate --revert"])
+                     commands=[f"{p.host_tool} --data-dir {s.data_dir} gate --revert{timeout}"])
         server.shell(name=f"Prune releases beyond keep_releases={s.keep_releases}",
                      commands=[f"{p.host_tool} --data-dir {s.data_dir} prune --keep {s.keep_releases}"])

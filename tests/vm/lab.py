@@ -117,3 +117,67 @@ def run_infra_suite(inventory: Path, junit: Path | None = None, extra: tuple[str
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     sys.stderr.write(f"\n=== testinfra suite: rc={proc.returncode} ===\n{proc.stdout[-5000:]}\n{proc.stderr[-2000:]}\n")
     return proc
+
+
+def make_variant_in_guests(fleet, mode: str, tag: str, load_delay_s: float = 4.0) -> None:
+    """A stand-in release with another behaviour (e.g. `crash`), derived in each guest from the loaded
+    stand-in image with docker create/cp/commit (only the small behaviour file differs)."""
+    config = standin_image.variant_config_json(mode, load_delay_s)
+    for g in fleet.guests:
+        g.ssh(f"docker rm -f sf-variant >/dev/null 2>&1; docker create --name sf-variant {STANDIN_TAG} true >/dev/null && "
+              f"cat > /tmp/trtllm-standin.json && docker cp /tmp/trtllm-standin.json sf-variant:/etc/trtllm-standin.json && "
+              f"docker commit sf-variant {tag} >/dev/null && docker rm sf-variant >/dev/null", input=config.encode())
+
+
+def with_vars(inventory: Path, out: Path, **vars) -> Path:
+    """A copy of an inventory with some all-level vars changed (a new release for a rollout)."""
+    inv = yaml.safe_load(inventory.read_text())
+    inv["all"]["vars"].update(vars)
+    out.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return out
+
+
+def run_specfleet(*args: str, inventory: Path, timeout: float = 2400, background: bool = False):
+    cmd = [sys.executable, "-m", "specfleet.cli", *args]
+    env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN}
+    if background:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    sys.stderr.write(f"\n=== specfleet {' '.join(args)}: rc={proc.returncode} in {time.monotonic() - start:.1f}s ===\n"
+                     f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}\n")
+    return proc
+
+
+POLLER = ("nohup sh -c 'while :; do if curl -fsS -m 2 -o /dev/null http://127.0.0.1:8000/v1/completions "
+          "-H \"Content-Type: application/json\" -d \"{\\\"model\\\": \\\"openai/gpt-oss-120b\\\", \\\"prompt\\\": \\\"hi\\\", "
+          "\\\"max_tokens\\\": 4}\"; then r=1; else r=0; fi; echo \"$(date +%s.%N) $r\"; sleep 1; done' "
+          "> /tmp/specfleet-poll.log 2>&1 & echo $! > /tmp/specfleet-poll.pid")
+
+
+def start_pollers(fleet) -> None:
+    for g in fleet.guests:
+        g.ssh(POLLER)
+
+
+def stop_pollers(fleet) -> dict[str, list[tuple[float, int]]]:
+    out = {}
+    for g in fleet.guests:
+        g.ssh("kill $(cat /tmp/specfleet-poll.pid) 2>/dev/null; true", check=False)
+        lines = g.ssh("cat /tmp/specfleet-poll.log", check=False).stdout.split("\n")
+        out[g.name] = [(float(t), int(r)) for t, r in (line.split() for line in lines if len(line.split()) == 2)]
+    return out
+
+
+def availability_per_second(polls: dict[str, list[tuple[float, int]]], start: float, end: float) -> list[int]:
+    """For every second of [start, end]: how many hosts' latest poll (at most 3 s old) answered."""
+    counts = []
+    t = start
+    while t <= end:
+        up = 0
+        for samples in polls.values():
+            recent = [r for ts, r in samples if t - 3 <= ts <= t]
+            up += bool(recent and recent[-1])
+        counts.append(up)
+        t += 1
+    return counts

@@ -813,9 +813,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send(404, {"detail": "Not Found"})
 
-    def _read_json(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length > 0 else b""
+    def _read_body(self):
+        """Always consume the request body (keeps keep-alive connections in sync)."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+            self.close_connection = True
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _read_json(self, raw):
         try:
             body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -831,6 +838,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise BadRequest("The model `%s` does not exist. This server serves `%s`." % (m, st.served_id))
 
     def do_POST(self):
+        raw = self._read_body()
         path = self.path.split("?", 1)[0]
         if path not in ("/v1/completions", "/v1/chat/completions"):
             if path in ("/health", "/v1/models", "/version", "/metrics"):
@@ -839,7 +847,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._send(404, {"detail": "Not Found"})
             return
         try:
-            body = self._read_json()
+            body = self._read_json(raw)
             self._check_model(body)
             _check_sampling(body)
             if path == "/v1/completions":
@@ -943,16 +951,21 @@ class StandinHTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 def make_server(host, port):
-    """Create and bind (NOT listen) the server socket -- like the real start-up order."""
-    infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
-    if not infos:
-        raise StartupError("cannot resolve --host %s" % host)
-    family, _, _, _, sockaddr = infos[0]
+    """Create and bind (NOT listen) the server socket -- like the real start-up order.
+
+    Like uvicorn: IPv6 only when the host contains ':', else IPv4 ("localhost" -> 127.0.0.1).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartupError("cannot resolve --host %s: %s" % (host, exc))
+    sockaddr = infos[0][4]
 
     class Server(StandinHTTPServer):
         address_family = family
 
-    srv = Server(sockaddr[:2] if family == socket.AF_INET else sockaddr, Handler, bind_and_activate=False)
+    srv = Server(sockaddr, Handler, bind_and_activate=False)
     try:
         srv.server_bind()
     except OSError as exc:

@@ -1,0 +1,32 @@
+"""Rollback: return the host to its previous release (or `rollback_to`), through the same readiness gate.
+Nothing is downloaded: a kept release's files and model snapshots are all still on the host."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import server
+
+from ._common import current_plan, host_status, refuse
+
+
+@deploy("Rollback")
+def rollback():
+    plan = current_plan()
+    s, p = plan.settings, plan.paths
+    st = host_status(plan)
+    target = s.rollback_to or st.previous
+    if not target:
+        refuse(name="Choose the release to return to",
+               message=f"{host.name}: rollback: no previous release recorded (releases: {' '.join(st.releases) or 'none'})")
+        return
+    if target not in st.releases:
+        refuse(name="Choose the release to return to",
+               message=f"{host.name}: rollback_to: release {target} is not on this host (kept: {' '.join(st.releases) or 'none'})")
+        return
+    if target == st.current and st.active == "active":
+        return
+    server.shell(name=f"Switch back to release {target}",
+                 commands=[f"{p.host_tool} --data-dir {s.data_dir} switch {target}"])
+    server.shell(name="Readiness gate: /health, then the smoke completion",
+                 commands=[f"{p.host_tool} --data-dir {s.data_dir} gate --revert"])
