@@ -197,6 +197,17 @@ def add_standin_files(base_tar: Path, out_tar: Path, config_json: str,
     return out_tar
 
 
+def _prune_stale_variants(cache_dir: Path, stamp: str, min_age_s: float = 3600.0) -> None:
+    """Delete variant tars assembled from another script/base (stale stamp) and not touched for an hour."""
+    now = time.time()
+    for old in cache_dir.glob("trtllm-standin-*.tar"):
+        parts = old.stem.split("-")  # trtllm, standin, <stamp>, <mode...>, <cfg>
+        if len(parts) >= 5 and parts[2] != stamp:
+            with contextlib.suppress(OSError):
+                if now - old.stat().st_mtime > min_age_s:
+                    old.unlink()
+
+
 def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float = 5.0,
                          version: str = "1.2.0rc6", *, arch: str | None = None,
                          mirror: str | None = None) -> Path:
@@ -205,21 +216,27 @@ def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float 
     First call: mmdebstrap base (~20-30 s) + variant (<1 s).  Later calls with the
     same recipe return the cached file immediately; a new mode/delay/version or a
     changed stand-in script only re-assembles the variant (no mmdebstrap).
+    Variant tars of an older script/base that were not touched for an hour are pruned.
     """
     cache_dir = Path(cache_dir)
     config_json = variant_config_json(mode, load_delay_s, version)
     script = STANDIN_SCRIPT.read_bytes()
     base_key = base_recipe_key(arch, mirror)
     h = hashlib.sha256()
-    for part in (_ASSEMBLY_VERSION.encode(), base_key.encode(), script, config_json.encode()):
+    for part in (_ASSEMBLY_VERSION.encode(), base_key.encode(), script):
         h.update(hashlib.sha256(part).digest())
-    out = cache_dir / ("trtllm-standin-%s-%s.tar" % (mode, h.hexdigest()[:16]))
+    stamp = h.hexdigest()[:12]  # which base + script the variant is made of
+    cfg = hashlib.sha256(config_json.encode()).hexdigest()[:10]
+    out = cache_dir / ("trtllm-standin-%s-%s-%s.tar" % (stamp, mode.replace("_", ""), cfg))
     if out.exists():
+        with contextlib.suppress(OSError):
+            os.utime(out)  # mark as in use (pruning looks at mtime)
         return out
     base = build_base_tarball(cache_dir, arch, mirror)
-    with _locked(cache_dir, "variant-" + h.hexdigest()[:16]):
+    with _locked(cache_dir, "variant-%s-%s" % (stamp, cfg)):
         if not out.exists():
             add_standin_files(base, out, config_json, script)
+    _prune_stale_variants(cache_dir, stamp)
     return out
 
 
@@ -229,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Build the trtllm-serve STAND-IN rootfs tarball "
                                             "(prints its path and the docker import command).")
     p.add_argument("--cache-dir", type=Path,
-                   default=Path(os.environ.get("SPECFLEET_STANDIN_CACHE",
-                                               Path.home() / ".cache" / "specfleet" / "trtllm-standin")))
+                   default=Path(os.environ.get("SPECFLEET_CACHE_DIR") or Path.home() / ".cache" / "specfleet"),
+                   help="default: $SPECFLEET_CACHE_DIR or ~/.cache/specfleet (the VM lab's cache)")
     p.add_argument("--mode", choices=MODES, default="ok")
     p.add_argument("--load-delay-s", type=float, default=5.0)
     p.add_argument("--version", default="1.2.0rc6")
