@@ -26,8 +26,13 @@ d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
 echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
 echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
 for f in $SIZES; do s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
-for f in $HASHES; do h=$(sha256sum "$f" 2>/dev/null | cut -d' ' -f1); echo "sha256	${h:-none}	$f"; done
-for f in $EXISTS; do [ -e "$f" ] && echo "exists	$f"; done
+for f in $FILES; do
+  if [ -L "$f" ]; then echo "file	link|$(readlink "$f")	$f"
+  elif [ -d "$f" ]; then echo "file	dir|$(stat -c '%a|%U|%G' "$f")	$f"
+  elif [ -f "$f" ]; then echo "file	file|$(stat -c '%a|%U|%G' "$f")|$(sha256sum "$f" | cut -d' ' -f1)	$f"; fi
+done
+for u in $USERS; do echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
+echo "hub_client	$(sed -n 's/^Version: //p' "$DATA"/venv/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
 true
 """
 
@@ -50,8 +55,9 @@ class HostStatus:
     free_bytes: int = 0
     image_id: str = ""
     sizes: dict[str, int] = field(default_factory=dict)  # path -> size (-1 missing)
-    sha256: dict[str, str] = field(default_factory=dict)
-    exists: set[str] = field(default_factory=set)
+    files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> ("dir"|"file", mode, user, group[, sha256]) or ("link", target)
+    groups: dict[str, list[str] | None] = field(default_factory=dict)  # user -> groups (None: no such user)
+    hub_client: str = ""  # huggingface_hub version in the fetch virtualenv
 
 
 class SpecfleetHost(FactBase):
@@ -61,12 +67,12 @@ class SpecfleetHost(FactBase):
     def default() -> HostStatus:
         return HostStatus()
 
-    def command(self, data_dir, service, port, image, sizes=(), hashes=(), exists=()):
+    def command(self, data_dir, service, port, image, sizes=(), files=(), users=()):
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
             "SIZES": " ".join(shlex.quote(p) for p in sizes),
-            "HASHES": " ".join(shlex.quote(p) for p in hashes),
-            "EXISTS": " ".join(shlex.quote(p) for p in exists),
+            "FILES": " ".join(shlex.quote(p) for p in files),
+            "USERS": " ".join(shlex.quote(u) for u in users),
         }
         # Paths are validated (no spaces/quotes), so word-splitting the lists is safe.
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -79,11 +85,12 @@ class SpecfleetHost(FactBase):
             if key == "size":
                 size, _, path = rest.partition("\t")
                 st.sizes[path] = int(size) if size.lstrip("-").isdigit() else -1
-            elif key == "sha256":
-                digest, _, path = rest.partition("\t")
-                st.sha256[path] = "" if digest == "none" else digest
-            elif key == "exists":
-                st.exists.add(rest)
+            elif key == "file":
+                desc, _, path = rest.partition("\t")
+                st.files[path] = tuple(desc.split("|"))
+            elif key == "groups":
+                user, _, groups = rest.partition("\t")
+                st.groups[user] = None if groups == "(missing)" else groups.split()
             elif key == "listen":
                 st.listeners = int(rest or 0)
             elif key == "free":
@@ -95,6 +102,6 @@ class SpecfleetHost(FactBase):
             elif key == "releases":
                 st.releases = rest.split()
             elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "current", "previous", "lock",
-                         "unit_sha256"):
+                         "unit_sha256", "hub_client"):
                 setattr(st, key, rest)
         return st

@@ -3,7 +3,10 @@ server needs (with sizes, for the disk preflight), and check gated repos before 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 from .settings import Problem, Settings
@@ -35,53 +38,87 @@ def _models_of(s: Settings) -> list[tuple[str, dict, str, str]]:
 
 
 def resolve_pins(fleet: dict[str, Settings]) -> tuple[dict[str, dict[str, ModelPin]], list[Problem]]:
-    """Per host: {"target": pin, "draft": pin}. Each (endpoint, repo, revision, token) is asked once."""
+    """Per host: {"target": pin, "draft": pin}. Each (endpoint, repo, revision, token) is asked once.
+
+    The Hub calls run in a child Python process: pyinfra's CLI monkey-patches the controller process
+    with gevent, under which huggingface_hub's HTTP stack cannot load. Tokens reach the child through
+    its environment, never its command line.
+    """
+    requests: dict[tuple, dict] = {}
+    tokens: list[str] = []
+    wanted: dict[str, list[tuple[str, str, tuple]]] = {}
+    for host, s in fleet.items():
+        if s.profile is None:
+            continue
+        token = s.hf_token.get_secret_value() if s.hf_token else None
+        if token is not None and token not in tokens:
+            tokens.append(token)
+        for role, model, revision, key in _models_of(s):
+            rkey = (s.controller_endpoint, model["repo"], revision, tokens.index(token) if token else -1,
+                    tuple(model["ignore_patterns"]))
+            requests[rkey] = {"endpoint": rkey[0], "repo": rkey[1], "revision": rkey[2], "token": rkey[3],
+                              "ignore": list(rkey[4]), "page": f"{s.hub_endpoint}/{model['repo']}", "key": key}
+            wanted.setdefault(host, []).append((role, key, rkey))
+    if not requests:
+        return {h: {} for h in fleet}, []
+    env = {**os.environ, "SPECFLEET_HUB_TOKENS": json.dumps(tokens)}
+    proc = subprocess.run([sys.executable, "-m", "specfleet.hub"], input=json.dumps(list(requests.values())),
+                          capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {}, [Problem(h, "controller_hub_endpoint", f"Hub metadata lookup failed: {detail}") for h in wanted]
+    answers = dict(zip(requests, json.loads(proc.stdout)))
+    pins: dict[str, dict[str, ModelPin]] = {h: {} for h in fleet}
+    problems: list[Problem] = []
+    for host, items in wanted.items():
+        for role, _key, rkey in items:
+            answer = answers[rkey]
+            if "error" in answer:
+                problems.append(Problem(host, answer["key"], answer["error"]))
+            else:
+                pins[host][role] = ModelPin(role=role, repo=rkey[1], revision=rkey[2], commit=answer["commit"],
+                                            files=tuple((n, sz) for n, sz in answer["files"]), ignore_patterns=rkey[4],
+                                            repo_bytes=answer["repo_bytes"])
+    return pins, problems
+
+
+def _lookup(req: dict, tokens: list[str]) -> dict:
+    """One model at one revision: commit, needed files with sizes; or {"key", "error"} (runs in the child)."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
                                         RevisionNotFoundError)
     from huggingface_hub.utils import filter_repo_objects
 
-    cache: dict[tuple, ModelPin | str] = {}
-    pins: dict[str, dict[str, ModelPin]] = {}
-    problems: list[Problem] = []
-    for host, s in fleet.items():
-        if s.profile is None:
-            continue
-        token = s.hf_token.get_secret_value() if s.hf_token else None
-        host_pins: dict[str, ModelPin] = {}
-        for role, model, revision, key in _models_of(s):
-            cache_key = (s.controller_endpoint, model["repo"], revision, token, tuple(model["ignore_patterns"]))
-            if cache_key not in cache:
-                api = HfApi(endpoint=s.controller_endpoint, token=token or False)
-                repo = model["repo"]
-                try:
-                    api.auth_check(repo, token=token or False)
-                    info = api.model_info(repo, revision=revision, files_metadata=True)
-                    siblings = [(f.rfilename, int(f.size or 0)) for f in (info.siblings or [])]
-                    keep = set(filter_repo_objects([name for name, _ in siblings],
-                                                   ignore_patterns=model["ignore_patterns"] or None))
-                    cache[cache_key] = ModelPin(
-                        role=role, repo=repo, revision=revision, commit=info.sha,
-                        files=tuple(sorted((n, sz) for n, sz in siblings if n in keep)),
-                        ignore_patterns=tuple(model["ignore_patterns"]),
-                        repo_bytes=sum(sz for _, sz in siblings))
-                except GatedRepoError:
-                    cache[cache_key] = ("hf_token", f"{repo} is gated and this token has no access; request access at "
-                                        f"{s.hub_endpoint}/{repo} (or set hf_token_file to a token that has it)")
-                except RevisionNotFoundError:
-                    cache[cache_key] = (key, f"revision '{revision}' not found in {repo}")
-                except RepositoryNotFoundError:
-                    cache[cache_key] = ("hf_token" if token is None else "profile",
-                                        f"{repo} not found on {s.controller_endpoint} (private or gated repos need a token)")
-                except HfHubHTTPError as exc:
-                    cache[cache_key] = ("controller_hub_endpoint", f"Hub error for {repo}: {str(exc).splitlines()[0]}")
-                except Exception as exc:  # network errors: unreachable endpoint, DNS, TLS
-                    cache[cache_key] = ("controller_hub_endpoint", f"cannot reach {s.controller_endpoint} for {repo}: "
-                                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            found = cache[cache_key]
-            if isinstance(found, ModelPin):
-                host_pins[role] = found
-            else:
-                problems.append(Problem(host, found[0], found[1]))
-        pins[host] = host_pins
-    return pins, problems
+    token = tokens[req["token"]] if req["token"] >= 0 else None
+    repo, revision, endpoint = req["repo"], req["revision"], req["endpoint"]
+    api = HfApi(endpoint=endpoint, token=token or False)
+    try:
+        api.auth_check(repo, token=token or False)
+        info = api.model_info(repo, revision=revision, files_metadata=True)
+    except GatedRepoError:
+        return {"key": "hf_token", "error": f"{repo} is gated and {'this token has' if token else 'no token gives'} "
+                                            f"no access; request access at {req['page']} (or set hf_token_file)"}
+    except RevisionNotFoundError:
+        return {"key": req["key"], "error": f"revision '{revision}' not found in {repo}"}
+    except RepositoryNotFoundError:
+        return {"key": "hf_token" if token is None else "profile",
+                "error": f"{repo} not found on {endpoint} (private or gated repos need a token)"}
+    except HfHubHTTPError as exc:
+        return {"key": "controller_hub_endpoint", "error": f"Hub error for {repo}: {str(exc).splitlines()[0]}"}
+    except Exception as exc:  # network errors: unreachable endpoint, DNS, TLS
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return {"key": "controller_hub_endpoint", "error": f"cannot reach {endpoint} for {repo}: {type(exc).__name__}: {first}"}
+    siblings = [(f.rfilename, int(f.size or 0)) for f in (info.siblings or [])]
+    keep = set(filter_repo_objects([n for n, _ in siblings], ignore_patterns=req["ignore"] or None))
+    return {"commit": info.sha, "files": sorted((n, sz) for n, sz in siblings if n in keep),
+            "repo_bytes": sum(sz for _, sz in siblings)}
+
+
+def _main() -> None:
+    tokens = json.loads(os.environ.get("SPECFLEET_HUB_TOKENS", "[]"))
+    requests = json.loads(sys.stdin.read())
+    json.dump([_lookup(req, tokens) for req in requests], sys.stdout)
+
+
+if __name__ == "__main__":
+    _main()

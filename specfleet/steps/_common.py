@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import shlex
+from dataclasses import dataclass
+from importlib import resources
 from weakref import WeakKeyDictionary
 
 from pyinfra import host
@@ -45,13 +48,80 @@ def host_status(plan: HostPlan) -> HostStatus:
     return per_run[host.name]
 
 
-def _read_status(plan: HostPlan) -> HostStatus:
+@dataclass(frozen=True)
+class Want:
+    """What a managed path must be: a dir/file with mode and owner (and content), or a symlink."""
+
+    kind: str  # "dir" | "file" | "link"
+    mode: str = "755"
+    user: str = "root"
+    group: str = "root"
+    sha256: str | None = None  # files: expected content hash (None: only existence, mode, owner)
+    target: str | None = None  # links
+
+    def matches(self, found: tuple[str, ...] | None) -> bool:
+        if not found or found[0] != self.kind:
+            return False
+        if self.kind == "link":
+            return found[1] == self.target
+        if tuple(found[1:4]) != (self.mode, self.user, self.group):
+            return False
+        return self.sha256 is None or found[4] == self.sha256
+
+
+def sha256(content: bytes | str) -> str:
+    return hashlib.sha256(content.encode() if isinstance(content, str) else content).hexdigest()
+
+
+def wanted_files(plan: HostPlan) -> dict[str, Want]:
+    """Every small file/dir/link a converge manages, with what it must be (one status read covers all)."""
+    cached = getattr(plan, "_wanted", None)
+    if cached is None:
+        cached = plan._wanted = _wanted_files(plan)
+    return cached
+
+
+def _wanted_files(plan: HostPlan) -> dict[str, Want]:
     s, p = plan.settings, plan.paths
+    host_dir = resources.files("specfleet.host")
+    want: dict[str, Want] = {
+        s.secrets_dir: Want("dir", "700"),
+        s.data_dir: Want("dir"),
+        p.bin: Want("dir"),
+        p.host_tool: Want("file", "755", sha256=sha256((host_dir / "specfleet_host.py").read_bytes())),
+        p.fetch_tool: Want("file", "755", sha256=sha256((host_dir / "fetch_model.py").read_bytes())),
+    }
+    if s.hf_token is not None:
+        want[p.token_file] = Want("file", "600", sha256=sha256(s.hf_token.get_secret_value() + "\n"))
+    if s.profile is None:
+        return want
+    if s.profile["tiktoken"]:
+        want[p.tiktoken] = Want("dir")
+        for name in TIKTOKEN_FILES:
+            want[f"{p.tiktoken}/{name}"] = Want("file", "644", sha256=s.tiktoken_sha256[name])
+    rdir = f"{p.releases}/{plan.release_id}"
+    want[p.releases] = Want("dir")
+    want[rdir] = Want("dir")
+    for path, content in plan.files().items():
+        if path.startswith(p.current + "/"):
+            want[f"{rdir}/{path.rsplit('/', 1)[1]}"] = Want("file", "644", sha256=sha256(content))
+    if "draft" in plan.pins:
+        pin = plan.pins["draft"]
+        want[f"{rdir}/draft"] = Want("link", target=p.draft_dir(pin.repo, pin.commit))
+    want[f"{rdir}/release.json"] = Want("file", "644")  # written once: it records the creation time
+    return want
+
+
+def _read_status(plan: HostPlan) -> HostStatus:
+    s = plan.settings
     sizes = tuple(path for paths in model_paths(plan).values() for path, _ in paths)
-    hashes = tuple(f"{p.tiktoken}/{name}" for name in TIKTOKEN_FILES) if s.profile and s.profile["tiktoken"] else ()
-    exists = (f"{p.releases}/{plan.release_id}/release.json",) if s.profile else ()
     return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
-                         image=s.image, sizes=sizes, hashes=hashes, exists=exists)
+                         image=s.image, sizes=sizes, files=tuple(wanted_files(plan)), users=tuple(s.operator_users))
+
+
+def differs(plan: HostPlan, path: str) -> bool:
+    """Whether `path` is not yet what the converge wants (decided from the one status read)."""
+    return not wanted_files(plan)[path].matches(host_status(plan).files.get(path))
 
 
 def missing(plan: HostPlan, status: HostStatus, role: str) -> list[tuple[str, int]]:

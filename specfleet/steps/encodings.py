@@ -10,7 +10,7 @@ import shlex
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from ._common import current_plan, host_status
+from ._common import current_plan, differs
 
 
 @deploy("tiktoken encodings")
@@ -19,11 +19,11 @@ def encodings():
     s, p = plan.settings, plan.paths
     if not (s.profile and s.profile["tiktoken"]):
         return
-    st = host_status(plan)
-    files.directory(name="Encodings directory", path=p.tiktoken, user="root", group="root", mode="755")
+    if differs(plan, p.tiktoken):
+        files.directory(name="Encodings directory", path=p.tiktoken, user="root", group="root", mode="755")
     for name, digest in s.tiktoken_sha256.items():
         dest = f"{p.tiktoken}/{name}"
-        if st.sha256.get(dest) == digest:
+        if not differs(plan, dest):
             continue
         tmp = f"{dest}.part"
         url = f"{s.tiktoken_base_url}/{name}"
@@ -32,5 +32,5 @@ def encodings():
             f" && echo '{digest}  {tmp}' | sha256sum -c --quiet - "
             f"|| {{ rm -f {tmp}; echo '{name} from {url} failed the download or SHA-256 check "
             f"(tiktoken_base_url / tiktoken_sha256)' >&2; exit 1; }}",
-            f"chmod 644 {tmp} && mv -f {tmp} {dest}",
+            f"chown root:root {tmp} && chmod 644 {tmp} && mv -f {tmp} {dest}",
         ])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.facts.server import Users
 
 from ._common import current_plan, host_status, missing, refuse
 
@@ -31,9 +30,8 @@ def preflight():
                             f"{s.disk_headroom_gb} GB headroom (disk_headroom_gb), {st.free_bytes / GB:.1f} GB free")
         if st.listeners and st.active != "active":
             problems.append(f"port {s.serve_port} is in use by another program (serve_port); stop it or choose another port")
-    users = host.get_fact(Users) or {}
     for user in s.operator_users:
-        if user not in users:
+        if st.groups.get(user) is None:
             problems.append(f"operator user {user} does not exist on the host (operator_users)")
     if problems:
         refuse(name="Preflight checks", message=f"{host.name}: preflight: " + "; ".join(problems))

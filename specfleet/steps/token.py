@@ -13,15 +13,16 @@ from pyinfra.api import deploy
 from pyinfra.facts.server import Home
 from pyinfra.operations import files
 
-from ._common import current_plan
+from ._common import current_plan, differs
 
 
 @deploy("Hugging Face token")
 def token():
     plan = current_plan()
     s, p = plan.settings, plan.paths
-    files.directory(name="Secrets directory (root only)", path=s.secrets_dir, user="root", group="root", mode="700")
-    if s.hf_token is None:
+    if differs(plan, s.secrets_dir):
+        files.directory(name="Secrets directory (root only)", path=s.secrets_dir, user="root", group="root", mode="700")
+    if s.hf_token is None or not differs(plan, p.token_file):
         return
     staging = {}
     if host.data.get("_sudo"):

@@ -63,13 +63,20 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     for paths in model_paths(plan).values():
         for path, size in paths:
             lines.append(f"size\t{sizes.get(path, size)}\t{path}")
-    if s.profile and s.profile["tiktoken"]:
-        hashes = over.get("hashes", {})
-        for name in TIKTOKEN_FILES:
-            path = f"{p.tiktoken}/{name}"
-            lines.append(f"sha256\t{hashes.get(path, s.tiktoken_sha256[name])}\t{path}")
-    if s.profile and not over.get("release_missing"):
-        lines.append(f"exists\t{p.releases}/{plan.release_id}/release.json")
+    from specfleet.steps._common import wanted_files
+    missing = set(over.get("files_missing", ()))
+    if over.get("release_missing"):
+        missing |= {path for path in wanted_files(plan) if path.startswith(f"{p.releases}/{plan.release_id}")}
+    for path, want in wanted_files(plan).items():
+        if path in missing:
+            continue
+        desc = f"link|{want.target}" if want.kind == "link" else f"{want.kind}|{want.mode}|{want.user}|{want.group}"
+        if want.kind == "file":
+            desc += f"|{want.sha256 or '0' * 64}"
+        lines.append(f"file\t{desc}\t{path}")
+    for user in s.operator_users:
+        lines.append(f"groups\t{user}\t" + ("(missing)" if user in over.get("missing_users", ()) else f"{user} docker"))
+    lines.append(f"hub_client\t{over.get('hub_client', '2.4.0')}")
     return lines
 
 

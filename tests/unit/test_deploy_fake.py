@@ -25,7 +25,8 @@ def test_converged_host_changes_nothing(profile):
     assert not state.failed_hosts
 
 
-FRESH = {"cat /etc/passwd | cut -d: -f1": ["nvidia:x:1000:1000::/home/nvidia:/bin/bash|nvidia|nvidia||"],
+FRESH = {"export DATA SVC": ["docker\tok", 'runtimes\t{"nvidia":{}}', "free\t999999999999", "groups\tnvidia\tnvidia"],
+         "cat /etc/passwd | cut -d: -f1": ["nvidia:x:1000:1000::/home/nvidia:/bin/bash|nvidia|nvidia||"],
          "cat /etc/group": ["docker:x:998:", "nvidia:x:1000:"], "uname -s": "Linux",
          "command -v usermod": "/usr/sbin/usermod"}
 
@@ -110,7 +111,7 @@ def test_preflight_refuses_before_any_change(status, message):
 def test_preflight_names_missing_operator_user():
     plans = make_plans({"spark-01": {"operator_users": ["ghost"]}}, "eagle3")
     state = run_deploy(plans, converge, "eagle3", responses=lambda p: {
-        "exit 1": {"success": False}, **converged_responses(p), "cat /etc/passwd | cut -d: -f1": []})
+        "exit 1": {"success": False}, **converged_responses(p, missing_users=["ghost"])})
     refusal = [c for c in executed(state)["spark-01"] if "exit 1" in c]
     assert refusal and "operator user ghost does not exist" in refusal[0]
 

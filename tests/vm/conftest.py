@@ -55,6 +55,7 @@ def vm_fleet(tmp_path_factory, request):
 @pytest.fixture(scope="session")
 def lab_inventory(vm_fleet, hub):
     start = time.monotonic()
+    lab.trust_controller_cas(vm_fleet)
     lab.load_standin_image(vm_fleet, cache_dir())
     figure("prepare: build + load stand-in image into every guest", f"{time.monotonic() - start:.1f} s")
     return lab.write_ci_inventory(vm_fleet.inventory_path, hub.port, vm_fleet.workdir / "ci-inventory.yml")

@@ -50,6 +50,24 @@ def write_ci_inventory(fleet_inventory: Path, hub_port: int, out: Path, image: s
     return out
 
 
+def trust_controller_cas(fleet, ca_dir: Path = Path("/usr/local/share/ca-certificates")) -> int:
+    """Prepare: give the guests the extra CAs the controller trusts (e.g. a TLS-intercepting egress proxy
+    in front of PyPI), as a corporate network would; the deploy installs huggingface_hub from PyPI."""
+    cas = sorted(ca_dir.glob("*.crt"))
+    if not cas:
+        return 0
+
+    def one(g):
+        for ca in cas:
+            g.put(ca, f"/usr/local/share/ca-certificates/{ca.name}")
+        g.ssh("update-ca-certificates >/dev/null 2>&1 && "
+              "printf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n' > /etc/pip.conf")
+        return 0.0
+
+    fleet._parallel(one)
+    return len(cas)
+
+
 def load_standin_image(fleet, cache_dir: Path, mode: str = "ok", load_delay_s: float = 4.0, tag: str = STANDIN_TAG) -> dict:
     tarball = standin_image.build_rootfs_tarball(cache_dir, mode=mode, load_delay_s=load_delay_s)
     return fleet.load_image(tarball, tag, standin_image.docker_import_changes())

@@ -23,6 +23,7 @@ def main() -> int:
     print(f"==> bringing up 2 guests in {workdir} (first time: builds the guest image, a few minutes)")
     fleet = vm.up(count=2, workdir=workdir, cache_dir=cache)
     print("==> loading the trtllm-serve STAND-IN image into the guests (no GPU here)")
+    lab.trust_controller_cas(fleet)
     lab.load_standin_image(fleet, cache)
     with HubStandin(bind="127.0.0.1", port=0) as hub:
         inventory = lab.write_ci_inventory(fleet.inventory_path, hub.port, workdir / "ci-inventory.yml")

@@ -1,0 +1,200 @@
+"""The VM fleet itself: real systemd guests under QEMU that stand in for DGX Spark hosts.
+
+Slow (minutes under TCG). Run with `pytest -m vm tests/vm -s`. The guest image is taken
+from the shared cache (SPECFLEET_CACHE_DIR or ~/.cache/specfleet) and built there if
+missing; set SPECFLEET_VM_TEST_COLD=1 to build into a fresh cache and measure a cold build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specfleet import vm
+
+pytestmark = [
+    pytest.mark.vm,
+    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                       reason="qemu-system-x86_64 not installed"),
+]
+
+FIGURES: dict[str, object] = {}
+
+
+def _report(config, line: str) -> None:
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(line)
+    else:  # pragma: no cover
+        print(line)
+
+
+def _our_qemu_pids(workdir: Path) -> list[int]:
+    """Live QEMU processes whose command line mentions this workdir."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"qemu" in cmd and str(workdir).encode() in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    if os.environ.get("SPECFLEET_VM_TEST_COLD"):
+        return tmp_path_factory.mktemp("vm-cache")
+    return vm.default_cache_dir()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fleet")
+
+
+@pytest.fixture(scope="module")
+def fleet(workdir, cache_dir, request):
+    t0 = time.monotonic()
+    try:
+        f = vm.up(count=2, workdir=workdir, cache_dir=cache_dir)
+        FIGURES["up(2) total s"] = round(time.monotonic() - t0, 1)
+        FIGURES.update({f"up(2) {k}": v for k, v in f.timings.items() if k != "states"})
+        yield f
+    finally:
+        vm.down(workdir)  # even when a test (or up itself) failed
+        assert _our_qemu_pids(workdir) == []
+        _report(request.config, "\nVM fleet figures: " + json.dumps(FIGURES, indent=1))
+
+
+def test_guests_answer_ssh_and_systemd_is_up(fleet):
+    assert [g.name for g in fleet.guests] == ["spark-1", "spark-2"]
+    assert len({g.port for g in fleet.guests}) == 2
+    for g in fleet.guests:
+        assert g.is_running()
+        state = g.ssh("systemctl is-system-running", check=False).stdout.strip()
+        assert state in ("running", "degraded"), (g.name, state)
+
+
+def test_guests_have_their_own_identity(fleet):
+    hostnames = [g.ssh("hostname").stdout.strip() for g in fleet.guests]
+    assert hostnames == ["spark-1", "spark-2"]
+    ids = [g.ssh("cat /etc/machine-id").stdout.strip() for g in fleet.guests]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids), ids
+    assert ids[0] != ids[1]
+    hostkeys = [g.ssh("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+                for g in fleet.guests]
+    assert hostkeys[0] != hostkeys[1]
+    # the hostname resolves (sudo and many tools look it up)
+    fleet.guests[0].ssh("getent hosts $(hostname)")
+
+
+def test_guest_has_what_a_deploy_relies_on(fleet):
+    g = fleet.guests[0]
+    g.ssh("set -e; command -v curl ss sha256sum df journalctl systemctl sudo python3 docker; "
+          "python3 -m venv /tmp/venv && /tmp/venv/bin/python -c 'import sys; print(sys.prefix)'; "
+          "curl --version >/dev/null; ss -ltn | grep -q ':22 '; echo x | sha256sum; df -h /; "
+          "journalctl -b -n 1 --no-pager; test -s /etc/resolv.conf")
+
+
+def test_spark_user_has_sudo_but_not_docker(fleet):
+    g = fleet.guests[0]
+    ident = g.ssh("id", user="spark").stdout
+    assert "uid=1000(spark)" in ident and "docker" not in ident
+    assert g.ssh("getent passwd spark").stdout.strip().endswith(":/bin/bash")
+    assert g.ssh("sudo -n id -u", user="spark").stdout.strip() == "0"
+    assert "Server Version" in g.ssh("docker info").stdout  # root can use docker
+    r = g.ssh("sudo -u spark docker ps", check=False)
+    assert r.returncode != 0 and "permission denied" in r.stderr.lower(), r
+
+
+def test_docker_import_and_run(fleet, tmp_path):
+    # a minimal rootfs collected inside a guest: dash and the libraries it links
+    src = fleet.guests[0]
+    src.ssh("set -e; d=$(mktemp -d); "
+            "for f in /usr/bin/dash $(ldd /usr/bin/dash | grep -o '/[^ ]*'); do "
+            "  mkdir -p \"$d$(dirname $f)\"; cp -L \"$f\" \"$d$f\"; done; "
+            "tar -C \"$d\" -cf /tmp/mini.tar . && rm -rf \"$d\"")
+    tarball = tmp_path / "mini.tar"
+    src.get("/tmp/mini.tar", tarball)
+    assert tarball.stat().st_size > 100_000
+    seconds = fleet.load_image(tarball, "specfleet/mini:test",
+                               changes=['CMD ["/usr/bin/dash", "-c", "echo container-ok"]'])
+    FIGURES["load_image s"] = {k: round(v, 1) for k, v in seconds.items()}
+    assert set(seconds) == {"spark-1", "spark-2"}
+    for g in fleet.guests:
+        t0 = time.monotonic()
+        assert g.ssh("docker run --rm specfleet/mini:test").stdout.strip() == "container-ok"
+        FIGURES[f"docker run {g.name} s"] = round(time.monotonic() - t0, 1)
+        out = g.ssh("docker run --rm specfleet/mini:test /usr/bin/dash -c 'echo $((6*7))'")
+        assert out.stdout.strip() == "42"
+
+
+def test_inventory_and_fleet_json(fleet):
+    inv = yaml.safe_load(fleet.inventory_path.read_text())
+    v = inv["all"]["vars"]
+    assert v["ssh_user"] == "root" and Path(v["ssh_key"]).is_file()
+    assert v["ssh_known_hosts_file"] == "/dev/null"
+    assert v["ssh_strict_host_key_checking"] == "no"
+    hosts = inv["all"]["children"]["vm_fleet"]["hosts"]
+    assert hosts == {g.name: {"ssh_hostname": "127.0.0.1", "ssh_port": g.port}
+                     for g in fleet.guests}
+    again = vm.load(fleet.workdir)  # another process re-attaches via fleet.json
+    assert [(g.name, g.port) for g in again.guests] == [(g.name, g.port) for g in fleet.guests]
+    assert again.guests[1].ssh("hostname").stdout.strip() == "spark-2"
+
+
+def test_poweroff_and_boot_again(fleet):
+    g = fleet.guests[1]
+    machine_id = g.ssh("cat /etc/machine-id").stdout.strip()
+    g.ssh("echo survives > /root/marker && sync")
+    port = g.port
+    g.poweroff()
+    assert not g.is_running() and not g.pidfile.exists()
+    assert g.ssh("true", check=False, timeout=30, connect_timeout=5).returncode != 0
+    g.poweroff()  # already off: no-op
+    t0 = time.monotonic()
+    g.boot()
+    FIGURES["boot() after poweroff s"] = round(time.monotonic() - t0, 1)
+    assert g.port == port and g.is_running()
+    assert g.ssh("cat /root/marker").stdout.strip() == "survives"
+    assert g.ssh("cat /etc/machine-id").stdout.strip() == machine_id
+    assert fleet.guests[0].ssh("hostname").stdout.strip() == "spark-1"  # the other one is fine
+
+
+def test_down_is_complete_and_idempotent(fleet, workdir):
+    assert _our_qemu_pids(workdir)
+    vm.down(workdir)
+    assert _our_qemu_pids(workdir) == []
+    for g in fleet.guests:
+        assert not g.overlay.exists() and not g.pidfile.exists()
+        assert g.console_log.exists()  # kept for debugging
+    assert not (workdir / "fleet.json").exists()
+    vm.down(workdir)  # twice
+    vm.down(workdir / "never-used")  # nothing up at all
+    with pytest.raises(vm.VMError):
+        vm.load(workdir)
+
+
+def test_second_up_reuses_cached_image(cache_dir, tmp_path, request):
+    wd = tmp_path / "fleet2"
+    try:
+        t0 = time.monotonic()
+        f = vm.up(count=1, workdir=wd, cache_dir=cache_dir)
+        FIGURES["up(1) total s"] = round(time.monotonic() - t0, 1)
+        FIGURES.update({f"up(1) {k}": v for k, v in f.timings.items() if k != "states"})
+        assert f.timings["image_cached"] is True
+        assert f.guests[0].ssh("hostname").stdout.strip() == "spark-1"
+    finally:
+        vm.down(wd)
+    assert _our_qemu_pids(wd) == []
