@@ -378,7 +378,7 @@ def build_image(cache_dir=None) -> ImageInfo:
         log.info("building guest image %s (Debian %s, %d packages)", h[:12], SUITE, len(PACKAGES))
         tmp = Path(tempfile.mkdtemp(prefix=f".build-{h[:16]}-", dir=images))
         try:
-            _build_into(tmp)
+            _build_into(tmp, lock_fd=lockf.fileno())
             (tmp / "disk.img").chmod(0o444)  # backing file of every overlay: never write it
             seconds = time.monotonic() - t0
             meta = dict(recipe(), recipe_hash=h, build_seconds=round(seconds, 1),
@@ -393,7 +393,15 @@ def build_image(cache_dir=None) -> ImageInfo:
     return info
 
 
-def _build_into(tmp: Path) -> None:
+def _die_with_parent() -> None:
+    """preexec_fn: get SIGTERM if the builder dies, so mmdebstrap unmounts and stops
+    instead of writing on into a directory the next builder will delete."""
+    with contextlib.suppress(Exception):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _build_into(tmp: Path, lock_fd: int) -> None:
     _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "specfleet-vm",
           "-f", tmp / "id_ed25519"], capture_output=True)
     hook = tmp / "customize.sh"
@@ -408,7 +416,9 @@ def _build_into(tmp: Path) -> None:
             f"{shlex.quote(str(tmp / 'id_ed25519.pub'))}",
             SUITE, rootfs, *MIRRORS]
     t0 = time.monotonic()
-    proc = _run(argv, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # the build lock is inherited, so it stays held while anything of this build still runs
+    proc = _run(argv, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                pass_fds=(lock_fd,), preexec_fn=_die_with_parent)
     if proc.returncode != 0:
         raise VMError(f"mmdebstrap failed ({proc.returncode}):\n"
                       + "\n".join(proc.stdout.splitlines()[-40:]))

@@ -63,9 +63,10 @@ def test_models_complete_at_the_recorded_commit(spark):
 
 
 def test_hf_cache_ls_lists_the_models(spark):
-    out = spark.host.check_output(f"{spark.plan.paths.venv}/bin/hf cache ls --cache-dir {spark.plan.paths.hub_cache}")
+    out = spark.host.check_output(f"{spark.plan.paths.venv}/bin/hf cache ls --cache-dir {spark.plan.paths.hub_cache} --format json")
+    cached = {entry["repo_id"] for entry in json.loads(out)}
     for model in spark.release["models"].values():
-        assert model["repo"] in out
+        assert model["repo"] in cached, (model["repo"], cached)
 
 
 def test_config_file_equals_render_output(spark):

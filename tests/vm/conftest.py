@@ -68,3 +68,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("=", "specfleet VM-tier figures (measured in this run)")
     for name, value in FIGURES:
         terminalreporter.write_line(f"  {name.ljust(width)}  {value}")
+
+
+def pytest_collection_modifyitems(items):
+    """The fleet up/down test brings up its own guests: run it before the session fleet boots."""
+    items.sort(key=lambda item: 0 if item.path.name == "test_vm_fleet.py" else 1)

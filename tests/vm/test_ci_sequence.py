@@ -126,8 +126,8 @@ def test_cleanup_stops_and_keeps_the_cache(vm_fleet, lab_inventory, hub):
         state = g.ssh("systemctl is-active specfleet-trtllm; systemctl is-enabled specfleet-trtllm", check=False).stdout.split()
         assert state == ["inactive", "disabled"], state
         assert g.ssh("docker ps -aq --filter name=specfleet-trtllm").stdout.strip() == ""
-        listing = g.ssh("/var/lib/specfleet/venv/bin/hf cache ls --cache-dir /var/lib/specfleet/hf/hub 2>&1 || "
-                        "ls /var/lib/specfleet/hf/hub", check=False).stdout
-        assert "Llama-3.3-70B-Instruct-FP4" in listing and "gpt-oss-120b" in listing, listing
+        listing = g.ssh("/var/lib/specfleet/venv/bin/hf cache ls --cache-dir /var/lib/specfleet/hf/hub --format json").stdout
+        cached = {entry["repo_id"] for entry in json.loads(listing)}
+        assert {"nvidia/Llama-3.3-70B-Instruct-FP4", "openai/gpt-oss-120b"} <= cached, cached
     again = lab.run_pyinfra(lab_inventory, "cleanup")
     assert again.returncode == 0 and again.changed == {}

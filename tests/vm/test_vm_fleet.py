@@ -7,7 +7,7 @@ missing; set SPECFLEET_VM_TEST_COLD=1 to build into a fresh cache and measure a 
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 import shutil
@@ -28,12 +28,20 @@ pytestmark = [
 FIGURES: dict[str, object] = {}
 
 
-def _report(config, line: str) -> None:
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.write_line(line)
-    else:  # pragma: no cover
-        print(line)
+def _report(config) -> None:
+    """Hand the figures to the VM tier's summary table if there is one, else print them."""
+    try:
+        from tests.vm.conftest import figure
+    except ImportError:
+        figure = None
+    if figure is not None:
+        for name, value in FIGURES.items():
+            figure(f"vm fleet: {name}", str(value))
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with ctx:
+        print("\nVM fleet figures:\n" + "\n".join(f"  {k}: {v}" for k, v in FIGURES.items()))
 
 
 def _our_qemu_pids(workdir: Path) -> list[int]:
@@ -74,7 +82,7 @@ def fleet(workdir, cache_dir, request):
     finally:
         vm.down(workdir)  # even when a test (or up itself) failed
         assert _our_qemu_pids(workdir) == []
-        _report(request.config, "\nVM fleet figures: " + json.dumps(FIGURES, indent=1))
+        _report(request.config)
 
 
 def test_guests_answer_ssh_and_systemd_is_up(fleet):
