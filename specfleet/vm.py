@@ -254,7 +254,8 @@ def _pid_is_our_qemu(pid: int, overlay: Path) -> bool:
     if state in ("Z", "X"):
         return False
     args = cmdline.split(b"\0")
-    return b"qemu" in cmdline and any(str(overlay).encode() in a for a in args)
+    needle = f"file={_qesc(overlay)},".encode()
+    return b"qemu" in cmdline and any(needle in a for a in args)
 
 
 def _wait_gone(pid: int, overlay: Path, timeout: float) -> bool:
@@ -333,7 +334,7 @@ def _image_info(d: Path, h: str, built: bool, seconds: float) -> ImageInfo:
     key = d / "id_ed25519"
     with contextlib.suppress(OSError):
         if key.stat().st_mode & 0o077:
-            key.chmod(0o600)  # ssh refuses group/world-readable keys (e.g. after a CI cache restore)
+            key.chmod(0o600)  # ssh refuses readable keys (e.g. after a CI cache restore)
     disk = d / "disk.img"
     return ImageInfo(
         dir=d, disk=disk, kernel=d / "vmlinuz", initrd=d / "initrd", key=key,
@@ -416,12 +417,28 @@ def _build_into(tmp: Path, lock_fd: int) -> None:
             f"{shlex.quote(str(tmp / 'id_ed25519.pub'))}",
             SUITE, rootfs, *MIRRORS]
     t0 = time.monotonic()
-    # the build lock is inherited, so it stays held while anything of this build still runs
-    proc = _run(argv, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                pass_fds=(lock_fd,), preexec_fn=_die_with_parent)
+    build_log = tmp / "mmdebstrap.log"
+    log.debug("run: %s", shlex.join(str(a) for a in argv))
+    with open(build_log, "wb") as out:
+        # the build lock is inherited, so it stays held while anything of this build runs
+        proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, pass_fds=(lock_fd,),
+                                preexec_fn=_die_with_parent, start_new_session=True)
+        try:
+            proc.wait()
+        except BaseException:
+            # interrupted: Ctrl-C its whole process group (mmdebstrap, apt, dpkg), so that
+            # mmdebstrap stops and unmounts /proc, /sys, /dev/pts in the rootfs before the
+            # caller deletes the directory (a lone SIGTERM makes it wait for apt to finish)
+            for sig, wait in ((signal.SIGINT, 60), (signal.SIGKILL, 30)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(wait)
+                    break
+            raise
     if proc.returncode != 0:
-        raise VMError(f"mmdebstrap failed ({proc.returncode}):\n"
-                      + "\n".join(proc.stdout.splitlines()[-40:]))
+        raise VMError(f"mmdebstrap failed ({proc.returncode}):\n{_tail(build_log, 40)}")
     log.info("mmdebstrap: %.0f s", time.monotonic() - t0)
     boot = rootfs / "boot"
     kernels = sorted(boot.glob("vmlinuz-*"))
@@ -441,6 +458,7 @@ def _build_into(tmp: Path, lock_fd: int) -> None:
     log.info("mkfs.ext4 -d: %.0f s", time.monotonic() - t0)
     _safe_rmtree(rootfs)
     hook.unlink()
+    build_log.unlink()
 
 
 # --------------------------------------------------------------------------- accel
@@ -550,6 +568,11 @@ def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
 # --------------------------------------------------------------------------- guests
 
 
+def _qesc(path) -> str:
+    """A path inside a QEMU option string (commas are doubled)."""
+    return str(path).replace(",", ",,")
+
+
 def _qemu_argv(g: "Guest", kernel: Path, initrd: Path, memory_mb: int, smp: int, accel: str,
                hostname: str, daemonize: bool = True) -> list[str]:
     if accel == "kvm":
@@ -560,10 +583,12 @@ def _qemu_argv(g: "Guest", kernel: Path, initrd: Path, memory_mb: int, smp: int,
         _qemu_binary(), "-name", g.name, *accel_args,
         "-smp", str(smp), "-m", str(memory_mb),
         "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none",
-        "-serial", f"file:{g.console_log}",
+        # append: a guest booted again after poweroff() keeps the earlier boots' console
+        "-chardev", f"file,id=con0,path={_qesc(g.console_log)},append=on",
+        "-serial", "chardev:con0",
         "-kernel", str(kernel), "-initrd", str(initrd),
         "-append", f"{KERNEL_CMDLINE} systemd.hostname={hostname}",
-        "-drive", f"file={g.overlay},format=qcow2,if=virtio",
+        "-drive", f"file={_qesc(g.overlay)},format=qcow2,if=virtio",
         "-netdev", f"user,id=n0,hostname={hostname},hostfwd=tcp:127.0.0.1:{g.port}-:22",
         "-device", "virtio-net-pci,netdev=n0",
         "-device", "virtio-rng-pci",
@@ -942,6 +967,15 @@ def _setup_logging() -> None:
                             datefmt="%H:%M:%S")
 
 
+def _exit_on_sigterm() -> None:
+    """CI cancels with SIGTERM: turn it into SystemExit so `finally` blocks run (partial
+    image builds are removed, a half-started fleet is torn down)."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    with contextlib.suppress(ValueError):  # not in the main thread
+        signal.signal(signal.SIGTERM, handler)
+
+
 _workdir_opt = click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path), envvar="SPECFLEET_VM_DIR",
     default=".vm", show_default=True, help="Where overlays, logs, fleet.json and "
@@ -965,6 +999,7 @@ cli = click.Group("vm", help="A fleet of QEMU VMs standing in for DGX Spark host
 def up_cmd(count: int, workdir: Path, memory_mb: int, cache_dir: Path, smp: int | None) -> None:
     """Boot COUNT guests and write WORKDIR/inventory.yml."""
     _setup_logging()
+    _exit_on_sigterm()
     try:
         fleet = up(count=count, workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
                    memory_mb=memory_mb, smp=smp)
@@ -991,6 +1026,7 @@ def down_cmd(workdir: Path) -> None:
 def build_image_cmd(cache_dir: Path) -> None:
     """Build (or find cached) the guest image and print its directory."""
     _setup_logging()
+    _exit_on_sigterm()
     try:
         info = build_image(Path(cache_dir).expanduser())
     except VMError as e:

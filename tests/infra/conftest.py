@@ -40,7 +40,8 @@ def _connect(name: str, conn: dict) -> testinfra.host.Host:
     if str(conn.get("ssh_strict_host_key_checking", "")).lower() == "no":
         extra.append("-o StrictHostKeyChecking=no")
     return testinfra.get_host(spec, ssh_identity_file=conn.get("ssh_key"), ssh_extra_args=" ".join(extra) or None,
-                              sudo=bool(conn.get("_sudo")), timeout=30, controlpath="/tmp/specfleet-testinfra-%C")
+                              sudo=bool(conn.get("_sudo")), timeout=30,
+                              controlpath=f"/tmp/specfleet-testinfra-{name}-{conn.get('ssh_port', 22)}")
 
 
 @pytest.fixture(scope="session", params=_HOSTS)

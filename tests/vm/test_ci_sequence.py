@@ -84,7 +84,7 @@ def test_converge_draft_target_with_a_fetch_killed_halfway(vm_fleet, lab_invento
         while time.monotonic() < deadline:
             served = sum(n for p, n in hub.bytes_served().items() if "Llama-3.3-70B" in p and p.endswith(".safetensors"))
             if served > 512 * 1024:
-                proc = victim.ssh("pkill -9 -f 'fetch-model --repo nvidia/Llama-3.3-70B' && echo killed", check=False)
+                proc = victim.ssh("pkill -9 -f '[f]etch-model --repo nvidia/Llama-3.3-70B' && echo killed", check=False)
                 if "killed" in proc.stdout:
                     killed.set()
                     hub.set_throttle(None)
