@@ -230,6 +230,9 @@ def _free_port(avoid: Iterable[int] = ()) -> int:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As QEMU's hostfwd does: connections in TIME_WAIT (left by a guest that was just powered
+        # off) must not make the port look busy; a live listener still makes bind() fail.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -381,6 +384,7 @@ def build_image(cache_dir=None) -> ImageInfo:
         try:
             _build_into(tmp, lock_fd=lockf.fileno())
             (tmp / "disk.img").chmod(0o444)  # backing file of every overlay: never write it
+            tmp.chmod(0o755)  # mkdtemp made it 0700; the private key itself stays 0600
             seconds = time.monotonic() - t0
             meta = dict(recipe(), recipe_hash=h, build_seconds=round(seconds, 1),
                         built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -395,8 +399,9 @@ def build_image(cache_dir=None) -> ImageInfo:
 
 
 def _die_with_parent() -> None:
-    """preexec_fn: get SIGTERM if the builder dies, so mmdebstrap unmounts and stops
-    instead of writing on into a directory the next builder will delete."""
+    """preexec_fn: mmdebstrap gets SIGTERM if the builder is killed outright (it then
+    winds down after apt finishes; until it exits it holds the inherited build lock, so
+    the next builder waits instead of deleting a directory that is still being written)."""
     with contextlib.suppress(Exception):
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -704,8 +709,13 @@ class Guest:
 
     def boot(self, wait: bool = True) -> None:
         """Start the guest again from its overlay on the same port; optionally wait for it."""
-        if not _port_free(self.port):
-            raise VMError(f"{self.name}: port {self.port} is in use; cannot boot")
+        # Connections the dead QEMU left in TIME_WAIT hold the port for up to a minute on some
+        # kernels (even with SO_REUSEADDR): wait them out before giving up.
+        deadline = time.monotonic() + 90
+        while not _port_free(self.port):
+            if time.monotonic() > deadline:
+                raise VMError(f"{self.name}: port {self.port} is in use; cannot boot")
+            time.sleep(1)
         self.start()
         if wait:
             self.wait_ready()
