@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 
@@ -105,3 +106,16 @@ class SpecfleetHost(FactBase):
                          "unit_sha256", "hub_client"):
                 setattr(st, key, rest)
         return st
+
+
+class ReleaseStatus(FactBase):
+    """`specfleet-host status` as JSON: current/previous release, releases, unit state, last switch ({} if absent)."""
+
+    def command(self, data_dir):
+        return f"{data_dir}/bin/specfleet-host --data-dir {data_dir} status 2>/dev/null || echo '{{}}'"
+
+    def process(self, output):
+        try:
+            return json.loads("\n".join(output))
+        except ValueError:
+            return {}

@@ -14,10 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
-# decoding_type values accepted by the 1.2.0rc6 build (Eagle3 only by newer builds; Medusa and
-# Lookahead only on the TensorRT engine backend).
-DECODING_TYPES = ("Eagle", "DraftTarget", "NGram", "MTP", "UserProvided", "SaveState", "AUTO")
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -128,6 +124,14 @@ class AutoConfig(_SpecBase):
     decoding_type: Literal["AUTO"]
 
 
+# decoding_type values accepted by the 1.2.0rc6 build (Eagle3 only by newer builds; Medusa and
+# Lookahead only on the TensorRT engine backend), each with its config model.
+SPEC_CONFIGS: dict[str, type[_SpecBase]] = {
+    "Eagle": EagleConfig, "DraftTarget": DraftTargetConfig, "NGram": NGramConfig, "MTP": MTPConfig,
+    "UserProvided": UserProvidedConfig, "SaveState": SaveStateConfig, "AUTO": AutoConfig,
+}
+DECODING_TYPES = tuple(SPEC_CONFIGS)
+
 SpeculativeConfig = Annotated[
     Union[EagleConfig, DraftTargetConfig, NGramConfig, MTPConfig, UserProvidedConfig, SaveStateConfig, AutoConfig],
     Field(discriminator="decoding_type"),
@@ -178,10 +182,8 @@ def allowed_keys(loc: tuple) -> list[str] | None:
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        if part in {"Eagle", "DraftTarget", "NGram", "MTP", "UserProvided", "SaveState", "AUTO"}:
-            model = {"Eagle": EagleConfig, "DraftTarget": DraftTargetConfig, "NGram": NGramConfig,
-                     "MTP": MTPConfig, "UserProvided": UserProvidedConfig, "SaveState": SaveStateConfig,
-                     "AUTO": AutoConfig}[part]
+        if part in SPEC_CONFIGS:
+            model = SPEC_CONFIGS[part]
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:

@@ -21,6 +21,7 @@ from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 
+from .facts import ReleaseStatus
 from .plan import EXIT_INVALID, HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail
 from .steps import lock, stage, switch, unlock
 from .steps._common import current_plan, host_status
@@ -108,25 +109,11 @@ def run_on(plans: dict[str, HostPlan], hosts: list[str], fn: Callable, *args) ->
 
 def read_statuses(plans: dict[str, HostPlan], hosts: list[str]) -> dict[str, dict]:
     """Current release, lock and last switch of each host (via `specfleet-host status`)."""
-    import json
-
-    from pyinfra.api import FactBase
-
-    class SpecfleetStatus(FactBase):
-        def command(self, data_dir):
-            return f"{data_dir}/bin/specfleet-host --data-dir {data_dir} status 2>/dev/null || echo '{{}}'"
-
-        def process(self, output):
-            try:
-                return json.loads("\n".join(output))
-            except ValueError:
-                return {}
-
     out: dict[str, dict] = {}
 
     @deploy("Read release status")
     def collect():
-        out[host.name] = host.get_fact(SpecfleetStatus, data_dir=current_plan().settings.data_dir) or {}
+        out[host.name] = host.get_fact(ReleaseStatus, data_dir=current_plan().settings.data_dir) or {}
 
     run_on(plans, hosts, collect)
     return out

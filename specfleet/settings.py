@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .inventory import Inventory
-from .llm_options import LlmApiOptions, allowed_keys, deep_merge
+from .llm_options import DECODING_TYPES, LlmApiOptions, allowed_keys, deep_merge
 from .profiles import PROFILES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -287,8 +287,7 @@ def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[st
 
 
 def _loc(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if p not in
-                    {"Eagle", "DraftTarget", "NGram", "MTP", "UserProvided", "SaveState", "AUTO"}) or "value"
+    return ".".join(str(p) for p in loc if p not in DECODING_TYPES) or "value"
 
 
 def _message(err: dict[str, Any]) -> str:
@@ -307,7 +306,8 @@ def _llm_message(err: dict[str, Any]) -> str:
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"unknown option (trtllm-serve refuses it{hint}); allowed here: {', '.join(allowed)}"
     if err["type"] == "union_tag_invalid":
-        return f"decoding_type {err['input'].get('decoding_type')!r} is not accepted by trtllm-serve 1.2.0rc6 (allowed: Eagle, DraftTarget, NGram, MTP, UserProvided, SaveState, AUTO)"
+        return (f"decoding_type {err['input'].get('decoding_type')!r} is not accepted by trtllm-serve 1.2.0rc6 "
+                f"(allowed: {', '.join(DECODING_TYPES)})")
     if err["type"] == "union_tag_not_found":
-        return "decoding_type is required (allowed: Eagle, DraftTarget, NGram, MTP, UserProvided, SaveState, AUTO)"
+        return f"decoding_type is required (allowed: {', '.join(DECODING_TYPES)})"
     return _message(err)
