@@ -26,13 +26,17 @@ echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/nul
 d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
 echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
 echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
-for f in $SIZES; do s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
-for f in $FILES; do
+printf '%s\n' "$SIZES" | while IFS= read -r f; do [ -n "$f" ] || continue
+  s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
+printf '%s\n' "$FILES" | while IFS= read -r f; do [ -n "$f" ] || continue
   if [ -L "$f" ]; then echo "file	link|$(readlink "$f")	$f"
   elif [ -d "$f" ]; then echo "file	dir|$(stat -c '%a|%U|%G' "$f")	$f"
   elif [ -f "$f" ]; then echo "file	file|$(stat -c '%a|%U|%G' "$f")|$(sha256sum "$f" | cut -d' ' -f1)	$f"; fi
 done
-for u in $USERS; do echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
+printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
+  echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
+echo "gate	$(tr -d '\n' 2>/dev/null < "$DATA/gate.json")"
+j=$(cat "$DATA/jobs/active" 2>/dev/null); [ -n "$j" ] && echo "job	$j	$(systemctl is-active "specfleet-job-$j" 2>/dev/null)	$(sed -n 's/.*"key": "\([^"]*\)".*/\1/p' "$DATA/jobs/$j/job.json" 2>/dev/null)"
 echo "hub_client	$(sed -n 's/^Version: //p' "$DATA"/venv/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
 true
 """
@@ -59,6 +63,11 @@ class HostStatus:
     files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> ("dir"|"file", mode, user, group[, sha256]) or ("link", target)
     groups: dict[str, list[str] | None] = field(default_factory=dict)  # user -> groups (None: no such user)
     hub_client: str = ""  # huggingface_hub version in the fetch virtualenv
+    gate: dict = field(default_factory=dict)  # gate.json: {"release", "result": running|passed|failed, "at", ...}
+    job: tuple[str, str, str] | None = None  # the host's active job: (id, unit state, key)
+
+    def gate_passed(self, release: str) -> bool:
+        return self.gate.get("release") == release and self.gate.get("result") == "passed"
 
 
 class SpecfleetHost(FactBase):
@@ -71,11 +80,11 @@ class SpecfleetHost(FactBase):
     def command(self, data_dir, service, port, image, sizes=(), files=(), users=()):
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
-            "SIZES": " ".join(shlex.quote(p) for p in sizes),
-            "FILES": " ".join(shlex.quote(p) for p in files),
-            "USERS": " ".join(shlex.quote(u) for u in users),
+            "SIZES": "\n".join(sizes),
+            "FILES": "\n".join(files),
+            "USERS": "\n".join(users),
         }
-        # Paths are validated (no spaces/quotes), so word-splitting the lists is safe.
+        # One path per line (Hub file names may hold spaces; the controller refuses control characters).
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         return f"{assigns}; export DATA SVC PORT IMAGE; {_SCRIPT}"
 
@@ -100,6 +109,15 @@ class SpecfleetHost(FactBase):
                 st.container_running = rest == "true"
             elif key == "image":
                 st.image_id = rest
+            elif key == "gate":
+                try:
+                    st.gate = json.loads(rest) if rest else {}
+                except ValueError:
+                    st.gate = {}
+            elif key == "job":
+                jid, _, more = rest.partition("\t")
+                unit, _, jkey = more.partition("\t")
+                st.job = (jid, unit, jkey) if unit in ("active", "activating") else None
             elif key == "releases":
                 st.releases = rest.split()
             elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "current", "previous", "lock",
@@ -109,7 +127,7 @@ class SpecfleetHost(FactBase):
 
 
 class ReleaseStatus(FactBase):
-    """`specfleet-host status` as JSON: current/previous release, releases, unit state, last switch ({} if absent)."""
+    """`specfleet-host status` as JSON: current/previous release, releases, unit state, gate, job ({} if absent)."""
 
     def command(self, data_dir):
         return f"{data_dir}/bin/specfleet-host --data-dir {data_dir} status 2>/dev/null || echo '{{}}'"

@@ -109,6 +109,10 @@ def _lookup(req: dict, tokens: list[str]) -> dict:
         first = str(exc).splitlines()[0] if str(exc) else ""
         return {"key": "controller_hub_endpoint", "error": f"cannot reach {endpoint} for {repo}: {type(exc).__name__}: {first}"}
     siblings = [(f.rfilename, int(f.size or 0)) for f in (info.siblings or [])]
+    for name, _ in siblings:  # names become host paths and lines of the status fact
+        if not name or name.startswith("/") or ".." in name.split("/") or any(ord(c) < 32 or ord(c) == 127 for c in name):
+            return {"key": req["key"], "error": f"{repo}@{revision} lists the file {name!r}, which is not a safe relative "
+                                               "path (no control characters, no leading /, no .. segment)"}
     keep = set(filter_repo_objects([n for n, _ in siblings], ignore_patterns=req["ignore"] or None))
     return {"commit": info.sha, "files": sorted((n, sz) for n, sz in siblings if n in keep),
             "repo_bytes": sum(sz for _, sz in siblings)}

@@ -7,12 +7,53 @@ listed here are accepted; extend the schema (with a source) when a genuine optio
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
+
+# Absolute paths that reach a shell, a systemd unit or a `docker run -v SRC:DST:ro` spec (settings.py uses
+# the same rule for data_dir / secrets_dir): a charset that needs no quoting anywhere, and no ':' or ','.
+PATH_MAX = 255
+PATH_RULE = ("allowed: an absolute path other than /, names of letters, digits, '.', '_', '-' separated by single '/', "
+             f"no '.' or '..' name, at most {PATH_MAX} characters")
+_PATH_CHARS = re.compile(r"[A-Za-z0-9._/-]*")
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """repr() of an input value for a one-line message (control characters escaped, long values cut)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
+
+
+def path_problem(value: str) -> str | None:
+    """What is wrong with `value` as a safe absolute path (one trailing '/' is tolerated), or None."""
+    if not _PATH_CHARS.fullmatch(value):
+        bad = "".join(sorted({c for c in value if not _PATH_CHARS.fullmatch(c)}))
+        return f"has characters that are not allowed: {bad!r}"
+    if not value.startswith("/"):
+        return "is not an absolute path"
+    if len(value) > PATH_MAX:
+        return f"is longer than {PATH_MAX} characters"
+    body = value[:-1] if value.endswith("/") else value
+    if not body:
+        return "is / itself"
+    names = body.split("/")[1:]
+    if "" in names:
+        return "has an empty name ('//')"
+    if "." in names or ".." in names:
+        return "has a '.' or '..' name"
+    return None
+
+
+def check_path(value: str) -> str:
+    problem = path_problem(value)
+    if problem:
+        raise ValueError(f"{show(value)} {problem} ({PATH_RULE})")
+    return value
 
 
 class _Strict(BaseModel):
@@ -47,6 +88,12 @@ class MoeConfig(_Strict):
 class _SpecBase(_Strict):
     max_draft_len: int | None = None
     speculative_model_dir: str | None = None
+
+    @field_validator("speculative_model_dir")
+    @classmethod
+    def _v_model_dir(cls, v: str | None) -> str | None:
+        # The draft is mounted there: `docker run -v <current>/draft:<speculative_model_dir>:ro` in the unit.
+        return None if v is None else check_path(v)
 
     def _need_draft_len(self) -> None:
         if self.max_draft_len is None or self.max_draft_len <= 0:

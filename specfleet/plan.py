@@ -7,6 +7,7 @@ before any host is contacted. Data flows one way: inventory -> settings -> plan 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
 import os
@@ -104,8 +105,13 @@ def load_inventory_or_fail(path: Path | None = None) -> Inventory:
         raise PlanError([str(exc)]) from None
 
 
-def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True) -> dict[str, HostPlan]:
-    """Validate every host (all problems at once), then pin models on the controller."""
+def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
+                overrides: dict | None = None) -> dict[str, HostPlan]:
+    """Validate every host (all problems at once), then pin models on the controller.
+
+    `overrides` (pyinfra's `--data key=value`) beat every inventory level and are validated like them."""
+    if overrides:
+        inventory = dataclasses.replace(inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()})
     fleet, problems = build_fleet(inventory, profile)
     if problems:
         raise PlanError([str(p) for p in problems])
@@ -136,6 +142,31 @@ def profile_from_argv(argv: list[str]) -> tuple[str | None, list[str]]:
     return (profiles.pop() if profiles else None), deploys
 
 
+def data_overrides(argv: list[str]) -> dict:
+    """`--data key=value` pairs of a pyinfra command line, parsed as pyinfra parses them (true/false, ints,
+    JSON, else the string). pyinfra applies them as host data AFTER this inventory is built, so specfleet
+    reads them here to validate them and build the plan with them (e.g. `--data rollback_to=r-...`)."""
+    out: dict = {}
+    for i, arg in enumerate(argv):
+        item = argv[i + 1] if arg == "--data" and i + 1 < len(argv) else arg[len("--data="):] if arg.startswith("--data=") else None
+        if item is None or "=" not in item:
+            continue
+        key, value = item.split("=", 1)
+        if value.lower() in ("true", "false"):
+            out[key] = value.lower() == "true"
+            continue
+        try:
+            out[key] = int(value)
+            continue
+        except ValueError:
+            pass
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
 def pyinfra_groups(argv: list[str] | None = None) -> dict[str, list[tuple[str, dict]]]:
     """Body of inventory.py: the fleet file as pyinfra groups, each host carrying its HostPlan.
 
@@ -145,7 +176,7 @@ def pyinfra_groups(argv: list[str] | None = None) -> dict[str, list[tuple[str, d
     try:
         profile, deploys = profile_from_argv(argv)
         inventory = load_inventory_or_fail()
-        plans = build_plans(inventory, profile, resolve=bool(deploys))
+        plans = build_plans(inventory, profile, resolve=bool(deploys), overrides=data_overrides(argv))
     except PlanError as exc:
         for line in exc.lines:
             print(f"specfleet: {line}", file=sys.stderr)

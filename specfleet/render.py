@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import json
-import shlex
+import re
 from dataclasses import dataclass
 
 import jinja2
@@ -46,6 +46,9 @@ class HostPaths:
     token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
     unit_file = property(lambda self: f"/etc/systemd/system/{self.service_name}.service")
     lock = property(lambda self: f"{self.data_dir}/lock")
+    previous = property(lambda self: f"{self.data_dir}/previous")
+    gate_file = property(lambda self: f"{self.data_dir}/gate.json")
+    jobs = property(lambda self: f"{self.data_dir}/jobs")
 
     def repo_dir(self, repo: str) -> str:
         return f"{self.hub_cache}/models--{repo.replace('/', '--')}"
@@ -89,9 +92,34 @@ def serve_args(s: Settings) -> list[str]:
             *s.profile["serve_args"], "--extra_llm_api_options", CONTAINER_CONFIG]
 
 
-def _systemd_quote(args: list[str]) -> str:
-    # systemd splits ExecStart like a shell (quotes honoured); '%' and '$' must be escaped for systemd itself.
-    return " ".join(shlex.quote(a).replace("%", "%%").replace("$", "$$") for a in args)
+_SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
+_SYSTEMD_ESCAPES = {"\\": "\\\\", '"': '\\"', "%": "%%", "$": "$$", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def systemd_word(arg: str) -> str:
+    """One argument of an Exec*= line, as systemd.service(5) / systemd.syntax(7) parse it.
+
+    Not shell quoting: systemd processes C escapes inside quotes too, expands %-specifiers and $VARIABLES.
+    Plain words stay bare (`--ipc=host`); anything else is double-quoted with `\\` and `"` backslash-escaped,
+    `%` doubled (specifier) and `$` doubled (variable); control characters (refused by validation anyway)
+    become C escapes, so an argument can never end the line.
+    """
+    if _SYSTEMD_PLAIN.fullmatch(arg):
+        return arg
+    out = []
+    for c in arg:
+        if c in _SYSTEMD_ESCAPES:
+            out.append(_SYSTEMD_ESCAPES[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7f:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def systemd_args(args: list[str]) -> str:
+    """Arguments joined for an Exec*= line, each rendered by systemd_word."""
+    return " ".join(systemd_word(a) for a in args)
 
 
 def unit_text(s: Settings) -> str:
@@ -100,8 +128,8 @@ def unit_text(s: Settings) -> str:
                              keep_trailing_newline=True, autoescape=False)
     return env.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=p.current,
-        container_name=s.service_name, image=s.image,
-        docker_args=_systemd_quote(docker_run_args(s)), serve_args=_systemd_quote(serve_args(s)),
+        container_name=systemd_word(s.service_name), image=systemd_word(s.image),
+        docker_args=systemd_args(docker_run_args(s)), serve_args=systemd_args(serve_args(s)),
         start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
         restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,
         stop_timeout_sec_plus=s.stop_timeout_sec + 30,

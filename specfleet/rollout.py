@@ -24,7 +24,7 @@ from pyinfra.api.operations import run_ops
 from .facts import ReleaseStatus
 from .plan import EXIT_INVALID, HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail
 from .steps import lock, stage, switch, unlock
-from .steps._common import current_plan, host_status
+from .steps._common import current_plan
 
 EXIT_OK, EXIT_HALTED, EXIT_PARTIAL, EXIT_REFUSED = 0, 1, 3, 4
 
@@ -108,7 +108,7 @@ def run_on(plans: dict[str, HostPlan], hosts: list[str], fn: Callable, *args) ->
 
 
 def read_statuses(plans: dict[str, HostPlan], hosts: list[str]) -> dict[str, dict]:
-    """Current release, lock and last switch of each host (via `specfleet-host status`)."""
+    """Current release, lock, gate state and active job of each host (via `specfleet-host status`)."""
     out: dict[str, dict] = {}
 
     @deploy("Read release status")
@@ -144,7 +144,8 @@ def _log(msg: str) -> None:
 def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, health_timeout: int | None,
             limit: str | None) -> None:
     """Roll DEPLOY_FILE's release out: stage on every host, then switch batch by batch behind a gate."""
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("pyinfra.specfleet").setLevel(logging.INFO)  # host job progress and failures
     profile = deploy_profile(deploy_file)
     try:
         if profile is None:
@@ -207,7 +208,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
             after = read_statuses(plans, batch)
             for h in batch:
                 info = after.get(h, {})
-                last = info.get("last_switch") or {}
+                gate = info.get("gate") or {}
                 if h in batch_failed:
                     failures.add(h)
                     if not info:
@@ -218,8 +219,8 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
                         outcomes[h].result = f"failed (current {info.get('current')}, {info.get('active')})"
                 else:
                     outcomes[h].result = "switched" if outcomes[h].old != outcomes[h].new else "already current"
-                    if last.get("to") == outcomes[h].new and outcomes[h].old != outcomes[h].new:
-                        outcomes[h].downtime = last.get("downtime_s")
+                    if gate.get("release") == outcomes[h].new and outcomes[h].old != outcomes[h].new:
+                        outcomes[h].downtime = gate.get("downtime_s")
                 _log(f"  {h}: {outcomes[h].result}"
                      + (f" (switch downtime {outcomes[h].downtime:.1f}s)" if outcomes[h].downtime is not None else ""))
             if len(failures) > tolerated:
@@ -250,7 +251,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed).")
 def releases(inventory_file: str, limit: str | None) -> None:
-    """List each host's releases (newest first); * marks the current one."""
+    """List each host's releases (newest first); * marks the current one, with its readiness gate result."""
     try:
         inventory = load_inventory_or_fail()
         plans = build_plans(inventory, None, resolve=False)
@@ -265,8 +266,13 @@ def releases(inventory_file: str, limit: str | None) -> None:
         if not info:
             click.echo(f"{h}: unreachable or no specfleet release yet")
             continue
-        click.echo(f"{h}: service {info.get('active') or '-'}, previous {info.get('previous') or '-'}")
+        job = f", job {info['job']} running" if info.get("job") else ""
+        click.echo(f"{h}: service {info.get('active') or '-'}, previous {info.get('previous') or '-'}{job}")
+        gate = info.get("gate") or {}
         for rec in info.get("releases", []):
             mark = "*" if rec["id"] == info.get("current") else " "
             models = ", ".join(f"{m['repo']}@{m['commit'][:12]}" for m in rec.get("models", {}).values())
-            click.echo(f"  {mark} {rec['id']}  {rec.get('created', '?')}  {rec.get('profile')}  {rec.get('image')}  {models}")
+            gated = f"  gate {gate.get('result')} {gate.get('at', '')}" if gate.get("release") == rec["id"] else ""
+            if mark == "*" and not gated:
+                gated = "  gate not passed"
+            click.echo(f"  {mark} {rec['id']}  {rec.get('created', '?')}  {rec.get('profile')}  {rec.get('image')}  {models}{gated}")

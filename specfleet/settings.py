@@ -14,12 +14,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .inventory import Inventory
-from .llm_options import DECODING_TYPES, LlmApiOptions, allowed_keys, deep_merge
+from .llm_options import DECODING_TYPES, LlmApiOptions, allowed_keys, check_path, deep_merge, show
 from .profiles import PROFILES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -61,19 +60,112 @@ def default_comments(path: Path = DEFAULTS_FILE) -> dict[str, str]:
     return comments
 
 
+# ---- what each kind of string may be -----------------------------------------------------------
+# Every inventory string reaches a shell, a systemd unit, a path or a URL on some host. Each is validated
+# here by what it is; the use sites quote it for where it goes as well (shlex.quote, render.systemd_word).
+
+URL_RULE = ("allowed: http:// or https://, a host name or IP address, an optional :port (1-65535), a path of "
+            "letters, digits, '-', '.', '_', '~', '/' and %XX escapes; no user:password@, no ?query, no #fragment")
+_URL_CHARS = re.compile(r"[A-Za-z0-9._~%/:\[\]@?#=&-]*")  # what may appear at all (the last ones to say why not)
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
+_URL_PATH = re.compile(r"(?:/(?:[A-Za-z0-9._~-]|%[0-9A-Fa-f]{2})*)*")
+
+
+def _url_problem(value: str) -> str | None:
+    if len(value) > 2000:
+        return "is longer than 2000 characters"
+    if not _URL_CHARS.fullmatch(value):
+        bad = "".join(sorted({c for c in value if not _URL_CHARS.fullmatch(c)}))
+        return f"has characters that are not allowed: {bad!r}"
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("http", "https"):
+        return "is not an http:// or https:// URL"
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        return "has user info (user:password@); credentials must not live in URLs"
+    if "?" in value or "#" in value:
+        return "has a query (?) or a fragment (#)"
+    if authority.startswith("["):
+        host, bracket, port = authority[1:].partition("]")
+        if not bracket or (port and not port.startswith(":")):
+            return f"has a malformed IPv6 address {authority!r}"
+        port = port[1:] if port else None
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"has a malformed IPv6 address {authority!r}"
+    else:
+        host, colon, port = authority.partition(":")
+        port = port if colon else None
+        if re.fullmatch(r"[0-9.]+", host):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                return f"has a malformed IPv4 address {host!r}"
+        elif not _HOSTNAME.fullmatch(host) or len(host) > 253:
+            return f"has no valid host name ({host!r})"
+    if port is not None and not (re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
+        return f"has a port {port!r} that is not a number from 1 to 65535"
+    if not _URL_PATH.fullmatch(slash + path):
+        return "has a path with characters that are not allowed (or a '%' not followed by two hex digits)"
+    return None
+
+
 def _url(value: str | None) -> str | None:
     if value is None:
         return None
-    parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError("must be an http:// or https:// URL")
+    problem = _url_problem(value)
+    if problem:
+        raise ValueError(f"{show(value)} {problem} ({URL_RULE})")
     return value.rstrip("/")
 
 
 def _abs_dir(value: str) -> str:
-    if not value.startswith("/") or value.rstrip("/") == "" or any(c in value for c in " \t\n'\"$`\\"):
-        raise ValueError("must be an absolute path other than / without spaces or quotes")
+    check_path(value)
     return value.rstrip("/")
+
+
+IMAGE_RULE = ("allowed: a container image reference [registry[:port]/]name[:tag][@sha256:digest], name parts of "
+              "lowercase letters, digits, '.', '_', '-' starting with a letter or digit, at most 255 characters")
+_IMG_ALNUM = r"[a-z0-9]+"
+_IMG_COMPONENT = rf"{_IMG_ALNUM}(?:(?:[._]|__|-+){_IMG_ALNUM})*"
+_IMG_DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_IMG_DOMAIN = rf"{_IMG_DOMAIN_PART}(?:\.{_IMG_DOMAIN_PART})*(?::[0-9]+)?"
+_IMG_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_IMG_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+# The reference grammar of distribution/reference (what `docker pull` accepts), ASCII only.
+_IMAGE = re.compile(rf"(?:{_IMG_DOMAIN}/)?{_IMG_COMPONENT}(?:/{_IMG_COMPONENT})*(?::{_IMG_TAG})?(?:@{_IMG_DIGEST})?")
+
+SERVICE_RULE = ("allowed: a systemd unit / docker container name without the .service suffix: letters, digits, "
+                "'_', '.', '-', starting with a letter or digit, 2-64 characters")
+_SERVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{1,63}")
+
+REVISION_RULE = ("allowed: a branch, tag or commit: letters, digits, '.', '_', '-', '/', not starting with '-', '.' "
+                 "or '/', no '..', '//' or '/.', not ending with '/', '.' or '.lock', at most 255 characters")
+_REVISION = re.compile(r"[A-Za-z0-9._/-]{1,255}")
+
+REQUIREMENT_RULE = ("allowed: huggingface_hub[extras] with one version specifier (==, ~=, >=, <=, !=, >, <) and a "
+                    "version of letters, digits and '.', e.g. huggingface_hub==2.4.0")
+_REQUIREMENT = re.compile(r"huggingface_hub(?:\[[A-Za-z0-9_-]+(?:,[A-Za-z0-9_-]+)*\])? ?(?:==|~=|>=|<=|!=|>|<) ?[A-Za-z0-9.]+")
+
+# Rules of the fields still checked by a pydantic `pattern`, for the message (by top-level field name).
+PATTERN_RULES = {
+    "operator_users": "allowed: an existing user name: lowercase letters, digits, '_', '-', starting with a letter "
+                      "or '_', at most 32 characters",
+    "rollback_to": "allowed: a release id r-<12 hex digits> as `specfleet releases` lists them, or null for the previous",
+}
+
+
+def _control_chars(value: str) -> str:
+    return "".join(sorted({c for c in value if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f or c in "\u2028\u2029"}))
+
+
+def _token_file_problem(value: Any) -> str | None:
+    if isinstance(value, str) and _control_chars(value):
+        return (f"{show(value)} has control characters {_control_chars(value)!r} "
+                "(allowed: a path on the controller without newline, tab, NUL or other control characters)")
+    return None
 
 
 class Settings(BaseModel):
@@ -85,20 +177,20 @@ class Settings(BaseModel):
     profile_name: str | None
     profile: dict[str, Any] | None
 
-    image: Annotated[str, Field(min_length=1, pattern=r"^[^\s'\"$`\\]+$")]
+    image: str
     gpus: bool
     container_env: dict[str, str]
     serve_host: str
     serve_port: Annotated[int, Field(ge=1, le=65535)]
     extra_llm_api_options: dict[str, Any]
-    target_revision: Annotated[str, Field(min_length=1, pattern=r"^[\w.\-/]+$")]
-    draft_revision: Annotated[str, Field(min_length=1, pattern=r"^[\w.\-/]+$")]
+    target_revision: str
+    draft_revision: str
     hub_endpoint: str
     controller_hub_endpoint: str | None
     hf_token_required: bool
     hf_token_file: str | None
     fetch_workers: Annotated[int, Field(ge=1, le=64)]
-    hub_client_requirement: Annotated[str, Field(pattern=r"^huggingface_hub(\[[\w,]+\])?\s*[=<>~!]=?\s*[\w.]+$")]
+    hub_client_requirement: str
     pip_index_url: str | None
     tiktoken_base_url: str
     tiktoken_sha256: dict[str, str]
@@ -106,7 +198,7 @@ class Settings(BaseModel):
     secrets_dir: str
     operator_users: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_\-]*\$?$", max_length=32)]]
     disk_headroom_gb: NonNegInt
-    service_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=64)]
+    service_name: str
     restart_sec: PosInt
     start_limit_burst: PosInt
     start_limit_interval_sec: PosInt
@@ -132,23 +224,75 @@ class Settings(BaseModel):
     def _v_dirs(cls, v: str) -> str:
         return _abs_dir(v)
 
+    @field_validator("image")
+    @classmethod
+    def _v_image(cls, v: str) -> str:
+        if v.startswith("-"):
+            raise ValueError(f"{show(v)} would be read as a docker option ({IMAGE_RULE})")
+        if len(v) > 512 or not _IMAGE.fullmatch(v):
+            raise ValueError(f"{show(v)} is not a container image reference ({IMAGE_RULE})")
+        return v
+
+    @field_validator("service_name")
+    @classmethod
+    def _v_service_name(cls, v: str) -> str:
+        if v.endswith(".service"):
+            raise ValueError(f"{show(v)} ends with .service, which specfleet appends ({SERVICE_RULE})")
+        if not _SERVICE.fullmatch(v):
+            raise ValueError(f"{show(v)} is not a valid unit / container name ({SERVICE_RULE})")
+        return v
+
+    @field_validator("target_revision", "draft_revision")
+    @classmethod
+    def _v_revision(cls, v: str) -> str:
+        if not _REVISION.fullmatch(v):
+            bad = "".join(sorted({c for c in v if not _REVISION.fullmatch(c)}))
+            raise ValueError(f"{show(v)} " + (f"has characters that are not allowed: {bad!r}" if bad else "is empty or too long")
+                             + f" ({REVISION_RULE})")
+        if v.startswith(("-", ".", "/")) or ".." in v or "//" in v or "/." in v or v.endswith(("/", ".", ".lock")):
+            raise ValueError(f"{show(v)} is not a valid git ref name ({REVISION_RULE})")
+        return v
+
+    @field_validator("hub_client_requirement")
+    @classmethod
+    def _v_requirement(cls, v: str) -> str:
+        if not _REQUIREMENT.fullmatch(v):
+            raise ValueError(f"{show(v)} is not a huggingface_hub requirement ({REQUIREMENT_RULE})")
+        return v
+
+    @field_validator("hf_token_file")
+    @classmethod
+    def _v_token_file(cls, v: str | None) -> str | None:
+        problem = _token_file_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @field_validator("serve_host")
     @classmethod
     def _v_serve_host(cls, v: str) -> str:
+        rule = "(127.0.0.1 for loopback, 0.0.0.0 for all interfaces)"
+        if "%" in v:
+            raise ValueError(f"{show(v)} has an IPv6 zone (%...); must be an IP address to bind {rule}")
         try:
             ipaddress.ip_address(v)
         except ValueError:
-            raise ValueError("must be an IP address to bind (127.0.0.1 for loopback, 0.0.0.0 for all interfaces)") from None
+            raise ValueError(f"must be an IP address to bind {rule}") from None
         return v
 
     @field_validator("container_env")
     @classmethod
     def _v_env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"'{key}' is not a valid environment variable name")
+        for key, value in v.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"{show(key)} is not a valid environment variable name "
+                                 "(allowed: letters, digits and '_', not starting with a digit)")
             if key.upper() in SECRET_ENV:
                 raise ValueError(f"'{key}' is a secret; the serving container runs offline and must not get a token")
+            bad = _control_chars(value)
+            if bad:
+                raise ValueError(f"value {show(value)} of {key} has control characters {bad!r} "
+                                 "(allowed: any text without newline, carriage return, tab, NUL or other control characters)")
         return v
 
     @field_validator("tiktoken_sha256")
@@ -186,7 +330,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.host}: {self.key}: {self.message}"
+        # One line, whatever the input held: control characters (e.g. in a misspelled key) are shown escaped.
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in f"{self.host}: {self.key}: {self.message}")
 
 
 def read_token(token_file: str | None) -> tuple[str | None, str | None]:
@@ -254,7 +399,9 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
 
     token = None
     if profile is not None or values.get("hf_token_required") is True:
-        token, token_problem = read_token(values.get("hf_token_file") if isinstance(values.get("hf_token_file"), str) else None)
+        token_file = values.get("hf_token_file") if isinstance(values.get("hf_token_file"), str) else None
+        file_problem = _token_file_problem(token_file)
+        token, token_problem = (None, file_problem) if file_problem else read_token(token_file)
         if token_problem:
             problems.append(Problem(host, "hf_token_file", token_problem))
         elif token is None and values.get("hf_token_required") is True and profile is not None:
@@ -269,7 +416,9 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
         })
     except ValidationError as exc:
         for err in exc.errors():
-            problems.append(Problem(host, _loc(err["loc"]), _message(err)))
+            problem = Problem(host, _loc(err["loc"]), _message(err))
+            if problem not in problems:
+                problems.append(problem)
         return None, problems
     return (None, problems) if problems else (settings, [])
 
@@ -293,7 +442,8 @@ def _loc(loc: tuple) -> str:
 def _message(err: dict[str, Any]) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "string_pattern_mismatch":
-        return f"{err['input']!r} has characters that are not allowed here"
+        rule = PATTERN_RULES.get(str(err["loc"][0])) if err["loc"] else None
+        return f"{show(err['input'])} has characters that are not allowed here" + (f" ({rule})" if rule else "")
     if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "dict_type", "list_type"):
         return f"{msg.lower()}, got {type(err['input']).__name__} {err['input']!r}"
     return msg[0].lower() + msg[1:] if msg else msg

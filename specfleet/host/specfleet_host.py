@@ -4,21 +4,31 @@
 Runs with the host's system python3 (stdlib only). Every subcommand prints plain lines for the operator
 and exits non-zero with one clear line on failure.
 
-  switch ID          make release ID current: refs/main, unit (daemon-reload only if it changed),
-                     `current` link, enable, restart. Records the release it replaced in `previous`.
-  gate [--revert]    readiness gate for the current release: /health 200 within the release's timeout
-                     (connection refused while loading is normal), then the smoke completion must return
-                     non-empty text. On failure prints the unit's last journal lines; with --revert it
-                     switches back to `previous` and gates that, and still exits 1.
-  status             JSON: current, previous, releases (newest first), unit state, container start time.
-  prune --keep N     delete releases beyond the N newest (never current/previous), then drafts and model
-                     snapshots/blobs that no kept release uses.
-  unlock [--force]   release the rollout lock (<data_dir>/lock) left by a rollout that died.
+  activate ID [--revert] [--timeout S]
+                     make release ID current and prove it serves: refs/main, unit (daemon-reload only if
+                     it changed), `current` link, enable; restart unless the unit already serves ID; then
+                     the readiness gate (/health 200 within the release's timeout, then a non-empty smoke
+                     completion). With --revert, a failed restart or gate switches back to `previous` and
+                     gates that, and still exits 1. The outcome is recorded in <data_dir>/gate.json: a
+                     release that has not passed its gate is not converged.
+  gate               re-run the readiness gate of the current release (no restart, no revert).
+  job start KEY [--env K=V]... -- ARGV...
+                     run ARGV detached from the SSH session as a transient systemd unit
+                     (specfleet-job-<id>), with a log and a progress file under <data_dir>/jobs/<id>/.
+                     One job at a time: if a job with the same KEY is running, attach to it (prints its
+                     id); if another job runs, print busy. Prints one JSON line.
+  job status ID      JSON: state (running | ok | failed | lost), exit code, progress, message, log tail.
+  status             JSON: current, previous, releases (newest first), unit state, gate, active job.
+  prune --keep N     delete releases beyond the N newest (never current/previous), then drafts, model
+                     snapshots/blobs and partial downloads that no kept release uses.
+  unlock [ID] [--force]
+                     release the run lock (<data_dir>/lock) held by run ID (or by anyone with --force).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -27,7 +37,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
+from collections import deque
 from pathlib import Path
+
+JOB_KEEP = 20  # finished job directories kept for their logs
 
 
 class Fail(Exception):
@@ -37,8 +51,17 @@ class Fail(Exception):
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, text=True, capture_output=True)
     if check and proc.returncode != 0:
-        raise Fail(f"{' '.join(cmd)} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['']}")
+        detail = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1]
+        raise Fail(f"{' '.join(cmd)} failed: {detail}")
     return proc
+
+
+def say(*lines: str, err: bool = False) -> None:
+    """Print to the job log / terminal; a vanished reader (SSH session gone) never stops the work."""
+    try:
+        print(*lines, sep="\n", file=sys.stderr if err else sys.stdout, flush=True)
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> bool:
@@ -53,13 +76,41 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> bool:
     return True
 
 
+def read_json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Progress:
+    """The progress file a job's controller reads (SPECFLEET_PROGRESS_FILE, set by `job run`)."""
+
+    def __init__(self):
+        path = os.environ.get("SPECFLEET_PROGRESS_FILE")
+        self.path = Path(path) if path else None
+
+    def __call__(self, **fields) -> None:
+        if self.path is not None:
+            atomic_write(self.path, json.dumps({**fields, "updated": time.time()}) + "\n", 0o600)
+
+
 class Host:
-    def __init__(self, data_dir: str):
+    def __init__(self, data_dir: str, unit_dir: str = "/etc/systemd/system"):
         self.data = Path(data_dir)
+        self.unit_dir = Path(unit_dir)
         self.releases = self.data / "releases"
         self.current_link = self.data / "current"
         self.previous_file = self.data / "previous"
+        self.gate_file = self.data / "gate.json"
+        self.jobs = self.data / "jobs"
         self.hub = self.data / "hf" / "hub"
+        self.progress = Progress()
 
     # ---- releases ------------------------------------------------------------------------------
     def record(self, rid: str) -> dict:
@@ -90,7 +141,13 @@ class Host:
                 continue
         return sorted(out, key=lambda r: (r.get("created", ""), r["id"]), reverse=True)
 
-    # ---- switch --------------------------------------------------------------------------------
+    def gate_state(self) -> dict:
+        return read_json(self.gate_file) or {}
+
+    def set_gate(self, rid: str, result: str, **fields) -> None:
+        atomic_write(self.gate_file, json.dumps({"release": rid, "result": result, "at": now_iso(), **fields}) + "\n")
+
+    # ---- activate: switch (if needed) + gate + revert ----------------------------------------------
     def check_complete(self, rec: dict) -> None:
         rdir = self.releases / rec["id"]
         for name in ("extra-llm-api-config.yml", "smoke.json", f"{rec['service']}.service"):
@@ -103,94 +160,110 @@ class Host:
         if "draft" in rec["models"] and not (rdir / "draft").is_dir():
             raise Fail(f"release {rec['id']} is incomplete: its draft model dir is missing")
 
-    def switch(self, rid: str) -> None:
-        rec = self.record(rid)
-        self.check_complete(rec)
-        service = rec["service"]
+    def _install(self, rec: dict) -> bool:
+        """Point refs, unit and `current` at the release; returns whether the unit must (re)start."""
+        rid, service = rec["id"], rec["service"]
         old = self.current()
         if old and old != rid:
             atomic_write(self.previous_file, old + "\n")
         for model in rec["models"].values():
             ref = self.hub / f"models--{model['repo'].replace('/', '--')}" / "refs" / "main"
             if atomic_write(ref, model["commit"]):
-                print(f"refs/main of {model['repo']} -> {model['commit'][:12]}")
-        unit_src = (self.releases / rid / f"{service}.service").read_text()
-        unit_dst = Path(f"/etc/systemd/system/{service}.service")
-        if atomic_write(unit_dst, unit_src):
+                say(f"refs/main of {model['repo']} -> {model['commit'][:12]}")
+        unit_dst = self.unit_dir / f"{service}.service"
+        unit_changed = atomic_write(unit_dst, (self.releases / rid / f"{service}.service").read_text())
+        if unit_changed:
             sh("systemctl", "daemon-reload")
-            print(f"{unit_dst} changed: daemon-reload")
-        tmp = self.data / ".current.tmp"
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
-        os.symlink(f"releases/{rid}", tmp)
-        os.replace(tmp, self.current_link)
+            say(f"{unit_dst} changed: daemon-reload")
+        if old != rid:
+            tmp = self.data / ".current.tmp"
+            if tmp.is_symlink() or tmp.exists():
+                tmp.unlink()
+            os.symlink(f"releases/{rid}", tmp)
+            os.replace(tmp, self.current_link)
         if sh("systemctl", "is-enabled", service, check=False).stdout.strip() != "enabled":
             sh("systemctl", "enable", f"{service}.service")
-            print(f"{service} enabled at boot")
-        sh("systemctl", "reset-failed", f"{service}.service", check=False)
-        atomic_write(self.data / "last-switch.json", json.dumps(
-            {"from": old, "to": rid, "restarted_at": time.time(), "result": "switching"}) + "\n")
-        sh("systemctl", "restart", f"{service}.service")
-        image_id = sh("docker", "image", "inspect", "--format", "{{.Id}}", rec["image"], check=False).stdout.strip()
-        if image_id:
-            atomic_write(self.releases / rid / "image-id", image_id + "\n")
-        print(f"switched {old or '(none)'} -> {rid}; restarted {service}")
+            say(f"{service} enabled at boot")
+        running = (sh("systemctl", "is-active", service, check=False).stdout.strip() == "active"
+                   and sh("docker", "inspect", "--format", "{{.State.Running}}", service, check=False).stdout.strip() == "true")
+        return old != rid or unit_changed or not running
 
-    # ---- gate ----------------------------------------------------------------------------------
-    def note_switch(self, **fields) -> None:
-        path = self.data / "last-switch.json"
+    def activate(self, rid: str, revert: bool, timeout: int | None = None) -> None:
+        rec = self.record(rid)
+        self.check_complete(rec)
+        old = self.current()
+        self.set_gate(rid, "running")
+        restarted_at = None
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            record = {}
-        record.update(fields)
-        if "ready_at" in fields and "restarted_at" in record:
-            record["downtime_s"] = round(fields["ready_at"] - record["restarted_at"], 2)
-        atomic_write(path, json.dumps(record) + "\n")
+            if self._install(rec):
+                self.progress(kind="gate", release=rid, phase="restart", elapsed=0,
+                              timeout=timeout or rec["gate"]["health_timeout_sec"], unit="restarting")
+                sh("systemctl", "reset-failed", f"{rec['service']}.service", check=False)
+                restarted_at = time.time()
+                sh("systemctl", "restart", f"{rec['service']}.service")
+                say(f"switched {old or '(none)'} -> {rid}; restarted {rec['service']}")
+                image_id = sh("docker", "image", "inspect", "--format", "{{.Id}}", rec["image"], check=False).stdout.strip()
+                if image_id:
+                    atomic_write(self.releases / rid / "image-id", image_id + "\n")
+            else:
+                say(f"{rid} is already serving; gating it again")
+            elapsed, text = self._gate_once(rec, timeout)
+        except Fail as exc:
+            self._failed(rec, exc, revert, timeout)
+            return
+        downtime = round(time.time() - restarted_at, 2) if restarted_at else None
+        self.set_gate(rid, "passed", downtime_s=downtime)
+        say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
 
-    def gate(self, revert: bool, timeout: int | None = None) -> None:
+    def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:
+        rid = rec["id"]
+        self.set_gate(rid, "failed", detail=str(exc))
+        say(f"readiness gate FAILED for {rid}: {exc}", f"last journal lines of {rec['service']}:",
+            journal_tail(rec["service"]), err=True)
+        prev = self.previous()
+        if not (revert and prev and prev != rid):
+            raise Fail(f"{rid} failed its readiness gate: {exc}")
+        say(f"reverting to previous release {prev}", err=True)
+        try:
+            prev_rec = self.record(prev)
+            self.check_complete(prev_rec)
+            self.set_gate(prev, "running")
+            self._install(prev_rec)
+            sh("systemctl", "reset-failed", f"{prev_rec['service']}.service", check=False)
+            sh("systemctl", "restart", f"{prev_rec['service']}.service")
+            self._gate_once(prev_rec, timeout)
+        except Fail as exc2:
+            self.set_gate(prev, "failed", detail=str(exc2))
+            raise Fail(f"{rid} failed its readiness gate ({exc}); rollback to {prev} ALSO failed: {exc2}") from None
+        self.set_gate(prev, "passed", detail=f"rolled back: {rid} failed its gate")
+        self.previous_file.unlink(missing_ok=True)  # the failed release must not be "previous" of the restored one
+        raise Fail(f"{rid} failed its readiness gate ({exc}); rolled back to {prev}, which is serving")
+
+    def gate(self) -> None:
         rid = self.current()
         if rid is None:
             raise Fail("no current release to gate")
         rec = self.record(rid)
-        if timeout:
-            rec["gate"]["health_timeout_sec"] = timeout
+        self.set_gate(rid, "running")
         try:
-            elapsed, text = self._gate_once(rec)
-            self.note_switch(ready_at=time.time(), result="ready")
+            elapsed, _ = self._gate_once(rec, None)
         except Fail as exc:
-            self.note_switch(result="failed gate")
-            print(f"readiness gate FAILED for {rid}: {exc}", file=sys.stderr)
-            print(f"last journal lines of {rec['service']}:", file=sys.stderr)
-            print(journal_tail(rec["service"]), file=sys.stderr)
-            prev = self.previous()
-            if revert and prev and prev != rid:
-                print(f"reverting to previous release {prev}", file=sys.stderr)
-                try:
-                    self.switch(prev)
-                    prev_rec = self.record(prev)
-                    if timeout:
-                        prev_rec["gate"]["health_timeout_sec"] = timeout
-                    self._gate_once(prev_rec)
-                    self.note_switch(ready_at=time.time(), result=f"rolled back: {rid} failed its gate")
-                    # The failed release must not be "previous" of the restored one.
-                    self.previous_file.unlink(missing_ok=True)
-                    raise Fail(f"{rid} failed its readiness gate ({exc}); rolled back to {prev}, which is serving")
-                except Fail as exc2:
-                    if "rolled back" in str(exc2):
-                        raise
-                    raise Fail(f"{rid} failed its readiness gate ({exc}); rollback to {prev} ALSO failed: {exc2}") from None
-            raise Fail(f"{rid} failed its readiness gate: {exc}") from None
-        print(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
+            self.set_gate(rid, "failed", detail=str(exc))
+            raise
+        self.set_gate(rid, "passed")
+        say(f"{rid} ready after {elapsed:.1f}s")
 
-    def _gate_once(self, rec: dict) -> tuple[float, str]:
+    def _gate_once(self, rec: dict, timeout: int | None) -> tuple[float, str]:
         gate, url, service = rec["gate"], rec["url"], rec["service"]
+        limit = timeout or gate["health_timeout_sec"]
         start = time.monotonic()
-        deadline = start + gate["health_timeout_sec"]
+        deadline = start + limit
         restarts0 = n_restarts(service)
         last = "no answer yet"
         while True:
             state = sh("systemctl", "is-active", service, check=False).stdout.strip()
+            self.progress(kind="gate", release=rec["id"], phase="health", elapsed=round(time.monotonic() - start, 1),
+                          timeout=limit, unit=state, last=last)
             if state == "failed" or n_restarts(service) > restarts0:
                 raise Fail(f"{service} exited while starting (state {state}); the server refused to start")
             if state == "inactive":
@@ -205,8 +278,10 @@ class Host:
             except (urllib.error.URLError, OSError) as exc:
                 last = f"/health: {getattr(exc, 'reason', exc)}"
             if time.monotonic() > deadline:
-                raise Fail(f"/health not 200 within {gate['health_timeout_sec']}s (last: {last})")
+                raise Fail(f"/health not 200 within {limit}s (last: {last})")
             time.sleep(gate["health_interval_sec"])
+        self.progress(kind="gate", release=rec["id"], phase="smoke", elapsed=round(time.monotonic() - start, 1),
+                      timeout=limit, unit="active", last="/health 200")
         body = (self.releases / rec["id"] / "smoke.json").read_bytes()
         req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
         try:
@@ -221,6 +296,118 @@ class Host:
             raise Fail("smoke completion returned empty text")
         return time.monotonic() - start, text
 
+    # ---- jobs: host-side work detached from the SSH session -------------------------------------
+    def _job_dir(self, jid: str) -> Path:
+        if not jid or "/" in jid or jid.startswith("."):
+            raise Fail(f"bad job id {jid!r}")
+        return self.jobs / jid
+
+    def active_job(self) -> str | None:
+        try:
+            jid = (self.jobs / "active").read_text().strip()
+        except OSError:
+            return None
+        return jid if jid and self.job_status(jid)["state"] == "running" else None
+
+    def job_status(self, jid: str, log_lines: int = 0) -> dict:
+        d = self._job_dir(jid)
+        spec = read_json(d / "job.json")
+        if spec is None:
+            raise Fail(f"no job {jid} on this host")
+        state = self._job_state(jid) or {"state": "starting"}
+        out = {"id": jid, "key": spec["key"], **state, "progress": read_json(d / "progress.json") or {}}
+        if out["state"] in ("starting", "running"):
+            unit = sh("systemctl", "is-active", f"specfleet-job-{jid}", check=False).stdout.strip()
+            if unit not in ("active", "activating", "deactivating"):
+                # the unit is gone but the job never recorded an end: it was killed (or the host rebooted)
+                out.update(state="lost", message=f"job {jid} ({spec['key']}) ended without a result (unit {unit or 'gone'})")
+            else:
+                out["state"] = "running"
+        if log_lines or out["state"] in ("failed", "lost"):
+            out["log_tail"] = "\n".join(out.pop("tail", None) or []) or tail(d / "log", log_lines or 15)
+        out.pop("tail", None)
+        return out
+
+    def job_start(self, key: str, argv: list[str], env: dict[str, str]) -> dict:
+        self.jobs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.jobs / ".lock", "w") as lockf:
+            fcntl.flock(lockf, fcntl.LOCK_EX)
+            active = self.active_job()
+            if active:
+                spec = read_json(self.jobs / active / "job.json") or {}
+                if spec.get("key") == key:
+                    return {"id": active, "state": "attached"}
+                return {"id": active, "state": "busy", "key": spec.get("key")}
+            jid = time.strftime("%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
+            d = self._job_dir(jid)
+            d.mkdir(mode=0o700)
+            atomic_write(d / "job.json", json.dumps({"key": key, "argv": argv, "env": env, "created": now_iso()}) + "\n", 0o600)
+            atomic_write(self.jobs / "active", jid + "\n", 0o600)
+            proc = sh("systemd-run", f"--unit=specfleet-job-{jid}", f"--description=specfleet job {key}", "--quiet",
+                      "--collect", "--property=KillMode=mixed", sys.executable, os.path.abspath(__file__),
+                      "--data-dir", str(self.data), "job", "run", jid, check=False)
+            if proc.returncode != 0:
+                atomic_write(d / "state.json", json.dumps({"state": "failed", "exit": proc.returncode,
+                                                           "message": f"systemd-run failed: {proc.stderr.strip()}"}) + "\n")
+                raise Fail(f"cannot start job {key}: systemd-run failed: {proc.stderr.strip()}")
+            self._forget_old_jobs()
+            return {"id": jid, "state": "started"}
+
+    def job_run(self, jid: str) -> int:
+        """Inside the transient unit: run the job's argv, log its output, record the result.
+
+        The output is also kept in memory and the result falls back to /run (tmpfs) when the data disk is
+        full, so a job that failed for lack of space still reports why."""
+        d = self._job_dir(jid)
+        spec = read_json(d / "job.json")
+        started = time.time()
+        self._set_job_state(jid, {"state": "running", "pid": os.getpid(), "started": started})
+        recent: deque[str] = deque(maxlen=200)
+        with open(d / "log", "a", encoding="utf-8", errors="replace") as log:
+            def note(line: str) -> None:
+                recent.append(line.rstrip("\n"))
+                try:
+                    log.write(line if line.endswith("\n") else line + "\n")
+                    log.flush()
+                except OSError:
+                    pass  # disk full: the line is still in `recent`
+
+            note(f"== {now_iso()} job {jid}: {spec['key']}")
+            env = {**os.environ, **spec.get("env", {}), "SPECFLEET_PROGRESS_FILE": str(d / "progress.json")}
+            try:
+                child = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True, errors="replace")
+                for line in child.stdout:
+                    note(line)
+                rc = child.wait()
+            except OSError as exc:
+                note(f"cannot run {spec['argv'][0]}: {exc}")
+                rc = 127
+            errors = [ln for ln in recent if ln.startswith(("specfleet-host:", "fetch-model:"))]
+            message = (errors[-1] if errors else (recent[-1] if recent else "")) if rc else ""
+            note(f"== {now_iso()} job {jid} {'ok' if rc == 0 else 'failed'} (exit {rc}) in {time.time() - started:.1f}s")
+        self._set_job_state(jid, {"state": "ok" if rc == 0 else "failed", "exit": rc, "started": started,
+                                  "ended": time.time(), "message": message, "tail": list(recent)[-15:]})
+        return rc
+
+    def _set_job_state(self, jid: str, state: dict) -> None:
+        text = json.dumps(state) + "\n"
+        try:
+            atomic_write(self.jobs / jid / "state.json", text, 0o600)
+            Path(f"/run/specfleet-job-{jid}.json").unlink(missing_ok=True)
+        except OSError:
+            atomic_write(Path(f"/run/specfleet-job-{jid}.json"), text, 0o600)  # data disk full
+
+    def _job_state(self, jid: str) -> dict | None:
+        return read_json(Path(f"/run/specfleet-job-{jid}.json")) or read_json(self.jobs / jid / "state.json")
+
+    def _forget_old_jobs(self) -> None:
+        dirs = sorted((p for p in self.jobs.iterdir() if p.is_dir()), key=lambda p: p.name)
+        for old in dirs[:-JOB_KEEP]:
+            state = self._job_state(old.name) or {}
+            if state.get("state") in ("ok", "failed"):
+                shutil.rmtree(old, ignore_errors=True)
+
     # ---- status / prune / lock ------------------------------------------------------------------
     def status(self) -> dict:
         cur = self.current()
@@ -234,14 +421,9 @@ class Host:
             "active": sh("systemctl", "is-active", service, check=False).stdout.strip() if service else None,
             "container_started_at": started,
             "lock": self.lock_owner(),
-            "last_switch": self.last_switch(),
+            "gate": self.gate_state(),
+            "job": self.active_job(),
         }
-
-    def last_switch(self) -> dict | None:
-        try:
-            return json.loads((self.data / "last-switch.json").read_text())
-        except (OSError, ValueError):
-            return None
 
     def prune(self, keep: int) -> None:
         records = self.all_records()
@@ -256,29 +438,31 @@ class Host:
         for r in records:
             if r["id"] not in kept_ids:
                 shutil.rmtree(self.releases / r["id"], ignore_errors=True)
-                print(f"pruned release {r['id']}")
+                say(f"pruned release {r['id']}")
         used = {(m["repo"], m["commit"]) for r in kept for m in r["models"].values()}
         drafts = self.data / "drafts"
         for d in drafts.glob("*/*"):
             if (d.parent.name.replace("--", "/", 1), d.name) not in used:
                 shutil.rmtree(d, ignore_errors=True)
-                print(f"pruned draft dir {d}")
+                say(f"pruned draft dir {d}")
         for repo_dir in self.hub.glob("models--*"):
             repo = repo_dir.name[len("models--"):].replace("--", "/", 1)
             keep_commits = {c for r, c in used if r == repo}
             if not keep_commits:
                 shutil.rmtree(repo_dir, ignore_errors=True)
-                print(f"pruned model {repo} (no kept release uses it)")
+                say(f"pruned model {repo} (no kept release uses it)")
                 continue
             for snap in (repo_dir / "snapshots").glob("*"):
                 if snap.name not in keep_commits:
                     shutil.rmtree(snap, ignore_errors=True)
-                    print(f"pruned snapshot {repo}@{snap.name[:12]}")
+                    say(f"pruned snapshot {repo}@{snap.name[:12]}")
             live = {os.path.realpath(p) for p in (repo_dir / "snapshots").rglob("*") if p.is_symlink()}
             for blob in (repo_dir / "blobs").glob("*"):
-                if str(blob.resolve()) not in live and not blob.name.endswith(".incomplete"):
+                if blob.name.endswith((".incomplete", ".specfleet-partial", ".lock")):
+                    continue  # a fetch may own it (jobs are serialized, but a manual fetch is not)
+                if str(blob.resolve()) not in live:
                     blob.unlink()
-                    print(f"pruned blob {repo}/{blob.name[:16]}")
+                    say(f"pruned blob {repo}/{blob.name[:16]}")
 
     def lock_owner(self) -> str | None:
         try:
@@ -286,11 +470,17 @@ class Host:
         except OSError:
             return None
 
-    def unlock(self, owner: str | None) -> None:
+    def unlock(self, run_id: str | None, force: bool) -> None:
         holder = self.lock_owner()
-        if holder and owner and holder.split()[0] != owner:
-            raise Fail(f"not unlocking: held by {holder}")
+        if holder is None:
+            say("no lock held")
+            return
+        parts = holder.split()
+        held_by = parts[1] if len(parts) > 1 else ""
+        if not force and run_id != held_by:
+            raise Fail(f"not unlocking: held by {holder} (pass its id {held_by}, or --force)")
         shutil.rmtree(self.data / "lock", ignore_errors=True)
+        say(f"released the lock held by {holder}")
 
 
 def n_restarts(service: str) -> int:
@@ -303,38 +493,61 @@ def journal_tail(service: str, lines: int = 30) -> str:
     return out.stdout.rstrip() or "(journal empty)"
 
 
+def tail(path: Path, lines: int) -> str:
+    try:
+        data = path.read_bytes()[-65536:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="specfleet-host", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parent.parent))
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("switch").add_argument("release")
-    gate_p = sub.add_parser("gate")
-    gate_p.add_argument("--revert", action="store_true")
-    gate_p.add_argument("--timeout", type=int, help="override the release's health_timeout_sec")
+    act = sub.add_parser("activate")
+    act.add_argument("release")
+    act.add_argument("--revert", action="store_true")
+    act.add_argument("--timeout", type=int, help="override the release's health_timeout_sec")
+    sub.add_parser("gate")
+    job = sub.add_parser("job").add_subparsers(dest="job_cmd", required=True)
+    start = job.add_parser("start")
+    start.add_argument("key")
+    start.add_argument("--env", action="append", default=[], metavar="K=V")
+    start.add_argument("argv", nargs=argparse.REMAINDER)
+    job.add_parser("status").add_argument("id")
+    job.add_parser("run").add_argument("id")
     sub.add_parser("status")
     sub.add_parser("prune").add_argument("--keep", type=int, required=True)
     un = sub.add_parser("unlock")
-    un.add_argument("owner", nargs="?")
+    un.add_argument("id", nargs="?")
     un.add_argument("--force", action="store_true")
-    sub.add_parser("previous")
     args = ap.parse_args(argv)
     host = Host(args.data_dir)
     try:
-        if args.cmd == "switch":
-            host.switch(args.release)
+        if args.cmd == "activate":
+            host.activate(args.release, args.revert, args.timeout)
         elif args.cmd == "gate":
-            host.gate(args.revert, args.timeout)
+            host.gate()
+        elif args.cmd == "job" and args.job_cmd == "start":
+            command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+            if not command:
+                raise Fail("job start: nothing to run (KEY -- ARGV...)")
+            env = dict(item.split("=", 1) for item in args.env if "=" in item)
+            print(json.dumps(host.job_start(args.key, command, env)))
+        elif args.cmd == "job" and args.job_cmd == "status":
+            print(json.dumps(host.job_status(args.id)))
+        elif args.cmd == "job" and args.job_cmd == "run":
+            return host.job_run(args.id)
         elif args.cmd == "status":
             print(json.dumps(host.status(), indent=1))
         elif args.cmd == "prune":
             host.prune(args.keep)
         elif args.cmd == "unlock":
-            host.unlock(None if args.force else args.owner)
-        elif args.cmd == "previous":
-            print(host.previous() or "")
+            host.unlock(args.id, args.force)
     except Fail as exc:
-        print(f"specfleet-host: {exc}", file=sys.stderr)
+        say(f"specfleet-host: {exc}", err=True)
         return 1
     return 0
 

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from ._common import current_plan
+from ._common import current_plan, pending
 from .cleanup import cleanup
 from .docker_access import docker_access
 from .encodings import encodings
-from .lock import lock, unlock
+from .lock import CONVERGE_ID, lock, unlock
 from .models import models
 from .preflight import preflight
-from .readiness import readiness
 from .release import release
 from .rollback import rollback
-from .service import service
+from .service import activate
 from .token import token
 from .tools import tools
 
 __all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
-           "token", "tools", "encodings", "models", "release", "service", "readiness"]
+           "token", "tools", "encodings", "models", "release", "activate"]
 
 
 def _check_profile(profile: str) -> None:
@@ -37,13 +36,21 @@ def converge(profile: str) -> None:
 
 @deploy("Converge")
 def _converge() -> None:
-    _stage_steps()
-    service()
-    readiness()
-
-
-def _stage_steps() -> None:
+    # A host with something to change is locked for this run (the lock a rollout takes): a second converge
+    # or a rollout started meanwhile is refused instead of interleaving. A converged host is only read.
     preflight()
+    work = pending(current_plan())
+    if work:
+        lock(CONVERGE_ID, kind="converge")
+    _stage_steps(preflight_done=True)
+    activate()
+    if work:
+        unlock(CONVERGE_ID, kind="converge")
+
+
+def _stage_steps(preflight_done: bool = False) -> None:
+    if not preflight_done:
+        preflight()
     docker_access()
     token()
     tools()
@@ -61,5 +68,4 @@ def stage() -> None:
 @deploy("Switch")
 def switch(health_timeout_sec: int | None = None) -> None:
     """Make the staged release current, restart, and gate it (reverting on failure)."""
-    service()
-    readiness(health_timeout_sec)
+    activate(health_timeout_sec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from dataclasses import dataclass
 from importlib import resources
@@ -115,8 +116,9 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
 def _read_status(plan: HostPlan) -> HostStatus:
     s = plan.settings
     sizes = tuple(path for paths in model_paths(plan).values() for path, _ in paths)
+    files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
     return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
-                         image=s.image, sizes=sizes, files=tuple(wanted_files(plan)), users=tuple(s.operator_users))
+                         image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users))
 
 
 def differs(plan: HostPlan, path: str) -> bool:
@@ -132,3 +134,30 @@ def missing(plan: HostPlan, status: HostStatus, role: str) -> list[tuple[str, in
 def refuse(message: str):
     """Fail this host with one line (used by read-only checks; nothing has changed on the host)."""
     yield f"echo {shlex.quote(message)} >&2; exit 1"
+
+
+def hub_client_ok(plan: HostPlan) -> bool:
+    """Whether the fetch virtualenv already holds exactly the pinned huggingface_hub."""
+    pinned = re.fullmatch(r"huggingface_hub\s*==\s*([\w.]+)", plan.settings.hub_client_requirement)
+    return bool(pinned) and host_status(plan).hub_client == pinned.group(1)
+
+
+def pending(plan: HostPlan) -> list[str]:
+    """What a converge would change on the host, from the one status read (empty: nothing to do).
+
+    Decides whether a converge takes the host's run lock; the steps make the same decisions one by one."""
+    from .service import switch_reasons
+
+    s, st = plan.settings, host_status(plan)
+    out = [f"write {path}" for path in wanted_files(plan) if differs(plan, path)]
+    if s.hf_token is None and plan.paths.token_file in st.files:
+        out.append(f"remove {plan.paths.token_file}")
+    out += [f"add {u} to the docker group" for u in s.operator_users if st.groups.get(u) and "docker" not in st.groups[u]]
+    if not hub_client_ok(plan):
+        out.append(f"install {s.hub_client_requirement}")
+    if s.profile is not None:
+        if not st.image_id:
+            out.append(f"pull {s.image}")
+        out += [f"fetch {len(missing(plan, st, role))} {role} file(s)" for role in plan.pins if missing(plan, st, role)]
+        out += switch_reasons(plan)
+    return out

@@ -1,5 +1,6 @@
 """Cleanup (seed step 4): stop and disable the service and remove the container. The model cache,
-encodings and releases stay unless purge_models is true."""
+encodings and releases stay unless purge_models is true; then they go too, with the release state
+(current link, previous, gate state, job logs) and the token file."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def cleanup():
     if st.container_running:
         server.shell(name=f"Remove container {s.service_name}", commands=[f"docker rm -f {s.service_name}"])
     if s.purge_models:
-        for path in (p.hf_home, p.drafts, p.releases, p.tiktoken):
+        for path in (p.hf_home, p.drafts, p.releases, p.tiktoken, p.jobs):
             files.directory(name=f"Purge {path}", path=path, present=False)
-        for path in (p.current, f"{s.data_dir}/previous"):
+        files.link(name=f"Purge {p.current}", path=p.current, present=False)
+        for path in (p.previous, p.gate_file, p.token_file):
             files.file(name=f"Purge {path}", path=path, present=False)

@@ -21,16 +21,18 @@ def encodings():
         return
     if differs(plan, p.tiktoken):
         files.directory(name="Encodings directory", path=p.tiktoken, user="root", group="root", mode="755")
+    q = shlex.quote  # every value below is quoted: none sits inside hand-written quotes
     for name, digest in s.tiktoken_sha256.items():
         dest = f"{p.tiktoken}/{name}"
         if not differs(plan, dest):
             continue
         tmp = f"{dest}.part"
         url = f"{s.tiktoken_base_url}/{name}"
+        checksum_line = f"{digest}  {tmp}"
+        failure = f"{name} from {url} failed the download or SHA-256 check (tiktoken_base_url / tiktoken_sha256)"
         server.shell(name=f"Fetch {name} (SHA-256 verified)", commands=[
-            f"curl -fsSL --retry 3 -o {tmp} {shlex.quote(url)}"
-            f" && echo '{digest}  {tmp}' | sha256sum -c --quiet - "
-            f"|| {{ rm -f {tmp}; echo '{name} from {url} failed the download or SHA-256 check "
-            f"(tiktoken_base_url / tiktoken_sha256)' >&2; exit 1; }}",
-            f"chown root:root {tmp} && chmod 644 {tmp} && mv -f {tmp} {dest}",
+            f"curl -fsSL --retry 3 -o {q(tmp)} {q(url)}"
+            f" && printf '%s\\n' {q(checksum_line)} | sha256sum -c --quiet -"
+            f" || {{ rm -f {q(tmp)}; printf '%s\\n' {q(failure)} >&2; exit 1; }}",
+            f"chown root:root {q(tmp)} && chmod 644 {q(tmp)} && mv -f {q(tmp)} {q(dest)}",
         ])

@@ -1,13 +1,17 @@
-"""Rollout lock: one rollout at a time per host (<data_dir>/lock, created atomically with mkdir).
+"""Run lock: one converge or rollout at a time per host (<data_dir>/lock, created atomically with mkdir).
 
-A lock whose owner ran on this controller and whose process is gone is stale and is taken over (a
-rollout killed mid-way must not block the next one); any other holder makes the host refuse."""
+A converge takes it only when it has something to change (a converged host is only read); a rollout holds
+it on every targeted host from start to end. A lock whose owner ran on this controller and whose process
+is gone is stale and is taken over (a run killed mid-way must not block the next one); any other holder
+makes the host refuse with the holder's line, before anything changes. `specfleet-host unlock ID` (on the
+host) releases a lock whose controller is gone for good."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import socket
+import uuid
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -15,9 +19,11 @@ from pyinfra.operations import server
 
 from ._common import current_plan, host_status, refuse
 
+CONVERGE_ID = uuid.uuid4().hex[:8]  # this controller process's converge run
 
-def owner_line(rollout_id: str) -> str:
-    return f"rollout {rollout_id} by {os.environ.get('USER', 'root')}@{socket.gethostname()} pid {os.getpid()}"
+
+def owner_line(run_id: str, kind: str = "rollout") -> str:
+    return f"{kind} {run_id} by {os.environ.get('USER', 'root')}@{socket.gethostname()} pid {os.getpid()}"
 
 
 def is_stale(owner: str) -> bool:
@@ -38,32 +44,32 @@ def is_stale(owner: str) -> bool:
     return False
 
 
-@deploy("Rollout lock")
-def lock(rollout_id: str, held: dict | None = None):
+@deploy("Run lock")
+def lock(run_id: str, held: dict | None = None, kind: str = "rollout"):
     plan = current_plan()
     lock_dir = plan.paths.lock
     st = host_status(plan)
-    mine = owner_line(rollout_id)
+    mine = owner_line(run_id, kind)
     if st.lock and st.lock.split(" since ")[0] != mine:
         if not is_stale(st.lock):
             if held is not None:
                 held[host.name] = st.lock
-            refuse(name="Take the rollout lock",
-                   message=f"{host.name}: refused: another rollout holds the lock: {st.lock}")
+            refuse(name="Take the run lock",
+                   message=f"{host.name}: refused: another run holds the lock: {st.lock}")
             return
-        server.shell(name="Take over a stale rollout lock", commands=[f"rm -rf {lock_dir}"])
+        server.shell(name="Take over a stale run lock", commands=[f"rm -rf {shlex.quote(lock_dir)}"])
     if not st.lock or st.lock.split(" since ")[0] != mine:
-        line = shlex.quote(mine)
-        server.shell(name="Take the rollout lock", commands=[
-            f"mkdir -p {plan.settings.data_dir} && if mkdir {lock_dir} 2>/dev/null; then "
-            f"echo {line} since $(date -u +%Y-%m-%dT%H:%M:%SZ) > {lock_dir}/owner; else "
-            f"echo \"{host.name}: refused: another rollout holds the lock: $(cat {lock_dir}/owner)\" >&2; exit 1; fi"])
+        line, d = shlex.quote(mine), shlex.quote(lock_dir)
+        server.shell(name="Take the run lock", commands=[
+            f"mkdir -p {shlex.quote(plan.settings.data_dir)} && if mkdir {d} 2>/dev/null; then "
+            f"echo {line} since $(date -u +%Y-%m-%dT%H:%M:%SZ) > {d}/owner; else "
+            f"echo \"{host.name}: refused: another run holds the lock: $(cat {d}/owner)\" >&2; exit 1; fi"])
 
 
-@deploy("Rollout unlock")
-def unlock(rollout_id: str):
+@deploy("Run unlock")
+def unlock(run_id: str, kind: str = "rollout"):
     plan = current_plan()
-    lock_dir = plan.paths.lock
-    mine = shlex.quote(owner_line(rollout_id))
-    server.shell(name="Release the rollout lock", commands=[
-        f"if grep -qF {mine} {lock_dir}/owner 2>/dev/null; then rm -rf {lock_dir}; fi"])
+    d = shlex.quote(plan.paths.lock)
+    mine = shlex.quote(owner_line(run_id, kind))
+    server.shell(name="Release the run lock", commands=[
+        f"if grep -qF {mine} {d}/owner 2>/dev/null; then rm -rf {d}; fi"])

@@ -16,7 +16,7 @@ from ._common import current_plan, differs
 @deploy("Release")
 def release():
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    p = plan.paths
     rid = plan.release_id
     rdir = f"{p.releases}/{rid}"
     for path, what in ((p.releases, "Releases directory"), (rdir, f"Release {rid}")):

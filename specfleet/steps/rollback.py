@@ -1,13 +1,14 @@
-"""Rollback: return the host to its previous release (or `rollback_to`), through the same readiness gate.
-Nothing is downloaded: a kept release's files and model snapshots are all still on the host."""
+"""Rollback: return the host to its previous release (or `rollback_to`), through the same activate job and
+readiness gate (a target that fails its gate is reverted). Nothing is downloaded: a kept release's files
+and model snapshots are all still on the host."""
 
 from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import server
 
 from ._common import current_plan, host_status, refuse
+from .jobs import host_job
 
 
 @deploy("Rollback")
@@ -24,9 +25,7 @@ def rollback():
         refuse(name="Choose the release to return to",
                message=f"{host.name}: rollback_to: release {target} is not on this host (kept: {' '.join(st.releases) or 'none'})")
         return
-    if target == st.current and st.active == "active":
+    if target == st.current and st.active == "active" and st.gate_passed(target):
         return
-    server.shell(name=f"Switch back to release {target}",
-                 commands=[f"{p.host_tool} --data-dir {s.data_dir} switch {target}"])
-    server.shell(name="Readiness gate: /health, then the smoke completion",
-                 commands=[f"{p.host_tool} --data-dir {s.data_dir} gate --revert"])
+    host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
+             argv=[p.host_tool, "--data-dir", s.data_dir, "activate", target, "--revert"])

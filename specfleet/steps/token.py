@@ -1,19 +1,31 @@
 """Token: the Hugging Face token, read on the controller, written root-only on the host.
 
-It travels inside the SSH/SFTP channel from memory into a 0700 directory, never on a command line,
-and is named only by path afterwards (HF_TOKEN_PATH for the fetch tool). The serving container never
-gets it (it runs with HF_HUB_OFFLINE=1)."""
+It travels on the SSH channel's stdin into `sh -c 'umask 077; cat > <secrets_dir>/.hf_token.tmp; mv ...'`
+run as root (through sudo when the connection uses it, with `_sudo` data or pyinfra's `--sudo`): it is
+never on a command line and never written outside the secrets dir, not even as a temporary upload file
+(pyinfra's file upload under sudo stages files as the SSH user outside it). It is named only by path
+afterwards (HF_TOKEN_PATH for the fetch tool); the serving container never gets it (HF_HUB_OFFLINE=1).
+Dropping the token from the inventory removes the file from the host."""
 
 from __future__ import annotations
 
-from io import StringIO
+import shlex
 
-from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.server import Home
-from pyinfra.operations import files
+from pyinfra.operations import files, python
 
-from ._common import current_plan, differs
+from ._common import current_plan, differs, host_status
+from .jobs import run_on_host
+
+
+def _write_token(state, host, path: str, token: str) -> bool:
+    tmp = f"{path.rsplit('/', 1)[0]}/.hf_token.tmp"
+    script = (f"umask 077 && cat > {shlex.quote(tmp)} && chown root:root {shlex.quote(tmp)} && "
+              f"chmod 600 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+    ok, _, err = run_on_host(state, host, f"sh -c {shlex.quote(script)}", stdin=token + "\n")
+    if not ok:
+        host.log_styled(f"writing the token file failed: {' '.join(err[-1:])}", fg="red")
+    return ok
 
 
 @deploy("Hugging Face token")
@@ -22,14 +34,10 @@ def token():
     s, p = plan.settings, plan.paths
     if differs(plan, s.secrets_dir):
         files.directory(name="Secrets directory (root only)", path=s.secrets_dir, user="root", group="root", mode="700")
-    if s.hf_token is None or not differs(plan, p.token_file):
+    if s.hf_token is None:
+        if p.token_file in host_status(plan).files:
+            files.file(name="Remove the Hugging Face token (no token in the inventory)", path=p.token_file, present=False)
         return
-    staging = {}
-    if host.data.get("_sudo"):
-        # With sudo, pyinfra uploads as the SSH user to a temp file, then copies it as root. Keep that
-        # temp file in a directory only the SSH user can enter, never in the world-readable /tmp.
-        upload_dir = f"{host.get_fact(Home, _sudo=False)}/.specfleet-upload"
-        files.directory(name="Private upload directory (0700)", path=upload_dir, mode="700", _sudo=False)
-        staging = {"_temp_dir": upload_dir}
-    files.put(name="Hugging Face token (root:root 0600)", src=StringIO(s.hf_token.get_secret_value() + "\n"),
-              dest=p.token_file, user="root", group="root", mode="600", **staging)
+    if differs(plan, p.token_file):
+        python.call(name="Hugging Face token (root:root 0600, written from stdin)", function=_write_token,
+                    path=p.token_file, token=s.hf_token.get_secret_value())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from importlib import resources
 
 from pyinfra.api import deploy
@@ -23,11 +24,11 @@ def tools():
         if differs(plan, path):
             files.put(name=f"Install {path.rsplit('/', 1)[1]}", src=str(host_dir / source), dest=path,
                       user="root", group="root", mode="755")
-    pinned = re.fullmatch(r"huggingface_hub\s*==\s*([\w.]+)", s.hub_client_requirement)
+    pinned = re.fullmatch(r"huggingface_hub ?== ?([A-Za-z0-9.]+)", s.hub_client_requirement)
     if pinned and host_status(plan).hub_client == pinned.group(1):
         return  # the virtualenv already has exactly the pinned client
     apt.packages(name="python3-venv for the fetch virtualenv", packages=["python3-venv"], update=False)
     pip.venv(name="Fetch virtualenv", path=p.venv, python="python3")
-    extra = f"--index-url {s.pip_index_url}" if s.pip_index_url else None
+    extra = f"--index-url {shlex.quote(s.pip_index_url)}" if s.pip_index_url else None
     pip.packages(name=f"Pinned {s.hub_client_requirement} in the fetch virtualenv",
                  packages=[s.hub_client_requirement], pip=f"{p.venv}/bin/pip", extra_install_args=extra)

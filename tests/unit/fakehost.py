@@ -7,6 +7,7 @@ converge reads; tests then change one answer to simulate one difference.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any, Callable
 
@@ -77,18 +78,24 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     for user in s.operator_users:
         lines.append(f"groups\t{user}\t" + ("(missing)" if user in over.get("missing_users", ()) else f"{user} docker"))
     lines.append(f"hub_client\t{over.get('hub_client', '2.4.0')}")
+    gate = over.get("gate", {"release": plan.release_id, "result": "passed"} if s.profile else {})
+    lines.append(f"gate\t{json.dumps(gate)}")
     return lines
 
 
+# A host job that starts and ends well (override per test to simulate a failing or running job).
+JOB_OK = {"job start": '{"id": "j1", "state": "started"}', "job status": '{"id": "j1", "key": "k", "state": "ok", "exit": 0}'}
+
+
 def run_deploy(plans: dict[str, HostPlan], deploy_fn: Callable, *args: Any,
-               responses: Callable[[HostPlan], dict] | None = None) -> State:
+               responses: Callable[[HostPlan], dict] | None = None, config: Config | None = None) -> State:
     hosts = []
     for name, plan in plans.items():
-        data = {"specfleet": plan, "fake_delay": 0, "fake_delay_jitter": 0,
-                "fake_responses": responses(plan) if responses else {}}
+        data = {**plan.connection, "specfleet": plan, "fake_delay": 0, "fake_delay_jitter": 0,
+                "fake_responses": {**JOB_OK, **(responses(plan) if responses else {})}}
         hosts.append((f"@fake/{name}", data))
     inventory = Inventory((hosts, {}))
-    state = State(inventory, Config())
+    state = State(inventory, config or Config())
     connect_all(state)
     add_deploy(state, deploy_fn, *args)
     try:

@@ -43,6 +43,58 @@ BAD = [
     ("image with spaces", "{image: 'nvcr.io/x y'}", "image"),
     ("token file missing", "{hf_token_file: /nonexistent/token}", "hf_token_file"),
     ("bad rollback id", "{rollback_to: latest}", "rollback_to"),
+    # hostile input: every string that reaches a shell, a unit file, a path or a URL (issue "hostile input")
+    ("data_dir with a command separator", "{data_dir: '/opt/x;reboot'}", "data_dir"),
+    ("data_dir with a pipe", "{data_dir: '/opt/x|sh'}", "data_dir"),
+    ("data_dir with a dot-dot segment", "{data_dir: /var/lib/../../etc}", "data_dir"),
+    ("data_dir with a double slash", "{data_dir: /var//lib}", "data_dir"),
+    ("data_dir with a colon (docker -v separator)", "{data_dir: '/var/lib:/etc'}", "data_dir"),
+    ("data_dir too long", "{data_dir: /%s}" % ("a" * 300), "data_dir"),
+    ("secrets_dir with a command chain", "{secrets_dir: '/etc/x&&reboot'}", "secrets_dir"),
+    ("secrets_dir with a dot segment", "{secrets_dir: /etc/./specfleet}", "secrets_dir"),
+    ("image that is a docker flag", "{image: --privileged}", "image"),
+    ("image with a command separator", "{image: 'nvcr.io/x;reboot'}", "image"),
+    ("service_name with the .service suffix", "{service_name: specfleet.service}", "service_name"),
+    ("service_name with a command separator", "{service_name: 'svc;reboot'}", "service_name"),
+    ("hub_endpoint with a command separator", "{hub_endpoint: 'https://hf.example;reboot'}", "hub_endpoint"),
+    ("hub_endpoint with credentials", "{hub_endpoint: 'https://user:secret@hf.example'}", "hub_endpoint"),
+    ("hub_endpoint with a bad hostname", "{hub_endpoint: 'https://-hf.example'}", "hub_endpoint"),
+    ("hub_endpoint with a backtick", "{hub_endpoint: 'https://hf.example/`reboot`'}", "hub_endpoint"),
+    ("controller_hub_endpoint with a query", "{controller_hub_endpoint: 'https://hf.example/?x=1'}", "controller_hub_endpoint"),
+    ("controller_hub_endpoint with a file scheme", "{controller_hub_endpoint: 'file:///etc/passwd'}", "controller_hub_endpoint"),
+    ("pip_index_url with a command separator", "{pip_index_url: 'https://m.example/simple;id'}", "pip_index_url"),
+    ("pip_index_url with an extra pip option", "{pip_index_url: 'https://m.example/simple --trusted-host evil'}", "pip_index_url"),
+    ("tiktoken_base_url with a single quote", "{tiktoken_base_url: \"https://m.example/enc'$(reboot)'\"}", "tiktoken_base_url"),
+    ("tiktoken_base_url with a fragment", "{tiktoken_base_url: 'https://m.example/enc#x'}", "tiktoken_base_url"),
+    ("tiktoken_base_url with a port out of range", "{tiktoken_base_url: 'https://m.example:99999/enc'}", "tiktoken_base_url"),
+    ("tiktoken_base_url with a bad percent escape", "{tiktoken_base_url: 'https://m.example/a%zz'}", "tiktoken_base_url"),
+    ("target_revision that is an option", "{target_revision: --upload-pack}", "target_revision"),
+    ("draft_revision with a dot-dot", "{draft_revision: ../../x}", "draft_revision"),
+    ("draft_revision with a command separator", "{draft_revision: 'main;reboot'}", "draft_revision"),
+    ("hub_client_requirement with a newline", "{hub_client_requirement: \"huggingface_hub==\\n2.4.0\"}", "hub_client_requirement"),
+    ("hub_client_requirement with a second package", "{hub_client_requirement: 'huggingface_hub==2.4.0 evil'}", "hub_client_requirement"),
+    ("operator user with a command separator", "{operator_users: ['alice;reboot']}", "operator_users.0"),
+    ("operator user that is an option", "{operator_users: [-oroot]}", "operator_users.0"),
+    ("container_env value with a newline (unit line injection)",
+     "{container_env: {A: \"x\\nExecStartPre=/bin/touch /tmp/pwned\"}}", "container_env"),
+    ("container_env value with a carriage return", "{container_env: {A: \"x\\ry\"}}", "container_env"),
+    ("container_env value with a NUL", "{container_env: {A: \"x\\0y\"}}", "container_env"),
+    ("container_env value with a tab", "{container_env: {A: \"x\\ty\"}}", "container_env"),
+    ("container_env name with a command separator", "{container_env: {'A;reboot': x}}", "container_env"),
+    ("serve_host with a zone injection", "{serve_host: 'fe80::1%eth0;reboot'}", "serve_host"),
+    ("rollback_to with a command separator", "{rollback_to: 'r-0123456789ab;reboot'}", "rollback_to"),
+    ("hf_token_file with a NUL", "{hf_token_file: \"/tmp/tok\\0en\"}", "hf_token_file"),
+    ("hf_token_file with a newline", "{hf_token_file: \"/tmp/tok\\nspark-99: hf_token: forged\"}", "hf_token_file"),
+    ("tiktoken_sha256 key with a command separator",
+     "{tiktoken_sha256: {'o200k_base.tiktoken;reboot': 446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d, cl100k_base.tiktoken: 223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7}}", "tiktoken_sha256"),
+    ("speculative_model_dir with a colon (extra docker mount)",
+     "{extra_llm_api_options: {speculative_config: {speculative_model_dir: '/opt/x:/host:rw'}}}",
+     "extra_llm_api_options.speculative_config.speculative_model_dir"),
+    ("speculative_model_dir with a newline (unit line injection)",
+     "{extra_llm_api_options: {speculative_config: {speculative_model_dir: \"/opt/x\\nExecStartPre=/bin/sh\"}}}",
+     "extra_llm_api_options.speculative_config.speculative_model_dir"),
+    ("speculative_model_dir with a dot-dot", "{extra_llm_api_options: {speculative_config: {speculative_model_dir: /opt/../etc}}}",
+     "extra_llm_api_options.speculative_config.speculative_model_dir"),
 ]
 
 
@@ -54,11 +106,12 @@ def test_check_refuses(fleet_file, what, host_vars, key):
     lines = [line for line in result.output.splitlines() if line]
     assert any(line.startswith(f"bad-host: {key}: ") for line in lines), lines
     assert not any(line.startswith("good-1") for line in lines), "only the bad host is reported"
+    assert all(line.startswith("bad-host: ") for line in lines), "one line per problem"
     assert "Traceback" not in result.output
 
 
-def test_table_has_at_least_20_distinct_cases():
-    assert len({b[0] for b in BAD}) >= 20 and len({b[1] for b in BAD}) == len(BAD)
+def test_table_has_at_least_53_distinct_cases():
+    assert len({b[0] for b in BAD}) >= 53 and len({b[1] for b in BAD}) == len(BAD)
 
 
 def test_missing_token_is_refused(fleet_file, monkeypatch):

@@ -8,7 +8,8 @@ from specfleet.steps import cleanup, converge
 from tests.unit.conftest import TOKEN
 from tests.unit.fakehost import (converged_responses, changed_ops, executed, make_plans, run_deploy)
 
-MUTATING = ("systemctl restart", "daemon-reload", "fetch-model --repo", "docker pull", " switch ", " gate ", "curl ")
+MUTATING = ("systemctl restart", "daemon-reload", "fetch-model --repo", "docker pull", " activate ", "job start", "curl ",
+            "mkdir /var/lib/specfleet/lock")
 
 
 def _run(profile, responses, **vars):
@@ -37,9 +38,12 @@ def test_fresh_host_gets_everything_in_order():
     for needle in ("docker pull nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6", "fetch-model --repo openai/gpt-oss-120b",
                    "--ignore 'original/*' --ignore 'metal/*'", "fetch-model --repo nvidia/gpt-oss-120b-Eagle3-long-context",
                    "--link-dir /var/lib/specfleet/drafts/nvidia--gpt-oss-120b-Eagle3-long-context/",
-                   "o200k_base.tiktoken", f"switch {plan.release_id}", "gate --revert", "usermod -a -G docker nvidia"):
+                   "o200k_base.tiktoken", f"activate {plan.release_id} --revert", "usermod -a -G docker nvidia"):
         assert needle in text, needle
-    order = [next(i for i, c in enumerate(cmds) if n in c) for n in ("fetch-model --repo openai", f"switch {plan.release_id}", "gate --revert")]
+    order = [next(i for i, c in enumerate(cmds) if n in c)
+             for n in ("Take the run lock", "mkdir /var/lib/specfleet/lock", "fetch-model --repo openai",
+                       f"activate {plan.release_id}", " prune --keep", "rm -rf /var/lib/specfleet/lock")
+             if n != "Take the run lock"]
     assert order == sorted(order)
 
 
@@ -62,7 +66,7 @@ def test_changed_option_restarts_without_download():
     state = run_deploy(new_plans, converge, "eagle3",
                        responses=lambda p: converged_responses(p, current=old.release_id, release_missing=True))
     cmds = executed(state)["spark-01"]
-    assert any(f"switch {new.release_id}" in c for c in cmds) and any("gate --revert" in c for c in cmds)
+    assert any(f"activate {new.release_id} --revert" in c for c in cmds)
     assert not [c for c in cmds if "fetch-model --repo" in c or "docker pull" in c]
 
 
@@ -75,12 +79,12 @@ def test_interrupted_fetch_completes_only_what_is_missing():
     cmds = executed(state)["spark-01"]
     fetches = [c for c in cmds if "fetch-model --repo" in c]
     assert len(fetches) == 1 and "--repo openai/gpt-oss-120b" in fetches[0]
-    assert not [c for c in cmds if " switch " in c], "same release, still serving: no restart"
+    assert not [c for c in cmds if " activate " in c], "same release, still serving: no restart"
 
 
 def test_stopped_service_is_restarted_without_download():
     plan, state, cmds = _run("eagle3", lambda p: converged_responses(p, active="failed", container="false"))
-    assert any(" switch " in c for c in cmds) and not any("fetch-model --repo" in c for c in cmds)
+    assert any(" activate " in c for c in cmds) and not any("fetch-model --repo" in c for c in cmds)
 
 
 @pytest.mark.parametrize("status,message", [
@@ -104,7 +108,7 @@ def test_preflight_refuses_before_any_change(status, message):
     refusal = [c for c in cmds if "exit 1" in c]
     assert len(refusal) == 1 and "spark-01: preflight: " in refusal[0] and message in refusal[0]
     after = cmds[cmds.index(refusal[0]) + 1:]
-    assert not [c for c in after if any(w in c for w in ("mkdir", "chmod", "usermod", "fetch", "switch", "docker pull"))]
+    assert not [c for c in after if any(w in c for w in ("mkdir", "chmod", "usermod", "fetch", "activate", "docker pull", "job start"))]
     assert [h.name for h in state.failed_hosts] == ["@fake/spark-01"]
 
 

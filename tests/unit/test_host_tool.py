@@ -1,6 +1,7 @@
 """specfleet-host's release bookkeeping on a scratch data dir (no systemd involved)."""
 
 import json
+import sys
 import os
 
 from specfleet.host.specfleet_host import Host
@@ -62,3 +63,166 @@ def test_status_lists_releases_newest_first(tmp_path):
     host = Host(str(tmp_path))
     assert host.current() == "r-000000000001" and host.previous() == "r-000000000002"
     assert [r["id"] for r in host.all_records()] == ["r-000000000002", "r-000000000001"]
+
+
+# ---- activate: switch + gate + revert, with systemctl/docker/HTTP simulated ---------------------------------
+import subprocess  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+
+from specfleet.host import specfleet_host as sfh  # noqa: E402
+
+
+class FakeSystem:
+    """systemctl/docker/journalctl as a dict of unit state; `fail` names commands that fail."""
+
+    def __init__(self, active="active", fail=()):
+        self.active, self.fail, self.calls = active, set(fail), []
+        self.healthy = True
+
+    def sh(self, *cmd, check=True):
+        self.calls.append(cmd)
+        rc, out = 0, ""
+        if cmd[:2] == ("systemctl", "is-active"):
+            out = self.active
+        elif cmd[:2] == ("systemctl", "is-enabled"):
+            out = "enabled"
+        elif cmd[:2] == ("systemctl", "restart"):
+            if "restart" in self.fail:
+                rc = 1
+            else:
+                self.active = "active"
+        elif cmd[:2] == ("docker", "inspect"):
+            out = "true" if self.active == "active" else ""
+        if rc and check:
+            raise sfh.Fail(f"{' '.join(cmd)} failed: Job for x.service failed because the control process exited")
+        return subprocess.CompletedProcess(cmd, rc, out, "")
+
+
+def _complete_release(data, rid, created, service="svc"):
+    _snapshot(data / "hf" / "hub", "org/target", f"c-{rid}", ["config.json"])
+    rdir = data / "releases" / rid
+    rdir.mkdir(parents=True)
+    for name in ("extra-llm-api-config.yml", "smoke.json", f"{service}.service"):
+        (rdir / name).write_text(f"{name} of {rid}\n")
+    (rdir / "release.json").write_text(json.dumps({
+        "id": rid, "created": created, "service": service, "image": "img",
+        "models": {"target": {"repo": "org/target", "commit": f"c-{rid}"}}, "url": "http://127.0.0.1:1",
+        "gate": {"health_timeout_sec": 5, "health_interval_sec": 0, "smoke_timeout_sec": 5}}))
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    _complete_release(data, "r-aaaaaaaaaaaa", "2026-01-01T00:00:00Z")
+    _complete_release(data, "r-bbbbbbbbbbbb", "2026-01-02T00:00:00Z")
+    os.symlink("releases/r-aaaaaaaaaaaa", data / "current")
+    h = sfh.Host(str(data), unit_dir=str(tmp_path / "units"))
+    system = FakeSystem()
+    monkeypatch.setattr(sfh, "sh", system.sh)
+    smoke_ok = {"r-aaaaaaaaaaaa": True, "r-bbbbbbbbbbbb": True}
+
+    def gate_once(rec, timeout):
+        if not smoke_ok[rec["id"]]:
+            raise sfh.Fail("smoke completion returned empty text")
+        return 0.1, "text"
+
+    monkeypatch.setattr(h, "_gate_once", gate_once)
+    return SimpleNamespace(h=h, data=data, system=system, smoke_ok=smoke_ok)
+
+
+def test_activate_switches_restarts_and_records_the_gate(host):
+    host.h.activate("r-bbbbbbbbbbbb", revert=True)
+    assert host.h.current() == "r-bbbbbbbbbbbb" and host.h.previous() == "r-aaaaaaaaaaaa"
+    assert ("systemctl", "restart", "svc.service") in host.system.calls
+    assert host.h.gate_state()["release"] == "r-bbbbbbbbbbbb" and host.h.gate_state()["result"] == "passed"
+
+
+def test_activate_of_the_serving_release_gates_without_restart(host):
+    host.h.set_gate("r-aaaaaaaaaaaa", "failed")  # e.g. the controller died mid-gate last time
+    (host.h.unit_dir).mkdir()
+    (host.h.unit_dir / "svc.service").write_text("svc.service of r-aaaaaaaaaaaa\n")
+    host.h.activate("r-aaaaaaaaaaaa", revert=True)
+    assert not [c for c in host.system.calls if c[:2] == ("systemctl", "restart")]
+    assert host.h.gate_state() | {"at": None} == {"release": "r-aaaaaaaaaaaa", "result": "passed", "at": None, "downtime_s": None}
+
+
+def test_failed_gate_reverts_to_previous_and_says_so(host):
+    host.smoke_ok["r-bbbbbbbbbbbb"] = False
+    with pytest.raises(sfh.Fail, match="rolled back to r-aaaaaaaaaaaa, which is serving"):
+        host.h.activate("r-bbbbbbbbbbbb", revert=True)
+    assert host.h.current() == "r-aaaaaaaaaaaa"
+    assert host.h.gate_state()["release"] == "r-aaaaaaaaaaaa" and host.h.gate_state()["result"] == "passed"
+    assert host.h.previous() is None, "the failed release must not be previous of the restored one"
+
+
+def test_failed_restart_reverts_like_a_failed_gate(host):
+    host.system.fail.add("restart")
+    calls = []
+    original = host.system.sh
+
+    def restart_fails_once(*cmd, check=True):
+        if cmd[:2] == ("systemctl", "restart"):
+            calls.append(cmd)
+            if len(calls) == 2:  # the revert's restart works (docker is back)
+                host.system.fail.discard("restart")
+        return original(*cmd, check=check)
+
+    sfh.sh = restart_fails_once  # monkeypatch fixture restores the attribute
+    with pytest.raises(sfh.Fail, match=r"failed its readiness gate \(systemctl restart svc.service failed.*rolled back to r-aaaaaaaaaaaa"):
+        host.h.activate("r-bbbbbbbbbbbb", revert=True)
+    assert len(calls) == 2 and host.h.current() == "r-aaaaaaaaaaaa"
+    assert host.h.gate_state()["result"] == "passed" and host.h.gate_state()["release"] == "r-aaaaaaaaaaaa"
+
+
+def test_without_previous_a_failed_gate_is_recorded(host):
+    host.smoke_ok["r-bbbbbbbbbbbb"] = False
+    (host.data / "current").unlink()
+    with pytest.raises(sfh.Fail, match="failed its readiness gate: smoke"):
+        host.h.activate("r-bbbbbbbbbbbb", revert=True)
+    assert host.h.gate_state()["release"] == "r-bbbbbbbbbbbb" and host.h.gate_state()["result"] == "failed"
+
+
+def test_unlock_by_id_and_force(tmp_path):
+    h = sfh.Host(str(tmp_path))
+    (tmp_path / "lock").mkdir()
+    (tmp_path / "lock" / "owner").write_text("rollout 1a2b3c4d by ops@ctl pid 42 since 2026-01-01T00:00:00Z\n")
+    with pytest.raises(sfh.Fail, match="held by rollout 1a2b3c4d"):
+        h.unlock("ffffffff", force=False)
+    assert (tmp_path / "lock").exists()
+    h.unlock("1a2b3c4d", force=False)
+    assert not (tmp_path / "lock").exists()
+    (tmp_path / "lock").mkdir()
+    (tmp_path / "lock" / "owner").write_text("converge 9 by a@b pid 1 since x\n")
+    h.unlock(None, force=True)
+    assert not (tmp_path / "lock").exists()
+
+
+def test_job_run_records_result_log_and_progress(tmp_path, monkeypatch):
+    h = sfh.Host(str(tmp_path))
+    d = tmp_path / "jobs" / "j1"
+    d.mkdir(parents=True)
+    script = "import json, os; open(os.environ['SPECFLEET_PROGRESS_FILE'], 'w').write(json.dumps({'kind': 'x'})); print('work'); raise SystemExit(3)"
+    (d / "job.json").write_text(json.dumps({"key": "k", "argv": [sys.executable, "-c", script], "env": {}}))
+    assert h.job_run("j1") == 3
+    state = json.loads((d / "state.json").read_text())
+    assert state["state"] == "failed" and state["exit"] == 3
+    assert "work" in (d / "log").read_text()
+    monkeypatch.setattr(sfh, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 3, "inactive", ""))
+    status = h.job_status("j1")
+    assert status["state"] == "failed" and status["progress"] == {"kind": "x"} and "work" in status["log_tail"]
+
+
+def test_job_killed_without_a_result_is_lost(tmp_path, monkeypatch):
+    h = sfh.Host(str(tmp_path))
+    d = tmp_path / "jobs" / "j2"
+    d.mkdir(parents=True)
+    (d / "job.json").write_text(json.dumps({"key": "fetch:x@y", "argv": ["true"], "env": {}}))
+    (d / "state.json").write_text(json.dumps({"state": "running", "pid": 999999}))
+    (tmp_path / "jobs" / "active").write_text("j2\n")
+    monkeypatch.setattr(sfh, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 3, "inactive", ""))
+    assert h.job_status("j2")["state"] == "lost"
+    assert h.active_job() is None
+    monkeypatch.setattr(sfh, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 0, "active", ""))
+    assert h.job_status("j2")["state"] == "running" and h.active_job() == "j2"

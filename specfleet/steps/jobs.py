@@ -1,0 +1,114 @@
+"""Host jobs: long host-side work (model fetch, image pull, activate + readiness gate, prune) runs detached
+from the SSH session, as a transient systemd unit per job on the host (`specfleet-host job start`), with a
+log and a progress file. The controller follows the job and prints a progress line every PROGRESS_EVERY
+seconds. If the controller or its SSH session dies, the job finishes (or reverts) on its own; the next run
+attaches to a job that is still running instead of starting a second one (jobs are keyed by what they do:
+`fetch:<repo>@<commit>`, `activate:<release>`, ...; one job at a time per host)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import time
+
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+from pyinfra.operations import python
+
+from ._common import current_plan
+
+PROGRESS_EVERY = 10.0  # seconds between progress lines while a job runs
+POLL_EVERY = 2.0  # seconds between job status reads
+
+log = logging.getLogger("pyinfra.specfleet")
+
+
+def host_job(name: str, key: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    """An operation that runs `argv` as a host job (never a secret in argv or env: they are on a command line)."""
+    python.call(name=name, function=_follow, key=key, argv=list(argv), env=dict(env or {}))
+
+
+def run_on_host(state, host, command: str, stdin: str | None = None) -> tuple[bool, list[str], list[str]]:
+    """Run a command from inside an operation's function, with the host's sudo/connection arguments."""
+    arguments, _ = pop_global_arguments(state, host, {})
+    connector = {k: arguments[k] for k in CONNECTOR_ARGUMENT_KEYS if k in arguments}
+    if stdin is not None:
+        connector["_stdin"] = stdin
+    try:
+        ok, output = host.run_shell_command(command, **connector)
+    except Exception as exc:  # connection lost (paramiko/socket errors): reported by the caller
+        return False, [], [f"{type(exc).__name__}: {exc}"]
+    return ok, list(output.stdout_lines), list(output.stderr_lines)
+
+
+def _say(host, line: str, error: bool = False) -> None:
+    (log.error if error else log.info)(f"{host.print_prefix}{line}")
+
+
+def _follow(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
+    s = current_plan().settings
+    tool = f"{s.data_dir}/bin/specfleet-host --data-dir {s.data_dir}"
+    start = (f"{tool} job start {shlex.quote(key)} "
+             + "".join(f"--env {shlex.quote(f'{k}={v}')} " for k, v in env.items())
+             + "-- " + " ".join(shlex.quote(a) for a in argv))
+    waited: str | None = None
+    while True:
+        ok, out, err = run_on_host(state, host, start)
+        try:
+            info = json.loads(out[-1])
+        except (IndexError, ValueError):
+            _say(host, f"{key}: could not start the host job: {(err or out or ['no output'])[-1]}", error=True)
+            return False
+        if info.get("state") != "busy":
+            break
+        if info["id"] != waited:
+            waited = info["id"]
+            _say(host, f"{key}: waiting for the host's running job {waited} ({info.get('key')}) to end")
+        _watch(state, host, tool, waited, quiet=True)
+    if info["state"] == "attached":
+        _say(host, f"{key}: attached to job {info['id']}, already running on the host")
+    result = _watch(state, host, tool, info["id"])
+    if result.get("state") == "ok":
+        return True
+    if result.get("state") == "unreachable":
+        _say(host, f"{key}: lost the host while following job {info['id']} ({result.get('message')}); the job "
+                   "goes on on the host and the next run attaches to it", error=True)
+        return False
+    _say(host, f"{key}: job {info['id']} {result.get('state')}: {result.get('message') or 'no message'}", error=True)
+    for line in (result.get("log_tail") or "").splitlines():
+        _say(host, f"    {line}", error=True)
+    return False
+
+
+def _watch(state, host, tool: str, jid: str, quiet: bool = False) -> dict:
+    """Poll a job until it ends; print a progress line every PROGRESS_EVERY seconds. Returns its last status."""
+    started = time.monotonic()
+    last_print = started
+    while True:
+        ok, out, err = run_on_host(state, host, f"{tool} job status {shlex.quote(jid)}")
+        try:
+            status = json.loads(out[-1])
+        except (IndexError, ValueError):
+            return {"state": "unreachable", "message": (err or out or ["no answer"])[-1]}
+        if status.get("state") != "running":
+            return status
+        if not quiet and time.monotonic() - last_print >= PROGRESS_EVERY:
+            last_print = time.monotonic()
+            _say(host, progress_line(status, time.monotonic() - started))
+        time.sleep(POLL_EVERY)
+
+
+def progress_line(status: dict, elapsed: float) -> str:
+    """One line for a running job: fetch bytes/rate/ETA, gate phase/elapsed/timeout, or just elapsed."""
+    p = status.get("progress") or {}
+    if p.get("kind") == "fetch" and p.get("bytes_total"):
+        done, total = p.get("bytes_done", 0), p["bytes_total"]
+        rate = p.get("rate_bps") or 0
+        eta = f"{p['eta_s']:.0f}s" if isinstance(p.get("eta_s"), (int, float)) else "?"
+        return (f"fetch {p.get('repo')}@{str(p.get('commit', ''))[:12]}: {done / 1e9:.2f}/{total / 1e9:.2f} GB "
+                f"({100 * done / total:.0f}%, {p.get('files_done', 0)}/{p.get('files_total', '?')} files), "
+                f"{rate / 1e6:.1f} MB/s, ETA {eta}")
+    if p.get("kind") == "gate":
+        return (f"gate {p.get('release')}: {p.get('phase')} {p.get('elapsed', 0):.0f}s/{p.get('timeout')}s, "
+                f"unit {p.get('unit') or '?'} ({p.get('last') or ''})")
+    return f"{status.get('key')}: running for {elapsed:.0f}s"

@@ -1,0 +1,181 @@
+"""Fault paths and secrets on pyinfra's @fake connector: gate state, host jobs, token under sudo, cleanup."""
+
+import json
+import logging
+import re
+
+import pytest
+from pyinfra.api import Config
+from pyinfra.connectors.fake import FakeConnector
+
+from specfleet.plan import PlanError, build_plans, data_overrides
+from specfleet.steps import cleanup, converge, jobs, rollback
+from tests.unit.conftest import TOKEN
+from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every command's connector arguments (sudo, stdin) and every file upload, per host."""
+    calls, uploads = [], []
+    run, put = FakeConnector.run_shell_command, FakeConnector.put_file
+
+    def run_shell_command(self, command, print_output=False, print_input=False, **arguments):
+        calls.append((str(command if isinstance(command, str) else command.get_masked_value()), arguments))
+        return run(self, command, print_output, print_input, **arguments)
+
+    def put_file(self, filename_or_io, remote_filename, *args, **arguments):
+        uploads.append((remote_filename, arguments))
+        return put(self, filename_or_io, remote_filename, *args, **arguments)
+
+    monkeypatch.setattr(FakeConnector, "run_shell_command", run_shell_command)
+    monkeypatch.setattr(FakeConnector, "put_file", put_file)
+    return calls, uploads
+
+
+@pytest.mark.parametrize("gate", [{}, {"result": "running"}, {"result": "failed"}, {"result": "passed", "release": "r-000000000000"}],
+                         ids=["never gated", "gate interrupted", "gate failed", "another release passed"])
+def test_a_release_that_has_not_passed_its_gate_is_gated_again(gate):
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    gate = {"release": plan.release_id, **gate}
+    state = run_deploy({"spark-01": plan}, converge, "eagle3", responses=lambda p: converged_responses(p, gate=gate))
+    cmds = executed(state)["spark-01"]
+    assert [c for c in cmds if f"job start activate:{plan.release_id}" in c], cmds
+    assert not [c for c in cmds if "fetch-model --repo" in c or "docker pull" in c]
+
+
+@pytest.fixture(autouse=True)
+def _info_logs(caplog):
+    caplog.set_level(logging.INFO, logger="pyinfra")
+
+
+def test_failed_job_fails_the_host_with_its_message_and_log(caplog):
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    failed = json.dumps({"id": "j1", "key": "activate", "state": "failed", "exit": 1,
+                         "message": "specfleet-host: r-x failed its readiness gate (smoke); rolled back to r-y, which is serving",
+                         "log_tail": "last journal lines\nERROR: model load"})
+    state = run_deploy({"spark-01": plan}, converge, "eagle3",
+                       responses=lambda p: {**converged_responses(p, current="r-000000000000", release_missing=True),
+                                            "job status": failed})
+    assert [h.name for h in state.failed_hosts] == ["@fake/spark-01"]
+    text = caplog.text
+    assert "rolled back to r-y, which is serving" in text and "ERROR: model load" in text
+    assert not [c for c in executed(state)["spark-01"] if " prune " in c], "no prune after a failed activation"
+
+
+def test_a_running_job_with_the_same_key_is_attached_to_not_started_twice(caplog):
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    state = run_deploy({"spark-01": plan}, converge, "eagle3",
+                       responses=lambda p: {**converged_responses(p, gate={"release": p.release_id, "result": "running"}),
+                                            "job start": json.dumps({"id": "j7", "state": "attached"})})
+    assert not state.failed_hosts
+    assert "attached to job j7" in caplog.text
+
+
+def test_another_running_job_is_waited_for(monkeypatch, caplog):
+    monkeypatch.setattr(jobs, "POLL_EVERY", 0)
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    import itertools
+    answers = itertools.chain([json.dumps({"id": "j0", "state": "busy", "key": "fetch:x@y"})],
+                              itertools.repeat(json.dumps({"id": "j1", "state": "started"})))
+    original = FakeConnector._lookup_response
+
+    def lookup(self, command):
+        if "job start" in command:
+            from pyinfra.connectors.util import CommandOutput, OutputLine
+            return True, CommandOutput([OutputLine("stdout", next(answers))])
+        return original(self, command)
+
+    monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
+    state = run_deploy({"spark-01": plan}, converge, "eagle3",
+                       responses=lambda p: converged_responses(p, gate={"release": p.release_id, "result": "failed"}))
+    assert not state.failed_hosts
+    assert "waiting for the host's running job j0 (fetch:x@y) to end" in caplog.text
+    cmds = executed(state)["spark-01"]
+    assert any("job status j0" in c for c in cmds) and any("job status j1" in c for c in cmds)
+
+
+def test_progress_lines():
+    fetch = {"key": "f", "progress": {"kind": "fetch", "repo": "openai/gpt-oss-120b", "commit": "a" * 40, "bytes_done": 13e9,
+                                      "bytes_total": 65e9, "files_done": 3, "files_total": 15, "rate_bps": 110e6, "eta_s": 470}}
+    assert jobs.progress_line(fetch, 12) == ("fetch openai/gpt-oss-120b@aaaaaaaaaaaa: 13.00/65.00 GB (20%, 3/15 files), "
+                                             "110.0 MB/s, ETA 470s")
+    gate = {"progress": {"kind": "gate", "release": "r-1", "phase": "health", "elapsed": 42.4, "timeout": 1800,
+                         "unit": "active", "last": "/health: [Errno 111] Connection refused"}}
+    assert jobs.progress_line(gate, 50) == "gate r-1: health 42s/1800s, unit active (/health: [Errno 111] Connection refused)"
+    assert jobs.progress_line({"key": "prune", "progress": {}}, 31.2) == "prune: running for 31s"
+
+
+@pytest.mark.parametrize("how", ["_sudo data", "--sudo flag"])
+def test_token_travels_on_stdin_under_sudo_and_is_never_uploaded(recorded, how):
+    calls, uploads = recorded
+    host_vars = {"_sudo": True} if how == "_sudo data" else {}
+    plans = make_plans({"spark-01": host_vars}, "eagle3")
+    for plan in plans.values():
+        plan.connection = dict(host_vars)
+    token_path = plans["spark-01"].paths.token_file
+    state = run_deploy(plans, converge, "eagle3", config=Config(SUDO=how == "--sudo flag"),
+                       responses=lambda p: converged_responses(p, files_missing=[token_path]))
+    assert not state.failed_hosts
+    writes = [(c, a) for c, a in calls if ".hf_token.tmp" in c]
+    assert len(writes) == 1
+    command, arguments = writes[0]
+    assert arguments.get("_sudo") is True and arguments.get("_stdin") == TOKEN + "\n"
+    assert TOKEN not in command and "umask 077" in command and command.count("/etc/specfleet/") >= 2
+    assert not [u for u in uploads if "token" in u[0]], "the token is never a file upload (staged outside the secrets dir)"
+    assert not [c for c, _ in calls if TOKEN in c]
+
+
+def test_dropping_the_token_removes_it_from_the_host(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN")
+    plan = make_plans({"spark-01": {"hf_token_required": False}}, "eagle3")["spark-01"]
+    assert plan.settings.hf_token is None
+    token_path = plan.paths.token_file
+    lines = converged_responses(plan)
+    status_key = next(k for k in lines if not isinstance(k, str) and "export DATA" in k.pattern)
+    lines[status_key] = lines[status_key] + [f"file\tfile|600|root|root|{'0' * 64}\t{token_path}"]
+    lines[re.compile(rf"stat -c .* {re.escape(token_path)} 2>")] = (
+        f"user=root group=root mode=-rw------- atime=0 mtime=0 ctime=0 size=1 '{token_path}'")
+    state = run_deploy({"spark-01": plan}, converge, "eagle3", responses=lambda p: lines)
+    assert any(f"rm -f {token_path}" in c for c in executed(state)["spark-01"])
+
+
+def test_cleanup_purge_on_a_converged_host_removes_everything_incl_the_token():
+    plan = make_plans({"spark-01": {"purge_models": True}}, None)["spark-01"]
+    p = plan.paths
+
+    def stat(path, kind):
+        return re.compile(rf"stat -c .* {re.escape(path)} 2>"), f"user=root group=root mode={kind} atime=0 mtime=0 ctime=0 size=1 '{path}'"
+
+    responses = {"export DATA SVC": ["active\tinactive", "enabled\tdisabled", "container\tfalse"]}
+    for path in (p.hf_home, p.drafts, p.releases, p.tiktoken, p.jobs):
+        responses.__setitem__(*stat(path, "drwxr-xr-x"))
+    for path in (p.previous, p.gate_file, p.token_file):
+        responses.__setitem__(*stat(path, "-rw-------"))
+    responses[re.compile(rf"stat -c .* {re.escape(p.current)} 2>")] = (
+        f"user=root group=root mode=lrwxrwxrwx atime=0 mtime=0 ctime=0 size=1 '{p.current}' -> 'releases/r-1'")
+    state = run_deploy({"spark-01": plan}, cleanup, responses=lambda _: responses)
+    assert not state.failed_hosts
+    cmds = "\n".join(executed(state)["spark-01"])
+    for path in (p.hf_home, p.releases, p.jobs):
+        assert f"rm -rf {path}" in cmds
+    for path in (p.current, p.previous, p.gate_file, p.token_file):
+        assert f"rm -f {path}" in cmds, path
+
+
+def test_rollback_to_from_the_pyinfra_command_line_is_used_and_validated(fleet_file):
+    from specfleet.inventory import load_inventory
+    path = fleet_file("all:\n  hosts:\n    spark-01:\n")
+    argv = ["pyinfra", "inventory.py", "deploys/rollback.py", "--data", "rollback_to=r-0123456789ab"]
+    plans = build_plans(load_inventory(path), None, resolve=False, overrides=data_overrides(argv))
+    assert plans["spark-01"].settings.rollback_to == "r-0123456789ab"
+    with pytest.raises(PlanError) as exc:
+        build_plans(load_inventory(path), None, resolve=False, overrides=data_overrides(["pyinfra", "--data=rollback_to=latest"]))
+    assert exc.value.lines == ["spark-01: rollback_to: 'latest' has characters that are not allowed here"] or \
+        exc.value.lines[0].startswith("spark-01: rollback_to: ")
+    state = run_deploy(plans, rollback, responses=lambda p: {
+        "export DATA SVC": ["current\tr-bbbbbbbbbbbb", "previous\tr-cccccccccccc",
+                            "releases\tr-0123456789ab r-bbbbbbbbbbbb r-cccccccccccc", "active\tactive"]})
+    cmds = executed(state)["spark-01"]
+    assert any("activate r-0123456789ab --revert" in c for c in cmds), cmds
+    assert not any("r-cccccccccccc --revert" in c for c in cmds)
