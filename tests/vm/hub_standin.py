@@ -16,6 +16,15 @@ It implements exactly the HTTP surface that huggingface_hub 2.4.0 (``HF_HUB_DISA
     GET  /{repo}/resolve/{rev}/{path}            (Range: bytes=...)          file content
     GET  /encodings/{o200k_base,cl100k_base}.tiktoken                        synthetic tiktoken files
     GET  /_standin/log   POST /_standin/reset   POST /_standin/throttle?bps=N  (test control)
+    POST /_standin/fail?status=S&count=N[&paths=resolve|api|all]                (test control: Hub errors)
+
+Simulated Hub failures (429 rate limit, 5xx outage): ``POST /_standin/fail?status=429&count=N&paths=resolve``
+or ``HubStandin.fail_next(status, count, paths="resolve")`` makes the next N matching requests fail with that status
+(a JSON error body; 429 also carries ``Retry-After: 1``); after them, normal service resumes. ``paths`` selects
+which requests count: ``resolve`` (HEAD/GET ``/{repo}/resolve/...``, the default), ``api`` (``/api/...``) or
+``all`` (every non-control request, including ``/encodings``). The failed requests are logged in ``requests()``
+like any response (with 0 bytes in ``bytes_served()``). A new call replaces the pending rule; count 0 clears it.
+``reset_log()`` does not clear it. ``pending_failures()`` tells how many are left.
 
 No Xet headers are ever sent (no ``X-Xet-Hash``, no ``xet-auth`` link, no ``xetHash`` in trees), so the client
 always uses plain HTTP. Errors carry the ``X-Error-Code`` / ``X-Error-Message`` headers that make
@@ -581,6 +590,14 @@ def _parse_range(header: str | None, total: int) -> tuple[int, int] | None | str
     return start, end
 
 
+_FAIL_MESSAGES = {
+    429: "You have been rate-limited; you can retry this action in about 1 second (simulated by the Hub stand-in).",
+    500: "Internal Error - We're working hard to fix this as soon as possible! (simulated by the Hub stand-in)",
+    502: "Bad Gateway (simulated by the Hub stand-in)",
+    503: "Service Unavailable (simulated by the Hub stand-in)",
+}
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "HubStandin/1.0"
@@ -628,6 +645,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if split.path.startswith("/_standin/"):
                 return self._control(method, split.path, query)
+            failure = self.hub._take_failure(self._log_path)
+            if failure is not None:
+                raise _HubError(failure, None, _FAIL_MESSAGES.get(failure, f"Simulated Hub error {failure} (stand-in)"),
+                                {"Retry-After": "1"} if failure == 429 else None)
             if method == "POST":
                 raise _HubError(405, None, "Method not allowed on the Hub stand-in")
             segs = split.path.lstrip("/").split("/")
@@ -719,6 +740,14 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/_standin/reset" and method == "POST":
             self.hub.reset_log()
             return ok({"ok": True})
+        if path == "/_standin/fail" and method == "POST":
+            try:
+                status = int((query.get("status") or [""])[0])
+                count = int((query.get("count") or ["1"])[0])
+                self.hub.fail_next(status, count, (query.get("paths") or ["resolve"])[0])
+            except ValueError as e:
+                raise _HubError(400, None, f"fail: {e} (status=400..599, count>=0, paths=resolve|api|all)") from None
+            return ok({"ok": True, "pending": self.hub.pending_failures()})
         if path == "/_standin/throttle" and method == "POST":
             try:
                 bps = int((query.get("bps") or ["0"])[0])
@@ -982,6 +1011,9 @@ class HubStandin:
       (error bodies are not content); every requested path has an entry, 0 for HEAD/errors}, ``.total_bytes()``,
       ``.requests()`` [(method, path, status)], ``.reset_log()``, ``.set_throttle(bps or None)``,
       ``.wait_idle(timeout)`` (no response in flight). Control endpoints under ``/_standin/`` are not logged.
+    - ``.fail_next(status, count, paths="resolve")``: the next `count` requests matching `paths` ("resolve", "api"
+      or "all") are answered with HTTP `status` (429 with ``Retry-After: 1``), then normal service resumes;
+      ``.pending_failures()`` = how many are still to come. Same as ``POST /_standin/fail?status=S&count=N&paths=P``.
     - Static helpers (no server needed): ``commit(repo_id, index=-1)``, ``repo_size(repo_id, commit=None)``,
       ``commits(repo_id)``, ``files(repo_id, commit=None)`` {path: size}, ``file_bytes(repo_id, path, commit=None)``,
       ``file_meta(...)``, ``is_gated(repo_id)``.
@@ -1002,6 +1034,7 @@ class HubStandin:
         self._inflight = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._fail: tuple[int, int, str] | None = None  # (status, remaining, paths) set by fail_next()
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -1062,6 +1095,42 @@ class HubStandin:
     @property
     def throttle_bps(self) -> int | None:
         return self._throttle_bps
+
+    FAIL_PATHS = ("resolve", "api", "all")
+
+    def fail_next(self, status: int, count: int, paths: str = "resolve") -> None:
+        """Answer the next `count` requests matching `paths` ("resolve": /{repo}/resolve/..., "api": /api/...,
+        "all": every non-control request) with HTTP `status` (429 with ``Retry-After: 1``), then serve normally.
+        Replaces any pending rule; count 0 clears it. The failed requests are logged like any response."""
+        status, count = int(status), int(count)
+        if not 400 <= status <= 599:
+            raise ValueError(f"status must be an HTTP error status (400-599), not {status}")
+        if count < 0:
+            raise ValueError(f"count must be >= 0, not {count}")
+        if paths not in self.FAIL_PATHS:
+            raise ValueError(f"paths must be one of {self.FAIL_PATHS}, not {paths!r}")
+        with self._lock:
+            self._fail = (status, count, paths) if count else None
+
+    def pending_failures(self) -> int:
+        """How many requests are still to be failed by the last fail_next() (0 = normal service)."""
+        with self._lock:
+            return self._fail[1] if self._fail else 0
+
+    def _take_failure(self, path: str) -> int | None:
+        """If the pending fail_next() rule matches this (unquoted) request path, use one failure: its status."""
+        if path.startswith("/_standin/"):
+            return None
+        with self._lock:
+            if not self._fail:
+                return None
+            status, remaining, paths = self._fail
+            segs = path.lstrip("/").split("/")
+            kind = "api" if segs[0] == "api" else "resolve" if "resolve" in segs[1:] else "other"
+            if paths != "all" and kind != paths:
+                return None
+            self._fail = (status, remaining - 1, paths) if remaining > 1 else None
+            return status
 
     def bytes_served(self) -> dict[str, int]:
         with self._lock:

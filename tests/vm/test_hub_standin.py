@@ -468,3 +468,54 @@ def test_script_mode(tmp_path):
     assert f"GET /{GATED}/resolve/{sha}/config.json 200 {size}" in err.splitlines()
     assert f"GET /{GATED}/resolve/{sha}/config.json 403 " in err
     assert secret not in err and STANDIN_TOKEN not in err and "Bearer" not in err
+
+
+def test_fail_next_method_and_control_endpoint(fresh_hub):
+    hub = fresh_hub
+    sha = HubStandin.commit(LLAMA8B)
+    url = hf_hub_url(LLAMA8B, "config.json", revision=sha, endpoint=hub.url)
+    api = f"{hub.url}/api/models/{LLAMA8B}/revision/{sha}"
+    hub.fail_next(429, 2)  # paths="resolve": the API is not affected
+    assert requests.get(api, timeout=10).status_code == 200
+    r = requests.head(url, timeout=10)
+    assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+    r = requests.get(url, timeout=10)
+    assert r.status_code == 429 and "rate-limited" in r.headers["X-Error-Message"]
+    assert hub.pending_failures() == 0
+    assert requests.get(url, timeout=10).content == HubStandin.file_bytes(LLAMA8B, "config.json")
+    key = f"/{LLAMA8B}/resolve/{sha}/config.json"
+    assert [r[2] for r in hub.requests()] == [200, 429, 429, 200]  # failures are logged like any response
+    assert hub.bytes_served()[key] == HubStandin.files(LLAMA8B)["config.json"]  # error bodies are not content
+
+    hub.reset_log()
+    r = requests.post(f"{hub.url}/_standin/fail?status=500&count=1&paths=api", timeout=10)
+    assert r.json() == {"ok": True, "pending": 1}
+    assert requests.get(url, timeout=10).status_code == 200
+    r = requests.get(api, timeout=10)
+    assert r.status_code == 500 and "Retry-After" not in r.headers
+    assert requests.get(api, timeout=10).status_code == 200
+    assert [s for _, _, s in hub.requests()] == [200, 500, 200]
+
+    hub.fail_next(503, 3, paths="all")
+    assert requests.get(f"{hub.url}/encodings/o200k_base.tiktoken", timeout=10).status_code == 503
+    hub.fail_next(503, 0)  # clears
+    assert hub.pending_failures() == 0 and requests.get(url, timeout=10).status_code == 200
+    for bad in ("status=200&count=1", "status=429&count=-1", "status=429&paths=cdn", "status=x"):
+        assert requests.post(f"{hub.url}/_standin/fail?{bad}", timeout=10).status_code == 400, bad
+    with pytest.raises(ValueError):
+        hub.fail_next(429, 1, paths="cdn")
+
+
+def test_fail_next_seen_by_huggingface_hub(fresh_hub, tmp_path):
+    """What huggingface_hub 2.4.0 itself does: http_get retries 429 (honouring Retry-After) but not 500."""
+    hub = fresh_hub
+    url = hf_hub_url(LLAMA8B, "config.json", revision=HubStandin.commit(LLAMA8B), endpoint=hub.url)
+    hub.fail_next(429, 1)
+    with open(tmp_path / "f", "wb") as f:
+        http_get(url, f)
+    assert (tmp_path / "f").read_bytes() == HubStandin.file_bytes(LLAMA8B, "config.json")
+    hub.fail_next(500, 1)
+    with open(tmp_path / "g", "wb") as f, pytest.raises(Exception) as e:
+        http_get(url, f)
+    assert getattr(getattr(e.value, "response", None), "status_code", None) == 500
+    assert [s for _, _, s in hub.requests()] == [429, 200, 500]
