@@ -501,7 +501,7 @@ def tail(path: Path, lines: int) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="specfleet-host", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parent.parent))
@@ -523,7 +523,16 @@ def main(argv: list[str] | None = None) -> int:
     un = sub.add_parser("unlock")
     un.add_argument("id", nargs="?")
     un.add_argument("--force", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def job_argv(args: argparse.Namespace) -> list[str]:
+    """The command of `job start KEY -- ARGV...` (argparse keeps or drops the `--` depending on the version)."""
+    return args.argv[1:] if args.argv[:1] == ["--"] else list(args.argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     host = Host(args.data_dir)
     try:
         if args.cmd == "activate":
@@ -531,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "gate":
             host.gate()
         elif args.cmd == "job" and args.job_cmd == "start":
-            command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+            command = job_argv(args)
             if not command:
                 raise Fail("job start: nothing to run (KEY -- ARGV...)")
             env = dict(item.split("=", 1) for item in args.env if "=" in item)

@@ -48,9 +48,7 @@ def _say(host, line: str, error: bool = False) -> None:
 def _follow(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
     s = current_plan().settings
     tool = f"{s.data_dir}/bin/specfleet-host --data-dir {s.data_dir}"
-    start = (f"{tool} job start {shlex.quote(key)} "
-             + "".join(f"--env {shlex.quote(f'{k}={v}')} " for k, v in env.items())
-             + "-- " + " ".join(shlex.quote(a) for a in argv))
+    start = start_command(tool, key, argv, env)
     waited: str | None = None
     while True:
         ok, out, err = run_on_host(state, host, start)
@@ -78,6 +76,11 @@ def _follow(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool
     for line in (result.get("log_tail") or "").splitlines():
         _say(host, f"    {line}", error=True)
     return False
+
+
+def start_command(tool: str, key: str, argv: list[str], env: dict[str, str]) -> str:
+    return (f"{tool} job start " + "".join(f"--env {shlex.quote(f'{k}={v}')} " for k, v in env.items())
+            + f"{shlex.quote(key)} -- " + " ".join(shlex.quote(a) for a in argv))
 
 
 def _watch(state, host, tool: str, jid: str, quiet: bool = False) -> dict:

@@ -226,3 +226,16 @@ def test_job_killed_without_a_result_is_lost(tmp_path, monkeypatch):
     assert h.active_job() is None
     monkeypatch.setattr(sfh, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 0, "active", ""))
     assert h.job_status("j2")["state"] == "running" and h.active_job() == "j2"
+
+
+def test_the_controllers_job_start_command_parses_as_intended():
+    import shlex as _shlex
+
+    from specfleet.steps.jobs import start_command
+    argv = ["/v/bin/python", "/d/bin/fetch-model", "--repo", "org/m", "--ignore", "original/*", "--env", "x"]
+    cmd = start_command("/d/bin/specfleet-host --data-dir /d", "fetch:org/m@abc", argv,
+                        {"HF_ENDPOINT": "http://h:1", "HF_TOKEN_PATH": "/etc/specfleet/hf_token"})
+    args = sfh.build_parser().parse_args(_shlex.split(cmd)[1:])
+    assert (args.cmd, args.job_cmd, args.key) == ("job", "start", "fetch:org/m@abc")
+    assert args.env == ["HF_ENDPOINT=http://h:1", "HF_TOKEN_PATH=/etc/specfleet/hf_token"]
+    assert sfh.job_argv(args) == argv

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,51 @@ def run_pyinfra(inventory: Path, deploy: str, *extra: str, json_out: bool = True
             run.failed = list(run.result["results"].get("failed_hosts") or [])
     sys.stderr.write(f"\n=== pyinfra {deploy}: rc={run.returncode} in {run.seconds:.1f}s ===\n{proc.stderr[-6000:]}\n")
     return run
+
+
+class Background:
+    """A `pyinfra -y inventory.py deploys/<deploy>.py` running in the background in its own process group (so a
+    test can SIGKILL the whole controller), its merged output collected line by line as it comes."""
+
+    def __init__(self, inventory: Path, deploy: str, *extra: str, env: dict | None = None):
+        cmd = [sys.executable, "-m", "pyinfra", "-y", *extra, "inventory.py", f"deploys/{deploy}.py"]
+        full_env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN,
+                    "PYINFRA_PROGRESS": "off", **(env or {})}
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.pid = self.proc.pid
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        sys.stderr.write(f"\n=== background pyinfra: rc={rc} ===\n{self.output()[-6000:]}\n")
+        return rc
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.output(), ""
+
+
+def start_pyinfra(inventory: Path, deploy: str, *extra: str, env: dict | None = None) -> Background:
+    return Background(inventory, deploy, *extra, env=env)
+
+
+def guest_release_json(guest) -> str:
+    return guest.ssh("cat /var/lib/specfleet/current/release.json", check=False).stdout or "{}"
 
 
 def guest_curl_completion(guest, port: int = 8000, model: str = "openai/gpt-oss-120b", prompt: str = "Say hello.") -> dict:

@@ -1,0 +1,120 @@
+"""Checks of a converged specfleet host: access, secrets, files, models, config, unit, container, endpoint.
+
+Collected through a project's tests/infra/test_converged.py (`from specfleet.testinfra.converged import *`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specfleet.render import config_yaml, unit_text
+from specfleet.settings import TIKTOKEN_FILES
+
+
+def test_operators_in_docker_group_and_can_use_docker(spark):
+    for user in spark.s.operator_users:
+        assert "docker" in spark.host.user(user).groups
+        # a fresh login session picks the group up; no sudo involved
+        cmd = spark.host.run(f"su - {user} -c 'docker ps --format {{{{.Names}}}}'")
+        assert cmd.rc == 0, cmd.stderr
+        assert spark.s.service_name in cmd.stdout
+
+
+def test_token_file_is_root_only(spark):
+    f = spark.host.file(spark.plan.paths.token_file)
+    assert f.exists and f.user == "root" and f.group == "root" and f.mode == 0o600
+    d = spark.host.file(spark.s.secrets_dir)
+    assert d.is_directory and d.mode == 0o700
+
+
+def test_token_not_in_container_env_nor_unit(spark):
+    with spark.host.sudo():
+        token = spark.host.file(spark.plan.paths.token_file).content_string.strip()
+        env = json.loads(spark.host.check_output(f"docker inspect --format '{{{{json .Config.Env}}}}' {spark.s.service_name}"))
+        unit = spark.host.file(spark.plan.paths.unit_file).content_string
+    assert token and not [e for e in env if token in e or e.startswith(("HF_TOKEN=", "HUGGING_FACE_HUB_TOKEN="))]
+    assert token not in unit and "HF_HUB_OFFLINE=1" in env
+
+
+def test_encodings_staged_with_expected_hashes(spark):
+    if not spark.s.profile["tiktoken"]:
+        pytest.skip(f"{spark.s.profile_name} does not use tiktoken encodings")
+    for name in TIKTOKEN_FILES:
+        f = spark.host.file(f"{spark.plan.paths.tiktoken}/{name}")
+        assert f.exists and f.sha256sum == spark.s.tiktoken_sha256[name]
+
+
+def test_models_complete_at_the_recorded_commit(spark):
+    for role, model in spark.release["models"].items():
+        repo_dir = spark.plan.paths.repo_dir(model["repo"])
+        snap = f"{repo_dir}/snapshots/{model['commit']}"
+        assert spark.host.file(snap).is_directory, snap
+        listing = spark.host.check_output(
+            f"cd {snap} && find -L . -type f -printf '%s\\n' | awk '{{n++; s+=$1}} END {{print n+0, s+0}}'").split()
+        assert int(listing[0]) == model["files"] and int(listing[1]) == model["bytes"], (role, listing, model)
+        if role == "target":
+            assert spark.host.file(f"{repo_dir}/refs/main").content_string.strip() == model["commit"]
+        else:
+            draft = spark.host.file(f"{spark.plan.paths.current}/draft")
+            assert draft.is_directory
+    # gpt-oss: only the root weights, never the original/ and metal/ copies
+    if spark.release["models"]["target"]["repo"] == "openai/gpt-oss-120b":
+        snap = f"{spark.plan.paths.repo_dir('openai/gpt-oss-120b')}/snapshots/{spark.release['models']['target']['commit']}"
+        assert not spark.host.file(f"{snap}/original").exists and not spark.host.file(f"{snap}/metal").exists
+
+
+def test_hf_cache_ls_lists_the_models(spark):
+    out = spark.host.check_output(f"{spark.plan.paths.venv}/bin/hf cache ls --cache-dir {spark.plan.paths.hub_cache} --format json")
+    cached = {entry["repo_id"] for entry in json.loads(out)}
+    for model in spark.release["models"].values():
+        assert model["repo"] in cached, (model["repo"], cached)
+
+
+def test_config_file_equals_render_output(spark):
+    f = spark.host.file(f"{spark.plan.paths.current}/extra-llm-api-config.yml")
+    assert f.content_string == config_yaml(spark.s)
+
+
+def test_unit_file_equals_render_output_enabled_and_active(spark):
+    assert spark.host.file(spark.plan.paths.unit_file).content_string == unit_text(spark.s)
+    svc = spark.host.service(spark.s.service_name)
+    assert svc.is_enabled and svc.is_running
+
+
+def test_container_runs_with_the_seed_flags(spark):
+    with spark.host.sudo():
+        info = json.loads(spark.host.check_output(f"docker inspect {spark.s.service_name}"))[0]
+    hc = info["HostConfig"]
+    assert info["State"]["Running"] and info["Config"]["Image"] == spark.s.image
+    assert hc["IpcMode"] == "host" and hc["NetworkMode"] == "host" and hc["Init"] is True
+    ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["Ulimits"]}
+    assert ulimits == {"memlock": (-1, -1), "stack": (67108864, 67108864)}
+    gpus = [r for r in (hc.get("DeviceRequests") or []) if ["gpu"] in r.get("Capabilities", [])]
+    assert bool(gpus) == spark.s.gpus
+    binds = hc["Binds"]
+    assert binds and all(b.endswith(":ro") for b in binds), binds
+    assert any(b.startswith(f"{spark.plan.paths.hf_home}:") for b in binds)
+
+
+def test_port_listening_on_the_configured_address(spark):
+    assert spark.host.socket(f"tcp://{spark.s.serve_host}:{spark.s.serve_port}").is_listening
+    if spark.s.serve_host == "127.0.0.1":
+        assert not spark.host.socket(f"tcp://0.0.0.0:{spark.s.serve_port}").is_listening
+
+
+def _url(spark) -> str:
+    return spark.release["url"]
+
+
+def test_models_endpoint_lists_the_model(spark):
+    out = json.loads(spark.host.check_output(f"curl -fsS -m 30 {_url(spark)}/v1/models"))
+    assert [m["id"] for m in out["data"]] == [spark.release["served_model"]]
+
+
+def test_completion_returns_text(spark):
+    body = json.dumps({"model": spark.release["served_model"], "prompt": "Explain speculative decoding in one line.",
+                       "max_tokens": 32})
+    out = json.loads(spark.host.check_output(
+        f"curl -fsS -m 300 {_url(spark)}/v1/completions -H 'Content-Type: application/json' -d '{body}'"))
+    assert out["choices"][0]["text"].strip()
