@@ -7,14 +7,16 @@ from pathlib import Path
 
 import click
 
+from .project import use_project
 from .plan import EXIT_INVALID, PlanError, build_plans, deploy_profile, load_inventory_or_fail
 
 
 def _plans(inventory_file: str, deploy_file: str, hub: bool):
     if Path(inventory_file).name != "inventory.py":
         raise PlanError([f"{inventory_file}: expected specfleet's inventory.py (the fleet file itself is named by SPECFLEET_INVENTORY)"])
+    use_project(inventory_file)  # its directory is the project (fleet file default, group_data/all.py)
     profile = deploy_profile(deploy_file)
-    return build_plans(load_inventory_or_fail(), profile, resolve=hub)
+    return build_plans(load_inventory_or_fail(), profile, live=hub)  # pins: the lock file, or the Hub with --hub
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,7 +27,8 @@ def main() -> None:
 @main.command()
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
 @click.argument("deploy_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--hub", is_flag=True, help="Also resolve model commits and check gated access on the Hub (controller only).")
+@click.option("--hub", is_flag=True, help="Resolve model commits and check gated access on the Hub now (controller only) "
+                                          "instead of reading pins from the lock file.")
 def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
     """Validate every host for DEPLOY_FILE without contacting any host.
 
@@ -67,12 +70,18 @@ def render(inventory_file: str, deploy_file: str, host: str) -> None:
         click.echo(content, nl=not content.endswith("\n"))
 
 
+from . import project as _project  # noqa: E402
 from . import rollout as _rollout  # noqa: E402
 from . import vm as _vm  # noqa: E402
 
 main.add_command(_vm.cli, "vm")
 main.add_command(_rollout.rollout, "rollout")
 main.add_command(_rollout.releases, "releases")
+from . import fleetstate as _fleetstate  # noqa: E402
+
+main.add_command(_fleetstate.lock, "lock")
+main.add_command(_fleetstate.plan_cmd, "plan")
+main.add_command(_project.init, "init"); main.add_command(_project.vars_, "vars")  # noqa: E702
 
 if __name__ == "__main__":
     main()

@@ -1,17 +1,20 @@
 """Every specfleet tunable, with its default: the one place to read them (like Ansible's defaults/main.yml).
 
-Override any of them per group or per host in the YAML inventory (`vars:`). Precedence, lowest first:
-these defaults < the deploy's profile < inventory vars (all < parent group < child group < host).
-Each variable has exactly one trailing comment; tests/unit/test_readme.py keeps the README's table in step.
+Package data, not a module to import: specfleet reads this file with importlib.resources (settings.py:
+load_defaults / default_comments). `specfleet vars` prints it as a table; tests/unit/test_readme.py keeps
+the README's table in step. Each variable has exactly one trailing comment.
+
+Override them in your fleet project, lowest precedence first: these defaults < the project's
+group_data/all.py < the deploy's profile < inventory vars (all < parent group < child group < host).
 """
 
 # --- serving container -------------------------------------------------------------------------
 image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"  # container image that runs trtllm-serve (pulled only when missing on the host)
-gpus = True  # pass --gpus=all and require the NVIDIA container runtime; false only on hosts without a GPU (the VM fleet)
+gpus = True  # pass --gpus=all and require the NVIDIA container runtime; false only on hosts without a GPU
 container_env = {}  # extra non-secret environment for the serving container, e.g. {"TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL": "1"}
 serve_host = "127.0.0.1"  # address trtllm-serve binds; it has no authentication, so loopback unless you put a proxy in front
 serve_port = 8000  # TCP port trtllm-serve listens on
-extra_llm_api_options = {}  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated like trtllm-serve 1.2.0rc6)
+extra_llm_api_options = {}  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated for the image's TensorRT-LLM version)
 
 # --- models --------------------------------------------------------------------------------------
 target_revision = "main"  # branch, tag or commit of the target model; resolved once to a commit on the controller
@@ -32,7 +35,8 @@ tiktoken_sha256 = {"o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36
 data_dir = "/var/lib/specfleet"  # host directory for the model cache, encodings, releases and specfleet's host tools
 secrets_dir = "/etc/specfleet"  # host directory (root-only, 0700) holding the HF token file
 operator_users = []  # existing host users appended to the docker group (docker access is root-equivalent)
-disk_headroom_gb = 20  # free disk (GB) that must remain after the models still to fetch are downloaded
+disk_headroom_gb = 20  # free disk (GB) that must remain after the models still to fetch (and the image still to pull) are downloaded
+image_size_gb = 25  # disk (GB) the serving image takes once pulled; counted by the disk preflight while the image is still to pull (an estimate: check `docker system df` on a host that has it)
 
 # --- systemd service -----------------------------------------------------------------------------
 service_name = "specfleet-trtllm"  # systemd unit (and docker container) name

@@ -12,8 +12,15 @@ from pyinfra.api import FactBase
 _SCRIPT = r"""
 echo "arch	$(uname -m)"
 ( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
-if out=$(docker info --format '{{json .Runtimes}}' 2>&1); then echo "docker	ok"; echo "runtimes	$out";
+droot=
+if out=$(docker info --format '{{json .Runtimes}}{{"\n"}}{{.DefaultRuntime}}{{"\n"}}{{.DockerRootDir}}{{"\n"}}{{json .SecurityOptions}}' 2>&1); then
+  echo "docker	ok"; echo "runtimes	$(printf '%s\n' "$out" | sed -n 1p)"
+  echo "default_runtime	$(printf '%s\n' "$out" | sed -n 2p)"; droot=$(printf '%s\n' "$out" | sed -n 3p)
+  echo "docker_security	$(printf '%s\n' "$out" | sed -n 4p)"
 else echo "docker	$(printf '%s' "$out" | tail -n 1)"; fi
+echo "gpu_hook	$(command -v nvidia-container-runtime-hook 2>/dev/null)"
+echo "apparmor	$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)	$(grep -c '^docker-default ' /sys/kernel/security/apparmor/profiles 2>/dev/null)	$(command -v apparmor_parser 2>/dev/null)"
+echo "dpkg_busy	$(ps -eo comm= 2>/dev/null | grep -E -x 'apt|apt-get|aptitude|dpkg|unattended-upgr' | sort -u | tr '\n' ' ')"
 echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
 echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
 echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
@@ -25,6 +32,8 @@ echo "unit_sha256	$(sha256sum "/etc/systemd/system/$SVC.service" 2>/dev/null | c
 echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
 d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
 echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
+if [ -n "$droot" ]; then set -- $(df -PB1 "$d" "$droot" 2>/dev/null | awk 'NR>1{print $1, $4}')
+  [ "$#" -eq 4 ] && echo "docker_root	$4	$([ "$1" = "$3" ] && echo same || echo other)	$droot"; fi
 echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
 printf '%s\n' "$SIZES" | while IFS= read -r f; do [ -n "$f" ] || continue
   s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
@@ -36,6 +45,7 @@ done
 printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
   echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
 echo "gate	$(tr -d '\n' 2>/dev/null < "$DATA/gate.json")"
+echo "current_release	$(tr -d '\n' 2>/dev/null < "$DATA/current/release.json")"
 j=$(cat "$DATA/jobs/active" 2>/dev/null); [ -n "$j" ] && echo "job	$j	$(systemctl is-active "specfleet-job-$j" 2>/dev/null)	$(sed -n 's/.*"key": "\([^"]*\)".*/\1/p' "$DATA/jobs/$j/job.json" 2>/dev/null)"
 echo "hub_client	$(sed -n 's/^Version: //p' "$DATA"/venv/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
 true
@@ -64,7 +74,16 @@ class HostStatus:
     groups: dict[str, list[str] | None] = field(default_factory=dict)  # user -> groups (None: no such user)
     hub_client: str = ""  # huggingface_hub version in the fetch virtualenv
     gate: dict = field(default_factory=dict)  # gate.json: {"release", "result": running|passed|failed, "at", ...}
+    current_release: dict = field(default_factory=dict)  # current/release.json (what the host serves: config hash, models, image)
     job: tuple[str, str, str] | None = None  # the host's active job: (id, unit state, key)
+    default_runtime: str = ""  # docker's default runtime (DGX OS 7 sets nvidia)
+    docker_security: str = ""  # docker info SecurityOptions (JSON), e.g. ["name=apparmor","name=seccomp,profile=default"]
+    docker_root: str = ""  # docker's root dir (DockerRootDir); "" if unknown
+    docker_root_free: int = 0  # free bytes under docker_root
+    docker_root_same_fs: bool | None = None  # docker_root on the same filesystem as data_dir (None: unknown)
+    gpu_hook: str | None = None  # path of nvidia-container-runtime-hook ("": missing, None: not reported)
+    apparmor: tuple[str, str, str] | None = None  # (kernel AppArmor enabled Y/N, docker-default loaded count, apparmor_parser path)
+    dpkg_busy: list[str] = field(default_factory=list)  # running apt/dpkg/unattended-upgrades processes (they hold the dpkg lock)
 
     def gate_passed(self, release: str) -> bool:
         return self.gate.get("release") == release and self.gate.get("result") == "passed"
@@ -109,17 +128,32 @@ class SpecfleetHost(FactBase):
                 st.container_running = rest == "true"
             elif key == "image":
                 st.image_id = rest
-            elif key == "gate":
+            elif key in ("gate", "current_release"):
                 try:
-                    st.gate = json.loads(rest) if rest else {}
+                    value = json.loads(rest) if rest else {}
                 except ValueError:
-                    st.gate = {}
+                    value = {}
+                setattr(st, key, value if isinstance(value, dict) else {})
             elif key == "job":
                 jid, _, more = rest.partition("\t")
                 unit, _, jkey = more.partition("\t")
                 st.job = (jid, unit, jkey) if unit in ("active", "activating") else None
             elif key == "releases":
                 st.releases = rest.split()
+            elif key == "docker_root":
+                free, _, more = rest.partition("\t")
+                same, _, path = more.partition("\t")
+                st.docker_root, st.docker_root_free = path, int(free) if free.isdigit() else 0
+                st.docker_root_same_fs = {"same": True, "other": False}.get(same)
+            elif key == "gpu_hook":
+                st.gpu_hook = rest
+            elif key == "apparmor":
+                enabled, loaded, parser = (rest.split("\t") + ["", "", ""])[:3]
+                st.apparmor = (enabled, loaded, parser)
+            elif key == "dpkg_busy":
+                st.dpkg_busy = rest.split()
+            elif key in ("default_runtime", "docker_security"):
+                setattr(st, key, rest)
             elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "current", "previous", "lock",
                          "unit_sha256", "hub_client"):
                 setattr(st, key, rest)

@@ -24,13 +24,14 @@ class ModelPin:
     files: tuple[tuple[str, int], ...]  # (path, size) of the files the server needs, at that commit
     ignore_patterns: tuple[str, ...]
     repo_bytes: int  # all files of the repo at that commit (for the "bytes fetched vs repo" figure)
+    blobs: tuple[str, ...] = ()  # blob hash of each of `files`, same order: LFS sha256, else the git blob id
 
     @property
     def size(self) -> int:
         return sum(size for _, size in self.files)
 
 
-def _models_of(s: Settings) -> list[tuple[str, dict, str, str]]:
+def models_of(s: Settings) -> list[tuple[str, dict, str, str]]:
     out = [("target", s.profile["target"], s.target_revision, "target_revision")]
     if s.profile.get("draft"):
         out.append(("draft", s.profile["draft"], s.draft_revision, "draft_revision"))
@@ -38,12 +39,8 @@ def _models_of(s: Settings) -> list[tuple[str, dict, str, str]]:
 
 
 def resolve_pins(fleet: dict[str, Settings]) -> tuple[dict[str, dict[str, ModelPin]], list[Problem]]:
-    """Per host: {"target": pin, "draft": pin}. Each (endpoint, repo, revision, token) is asked once.
-
-    The Hub calls run in a child Python process: pyinfra's CLI monkey-patches the controller process
-    with gevent, under which huggingface_hub's HTTP stack cannot load. Tokens reach the child through
-    its environment, never its command line.
-    """
+    """Per host: {"target": pin, "draft": pin}, live from the Hub (`specfleet check --hub`; converges read
+    pins from the lock file instead). Each (endpoint, repo, revision, token) is asked once."""
     requests: dict[tuple, dict] = {}
     tokens: list[str] = []
     wanted: dict[str, list[tuple[str, str, tuple]]] = {}
@@ -53,7 +50,7 @@ def resolve_pins(fleet: dict[str, Settings]) -> tuple[dict[str, dict[str, ModelP
         token = s.hf_token.get_secret_value() if s.hf_token else None
         if token is not None and token not in tokens:
             tokens.append(token)
-        for role, model, revision, key in _models_of(s):
+        for role, model, revision, key in models_of(s):
             rkey = (s.controller_endpoint, model["repo"], revision, tokens.index(token) if token else -1,
                     tuple(model["ignore_patterns"]))
             requests[rkey] = {"endpoint": rkey[0], "repo": rkey[1], "revision": rkey[2], "token": rkey[3],
@@ -61,13 +58,10 @@ def resolve_pins(fleet: dict[str, Settings]) -> tuple[dict[str, dict[str, ModelP
             wanted.setdefault(host, []).append((role, key, rkey))
     if not requests:
         return {h: {} for h in fleet}, []
-    env = {**os.environ, "SPECFLEET_HUB_TOKENS": json.dumps(tokens)}
-    proc = subprocess.run([sys.executable, "-m", "specfleet.hub"], input=json.dumps(list(requests.values())),
-                          capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {}, [Problem(h, "controller_hub_endpoint", f"Hub metadata lookup failed: {detail}") for h in wanted]
-    answers = dict(zip(requests, json.loads(proc.stdout)))
+    answers_list = lookup(list(requests.values()), tokens)
+    if isinstance(answers_list, str):
+        return {}, [Problem(h, "controller_hub_endpoint", f"Hub metadata lookup failed: {answers_list}") for h in wanted]
+    answers = dict(zip(requests, answers_list))
     pins: dict[str, dict[str, ModelPin]] = {h: {} for h in fleet}
     problems: list[Problem] = []
     for host, items in wanted.items():
@@ -76,10 +70,31 @@ def resolve_pins(fleet: dict[str, Settings]) -> tuple[dict[str, dict[str, ModelP
             if "error" in answer:
                 problems.append(Problem(host, answer["key"], answer["error"]))
             else:
-                pins[host][role] = ModelPin(role=role, repo=rkey[1], revision=rkey[2], commit=answer["commit"],
-                                            files=tuple((n, sz) for n, sz in answer["files"]), ignore_patterns=rkey[4],
-                                            repo_bytes=answer["repo_bytes"])
+                pins[host][role] = pin_of(role, rkey[1], rkey[2], answer, rkey[4])
     return pins, problems
+
+
+def pin_of(role: str, repo: str, revision: str, answer: dict, ignore_patterns: tuple[str, ...]) -> ModelPin:
+    """A ModelPin from a lookup answer (or a lock entry of the same shape: commit, files [name, size, blob])."""
+    return ModelPin(role=role, repo=repo, revision=revision, commit=answer["commit"],
+                    files=tuple((f[0], int(f[1])) for f in answer["files"]), ignore_patterns=tuple(ignore_patterns),
+                    repo_bytes=int(answer["repo_bytes"]), blobs=tuple(f[2] if len(f) > 2 else "" for f in answer["files"]))
+
+
+def lookup(requests: list[dict], tokens: list[str]) -> list[dict] | str:
+    """Answer Hub metadata requests ({endpoint, repo, revision, token (index into tokens or -1), ignore, page,
+    key}) in a child process; one answer per request ({commit, files [[name, size, blob]], repo_bytes} or
+    {key, error}), or one line saying why the lookup itself failed.
+
+    The Hub calls run in a child Python process: pyinfra's CLI monkey-patches the controller process
+    with gevent, under which huggingface_hub's HTTP stack cannot load. Tokens reach the child through
+    its environment, never its command line."""
+    env = {**os.environ, "SPECFLEET_HUB_TOKENS": json.dumps(tokens)}
+    proc = subprocess.run([sys.executable, "-m", "specfleet.hub"], input=json.dumps(requests),
+                          capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        return (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return json.loads(proc.stdout)
 
 
 def _lookup(req: dict, tokens: list[str]) -> dict:
@@ -108,14 +123,14 @@ def _lookup(req: dict, tokens: list[str]) -> dict:
     except Exception as exc:  # network errors: unreachable endpoint, DNS, TLS
         first = str(exc).splitlines()[0] if str(exc) else ""
         return {"key": "controller_hub_endpoint", "error": f"cannot reach {endpoint} for {repo}: {type(exc).__name__}: {first}"}
-    siblings = [(f.rfilename, int(f.size or 0)) for f in (info.siblings or [])]
-    for name, _ in siblings:  # names become host paths and lines of the status fact
+    siblings = [(f.rfilename, int(f.size or 0), (f.lfs.sha256 if f.lfs else f.blob_id) or "") for f in (info.siblings or [])]
+    for name, _, _ in siblings:  # names become host paths and lines of the status fact
         if not name or name.startswith("/") or ".." in name.split("/") or any(ord(c) < 32 or ord(c) == 127 for c in name):
             return {"key": req["key"], "error": f"{repo}@{revision} lists the file {name!r}, which is not a safe relative "
                                                "path (no control characters, no leading /, no .. segment)"}
-    keep = set(filter_repo_objects([n for n, _ in siblings], ignore_patterns=req["ignore"] or None))
-    return {"commit": info.sha, "files": sorted((n, sz) for n, sz in siblings if n in keep),
-            "repo_bytes": sum(sz for _, sz in siblings)}
+    keep = set(filter_repo_objects([n for n, _, _ in siblings], ignore_patterns=req["ignore"] or None))
+    return {"commit": info.sha, "files": sorted([n, sz, blob] for n, sz, blob in siblings if n in keep),
+            "repo_bytes": sum(sz for _, sz, _ in siblings)}
 
 
 def _main() -> None:

@@ -1,13 +1,27 @@
-"""Schema of extra-llm-api-config.yml as trtllm-serve 1.2.0rc6 (pytorch backend) accepts it.
+"""Schema of extra-llm-api-config.yml as trtllm-serve (pytorch backend) accepts it, per TensorRT-LLM version.
 
 Every model forbids unknown keys, like TensorRT-LLM's own config models: a misspelled key anywhere
 makes the real server refuse to start, so specfleet refuses it before touching a host. Only the options
 listed here are accepted; extend the schema (with a source) when a genuine option is missing.
+
+The schema is selected by the TensorRT-LLM version in the `image` tag (`schema_for_image`):
+
+| TensorRT-LLM | image tag | differs from 1.2.0rc6 |
+|---|---|---|
+| 1.2.0rc6 (default) | `release:1.2.0rc6` | - (the playbook's original image; the default `image`) |
+| 1.3.0rc12 | `release:1.3.0rc12` | `decoding_type: Eagle3` accepted (same fields as `Eagle`; the build treats `Eagle` as Eagle3 too) |
+
+Everything else (every key, type and rule) is the same for both: the playbook moved to 1.3.0rc12 with the
+same YAML keys, and no source we have shows another difference. Rule: the version is the tag's leading
+`X.Y.Z` with an optional `rcN` (`1.3.0rc12`, `1.3.0rc12-mirror`, `1.3.0rc12.post1` -> 1.3.0rc12); a
+version not in SCHEMAS, or a tag that names none (`latest`, no tag, digest only), gets the 1.2.0rc6
+schema, the strictest one known.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -122,6 +136,12 @@ class EagleConfig(_SpecBase):
         return self
 
 
+class Eagle3Config(EagleConfig):
+    """Accepted from 1.3.0rc12 on: the same fields as Eagle (which those builds also run as Eagle3)."""
+
+    decoding_type: Literal["Eagle3"]
+
+
 class DraftTargetConfig(_SpecBase):
     decoding_type: Literal["DraftTarget"]
 
@@ -178,9 +198,17 @@ SPEC_CONFIGS: dict[str, type[_SpecBase]] = {
     "UserProvided": UserProvidedConfig, "SaveState": SaveStateConfig, "AUTO": AutoConfig,
 }
 DECODING_TYPES = tuple(SPEC_CONFIGS)
+# 1.3.0rc12: the same plus Eagle3.
+SPEC_CONFIGS_1_3: dict[str, type[_SpecBase]] = {**SPEC_CONFIGS, "Eagle3": Eagle3Config}
+ALL_DECODING_TYPES = tuple(SPEC_CONFIGS_1_3)
 
 SpeculativeConfig = Annotated[
     Union[EagleConfig, DraftTargetConfig, NGramConfig, MTPConfig, UserProvidedConfig, SaveStateConfig, AutoConfig],
+    Field(discriminator="decoding_type"),
+]
+SpeculativeConfig13 = Annotated[
+    Union[EagleConfig, Eagle3Config, DraftTargetConfig, NGramConfig, MTPConfig, UserProvidedConfig, SaveStateConfig,
+          AutoConfig],
     Field(discriminator="decoding_type"),
 ]
 
@@ -212,6 +240,46 @@ class LlmApiOptions(_Strict):
     speculative_config: SpeculativeConfig | None = None
 
 
+class LlmApiOptions13(LlmApiOptions):
+    """1.3.0rc12: as 1.2.0rc6, plus decoding_type Eagle3."""
+
+    speculative_config: SpeculativeConfig13 | None = None
+
+
+@dataclass(frozen=True)
+class Schema:
+    version: str  # the TensorRT-LLM version whose strictness it follows
+    options: type[LlmApiOptions]
+    spec_configs: dict[str, type[_SpecBase]]
+
+    @property
+    def decoding_types(self) -> tuple[str, ...]:
+        return tuple(self.spec_configs)
+
+
+DEFAULT_VERSION = "1.2.0rc6"
+SCHEMAS: dict[str, Schema] = {
+    "1.2.0rc6": Schema("1.2.0rc6", LlmApiOptions, SPEC_CONFIGS),
+    "1.3.0rc12": Schema("1.3.0rc12", LlmApiOptions13, SPEC_CONFIGS_1_3),
+}
+_TAG_VERSION = re.compile(r"([0-9]+\.[0-9]+\.[0-9]+(?:rc[0-9]+)?)(?![0-9A-Za-z])")
+
+
+def image_version(image: str) -> str | None:
+    """The TensorRT-LLM version an image tag names (`.../release:1.3.0rc12` -> 1.3.0rc12), or None."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    if ":" not in name:
+        return None
+    match = _TAG_VERSION.match(name.split(":", 1)[1])
+    return match.group(1) if match else None
+
+
+def schema_for_image(image: Any) -> Schema:
+    """The schema of the image's TensorRT-LLM version; 1.2.0rc6's for unknown versions (module docstring)."""
+    version = image_version(image) if isinstance(image, str) else None
+    return SCHEMAS.get(version or "", SCHEMAS[DEFAULT_VERSION])
+
+
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """Mappings merge key by key (recursively); any other value in `override` replaces."""
     out = dict(base)
@@ -223,14 +291,15 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def allowed_keys(loc: tuple) -> list[str] | None:
-    """Field names allowed at a pydantic error location inside LlmApiOptions (for error messages)."""
-    model: Any = LlmApiOptions
+def allowed_keys(loc: tuple, schema: Schema | None = None) -> list[str] | None:
+    """Field names allowed at a pydantic error location inside a schema's options (for error messages)."""
+    schema = schema or SCHEMAS[DEFAULT_VERSION]
+    model: Any = schema.options
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        if part in SPEC_CONFIGS:
-            model = SPEC_CONFIGS[part]
+        if part in schema.spec_configs:
+            model = schema.spec_configs[part]
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .hub import ModelPin, resolve_pins
+from .lockfile import pins_from_lock
 from .inventory import Inventory, InventoryError, load_inventory
 from .render import HostPaths, config_yaml, rendered_files, smoke_request, unit_text
-from .settings import PROJECT_ROOT, Problem, Settings, build_fleet, split_vars
+from .project import project_dir, use_project
+from .settings import Problem, Settings, build_fleet, split_vars
 
 DEFAULT_INVENTORY = "inventory/fleet.yml"
 EXIT_INVALID = 2
@@ -37,6 +39,7 @@ class HostPlan:
     settings: Settings
     connection: dict
     pins: dict[str, ModelPin] = field(default_factory=dict)
+    image_digest: str | None = None  # the lock's registry digest of the image (None: not in a registry, run by tag)
 
     @property
     def paths(self) -> HostPaths:
@@ -80,7 +83,8 @@ class HostPlan:
 
 
 def inventory_path() -> Path:
-    return Path(os.environ.get("SPECFLEET_INVENTORY") or PROJECT_ROOT / DEFAULT_INVENTORY)
+    """$SPECFLEET_INVENTORY (relative to the cwd), else inventory/fleet.yml of the project (project.py)."""
+    return Path(os.environ.get("SPECFLEET_INVENTORY") or project_dir() / DEFAULT_INVENTORY)
 
 
 def deploy_profile(deploy_file: str | Path) -> str | None:
@@ -98,7 +102,7 @@ def load_inventory_or_fail(path: Path | None = None) -> Inventory:
     if not path.exists():
         hint = ("set SPECFLEET_INVENTORY to your fleet file" if "SPECFLEET_INVENTORY" not in os.environ
                 else "SPECFLEET_INVENTORY names a file that does not exist")
-        raise PlanError([f"{path}: inventory not found ({hint}; see inventory/example.yml)"])
+        raise PlanError([f"{path}: inventory not found ({hint}; `specfleet init DIR` writes a project with an example fleet file)"])
     try:
         return load_inventory(path)
     except InventoryError as exc:
@@ -106,9 +110,12 @@ def load_inventory_or_fail(path: Path | None = None) -> Inventory:
 
 
 def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
-                overrides: dict | None = None) -> dict[str, HostPlan]:
+                overrides: dict | None = None, live: bool = False) -> dict[str, HostPlan]:
     """Validate every host (all problems at once), then pin models on the controller.
 
+    Pins come from the fleet file's lock (`<fleet>.lock`, written by `specfleet lock`); nothing is contacted,
+    and a host needing a model or image the lock lacks is refused. `live` asks the Hub instead (commits,
+    files and gated access as of now: `specfleet check --hub`).
     `overrides` (pyinfra's `--data key=value`) beat every inventory level and are validated like them."""
     if overrides:
         inventory = dataclasses.replace(inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()})
@@ -117,12 +124,32 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
         raise PlanError([str(p) for p in problems])
     plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0]) for h, s in fleet.items()}
     if resolve and profile is not None:
-        pins, problems = resolve_pins(fleet)
-        if problems:
-            raise PlanError(_dedupe(problems))
+        if live:
+            pins, problems = resolve_pins(fleet)
+            if problems:
+                raise PlanError(_dedupe(problems))
+            digests: dict[str, str | None] = {}
+        else:
+            if inventory.path is None:
+                raise PlanError(["no fleet file, so no lock file to read model pins from"])
+            pins, digests, lines = pins_from_lock(fleet, Path(inventory.path))
+            if lines:
+                raise PlanError(list(dict.fromkeys(lines)))
         for host, plan in plans.items():
             plan.pins = pins[host]
+            plan.image_digest = digests.get(host)
+            if plan.image_digest:  # pulled and run by digest: a moved tag never changes a host silently
+                plan.settings = plan.settings.model_copy(update={"image": pinned_image(plan.settings.image, plan.image_digest)})
     return plans
+
+
+def pinned_image(image: str, digest: str) -> str:
+    """`registry/name:tag` + `sha256:...` -> `registry/name@sha256:...` (what docker pulls and runs)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)
+    if ":" in last[-1]:
+        name = name[: len(name) - len(last[-1])] + last[-1].split(":", 1)[0]
+    return f"{name}@{digest}"
 
 
 def _dedupe(problems: list[Problem]) -> list[str]:
@@ -167,12 +194,15 @@ def data_overrides(argv: list[str]) -> dict:
     return out
 
 
-def pyinfra_groups(argv: list[str] | None = None) -> dict[str, list[tuple[str, dict]]]:
+def pyinfra_groups(argv: list[str] | None = None, project: str | None = None) -> dict[str, list[tuple[str, dict]]]:
     """Body of inventory.py: the fleet file as pyinfra groups, each host carrying its HostPlan.
 
-    On bad input prints one line per problem and exits 2 before pyinfra connects to anything.
+    `project`: inventory.py's own __file__ (its directory is the project). On bad input prints one line
+    per problem and exits 2 before pyinfra connects to anything.
     """
     argv = sys.argv if argv is None else argv
+    if project:
+        use_project(project)
     try:
         profile, deploys = profile_from_argv(argv)
         inventory = load_inventory_or_fail()

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import jinja2
 import yaml
 
-from .settings import PROJECT_ROOT, Settings
+from .settings import Settings
 
-TEMPLATES = PROJECT_ROOT / "templates"
+# Package data: specfleet/templates/ (jinja2's PackageLoader finds it in a wheel install as in a clone).
+TEMPLATES = jinja2.PackageLoader("specfleet", "templates")
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"
 CONTAINER_TIKTOKEN = "/opt/tiktoken"
@@ -124,7 +125,7 @@ def systemd_args(args: list[str]) -> str:
 
 def unit_text(s: Settings) -> str:
     p = HostPaths.of(s)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+    env = jinja2.Environment(loader=TEMPLATES, undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     return env.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=p.current,

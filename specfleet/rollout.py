@@ -22,6 +22,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 
 from .facts import ReleaseStatus
+from .project import use_project
 from .plan import EXIT_INVALID, HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail
 from .steps import lock, stage, switch, unlock
 from .steps._common import current_plan
@@ -150,6 +151,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
     try:
         if profile is None:
             raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); roll out eagle3/draft_target/baseline"])
+        use_project(inventory_file)
         inventory = load_inventory_or_fail()
         targets = select(inventory.hosts, inventory.groups, limit)
         if not targets:
@@ -253,6 +255,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
 def releases(inventory_file: str, limit: str | None) -> None:
     """List each host's releases (newest first); * marks the current one, with its readiness gate result."""
     try:
+        use_project(inventory_file)
         inventory = load_inventory_or_fail()
         plans = build_plans(inventory, None, resolve=False)
     except PlanError as exc:

@@ -1,4 +1,5 @@
-"""One validated settings object per host: group_data/all.py defaults + the deploy's profile + inventory vars.
+"""One validated settings object per host. Precedence, lowest first: the packaged defaults (specfleet/defaults.py)
+< the project's group_data/all.py overrides < the deploy's profile < inventory vars.
 
 Validation happens here, on the controller, before any host is contacted. Every problem becomes one
 line `HOST: KEY: what is wrong (what is allowed)`; nothing here raises a traceback for user input.
@@ -8,21 +9,24 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib.resources
 import ipaddress
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import FunctionType, ModuleType
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .inventory import Inventory
-from .llm_options import DECODING_TYPES, LlmApiOptions, allowed_keys, check_path, deep_merge, show
+from .llm_options import ALL_DECODING_TYPES, SCHEMAS, Schema, allowed_keys, check_path, deep_merge, schema_for_image, show
 from .profiles import PROFILES
+from .project import OVERRIDES_FILE, project_dir
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULTS_FILE = PROJECT_ROOT / "group_data" / "all.py"
+# Package data (read with importlib.resources, so an installed wheel needs no source tree).
+DEFAULTS_FILE = importlib.resources.files("specfleet").joinpath("defaults.py")
 
 # Inventory vars that configure the connection, not the deploy: passed to pyinfra untouched.
 ANSIBLE_CONNECTION_ALIASES = {
@@ -40,14 +44,51 @@ PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
 
-def load_defaults(path: Path = DEFAULTS_FILE) -> dict[str, Any]:
-    """Module-level assignments of group_data/all.py (the same names pyinfra loads as group data)."""
+def load_defaults(path=DEFAULTS_FILE) -> dict[str, Any]:
+    """Module-level assignments of the packaged defaults file (fresh objects on every call)."""
     namespace: dict[str, Any] = {}
     exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
     return {k: v for k, v in namespace.items() if not k.startswith("_")}
 
 
-def default_comments(path: Path = DEFAULTS_FILE) -> dict[str, str]:
+def load_overrides(project: Path | None = None) -> tuple[dict[str, Any], list["Problem"]]:
+    """The project's group_data/all.py: the user's overrides of the packaged defaults, checked by name.
+
+    Read as pyinfra reads group data (module-level names; imports, functions and `__names` are not
+    data). Unknown names are refused with a suggestion; connection vars (ssh_*, _sudo, ...) are refused
+    too (they belong in the fleet file, where specfleet and testinfra see them); other `_names` are
+    private helpers. Values are validated per host with everything else.
+    """
+    path = (project or project_dir()) / OVERRIDES_FILE
+    if not path.is_file():
+        return {}, []
+    where = str(path)
+    namespace: dict[str, Any] = {"__file__": where}
+    try:
+        exec(compile(path.read_text(encoding="utf-8"), where, "exec"), namespace)
+    except Exception as exc:  # noqa: BLE001 - a user file: report it in one line
+        return {}, [Problem(where, "file", f"cannot be loaded: {type(exc).__name__}: {exc}")]
+    defaults = load_defaults()
+    out: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for key, value in namespace.items():
+        if key.startswith("__") or isinstance(value, (ModuleType, FunctionType, type)):
+            continue
+        if key.startswith("ssh_") or key in PYINFRA_HOST_ARGS or key in ANSIBLE_CONNECTION_ALIASES:
+            problems.append(Problem(where, key, "connection vars belong in the fleet file (all: vars:), "
+                                                "not in group_data/all.py"))
+        elif key.startswith("_"):
+            continue
+        elif key not in defaults:
+            close = difflib.get_close_matches(key, list(defaults), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (`specfleet vars` lists the variables)"
+            problems.append(Problem(where, key, f"unknown variable{hint}"))
+        else:
+            out[key] = value
+    return out, problems
+
+
+def default_comments(path=DEFAULTS_FILE) -> dict[str, str]:
     """The one-line comment documenting each default (used by the README-sync test and `specfleet vars`)."""
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines()
@@ -198,6 +239,7 @@ class Settings(BaseModel):
     secrets_dir: str
     operator_users: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_\-]*\$?$", max_length=32)]]
     disk_headroom_gb: NonNegInt
+    image_size_gb: NonNegInt
     service_name: str
     restart_sec: PosInt
     start_limit_burst: PosInt
@@ -369,7 +411,7 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
     for key in deploy_vars:
         if key not in defaults:
             close = difflib.get_close_matches(key, list(defaults), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else " (see group_data/all.py for the variables)"
+            hint = f" (did you mean {close[0]}?)" if close else " (`specfleet vars` lists the variables)"
             problems.append(Problem(host, key, f"unknown variable{hint}"))
     if profile_name is not None and profile_name not in PROFILES:
         problems.append(Problem(host, "profile", f"unknown profile '{profile_name}' (allowed: {', '.join(PROFILES)})"))
@@ -378,22 +420,26 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
     values = {**defaults, **{k: v for k, v in deploy_vars.items() if k in defaults}}
     profile = PROFILES.get(profile_name) if profile_name else None
 
-    extra = values.get("extra_llm_api_options")
-    if not isinstance(extra, dict):
-        problems.append(Problem(host, "extra_llm_api_options", f"must be a mapping of TRT-LLM options, got {type(extra).__name__}"))
-        return None, problems
-    merged = deep_merge(profile["llm_api_options"], extra) if profile else dict(extra)
+    # TRT-LLM options, lowest first: the defaults' (packaged {} + group_data/all.py), the profile's, the inventory's.
+    base_extra = defaults.get("extra_llm_api_options", {})
+    extra = deploy_vars.get("extra_llm_api_options", {})
+    for layer in (base_extra, extra):
+        if not isinstance(layer, dict):
+            problems.append(Problem(host, "extra_llm_api_options", f"must be a mapping of TRT-LLM options, got {type(layer).__name__}"))
+            return None, problems
+    merged = deep_merge(deep_merge(base_extra, profile["llm_api_options"]) if profile else base_extra, extra)
     if profile:
+        schema = schema_for_image(values.get("image"))
         try:
-            LlmApiOptions.model_validate(merged)
+            schema.options.model_validate(merged)
         except ValidationError as exc:
             for err in exc.errors():
-                problems.append(Problem(host, "extra_llm_api_options." + _loc(err["loc"]), _llm_message(err)))
+                problems.append(Problem(host, "extra_llm_api_options." + _loc(err["loc"]), _llm_message(err, schema)))
         if not problems and profile.get("draft") and not (merged.get("speculative_config") or {}).get("speculative_model_dir"):
             problems.append(Problem(host, "extra_llm_api_options.speculative_config",
                                     f"profile {profile_name} serves a draft model: speculative_config with speculative_model_dir is required"))
         if not problems and not profile.get("draft") and merged.get("speculative_config") and \
-                merged["speculative_config"].get("decoding_type") in ("Eagle", "DraftTarget"):
+                merged["speculative_config"].get("decoding_type") in ("Eagle", "Eagle3", "DraftTarget"):
             problems.append(Problem(host, "extra_llm_api_options.speculative_config",
                                     f"profile {profile_name} has no draft model; {merged['speculative_config']['decoding_type']} needs one"))
 
@@ -424,9 +470,12 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
 
 
 def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[str, Settings], list[Problem]]:
-    defaults = load_defaults()
+    """Settings for every host of the current project's inventory (project.project_dir())."""
+    overrides, problems = load_overrides()
+    if problems:
+        return {}, problems
+    defaults = {**load_defaults(), **overrides}
     out: dict[str, Settings] = {}
-    problems: list[Problem] = []
     for host in inventory.hosts:
         settings, host_problems = build_settings(host, inventory.host_vars[host], profile_name, defaults)
         problems += host_problems
@@ -436,7 +485,7 @@ def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[st
 
 
 def _loc(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if p not in DECODING_TYPES) or "value"
+    return ".".join(str(p) for p in loc if p not in ALL_DECODING_TYPES) or "value"
 
 
 def _message(err: dict[str, Any]) -> str:
@@ -449,15 +498,18 @@ def _message(err: dict[str, Any]) -> str:
     return msg[0].lower() + msg[1:] if msg else msg
 
 
-def _llm_message(err: dict[str, Any]) -> str:
+def _llm_message(err: dict[str, Any], schema: Schema) -> str:
+    types = ", ".join(schema.decoding_types)
     if err["type"] == "extra_forbidden":
-        allowed = allowed_keys(tuple(err["loc"])) or []
+        allowed = allowed_keys(tuple(err["loc"]), schema) or []
         close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"unknown option (trtllm-serve refuses it{hint}); allowed here: {', '.join(allowed)}"
     if err["type"] == "union_tag_invalid":
-        return (f"decoding_type {err['input'].get('decoding_type')!r} is not accepted by trtllm-serve 1.2.0rc6 "
-                f"(allowed: {', '.join(DECODING_TYPES)})")
+        newer = [v for v, other in SCHEMAS.items() if err["input"].get("decoding_type") in other.decoding_types]
+        hint = f"; image release:{newer[0]} accepts it" if newer else ""
+        return (f"decoding_type {err['input'].get('decoding_type')!r} is not accepted by trtllm-serve {schema.version} "
+                f"(allowed: {types}{hint})")
     if err["type"] == "union_tag_not_found":
-        return f"decoding_type is required (allowed: {', '.join(DECODING_TYPES)})"
+        return f"decoding_type is required (allowed: {types})"
     return _message(err)

@@ -9,14 +9,37 @@ ext4 image with ``mkfs.ext4 -d`` and booted directly with the guest kernel (no
 bootloader). Every guest runs on its own qcow2 copy-on-write overlay of the cached
 image, so guests are independent and the image is never modified.
 
-Like a DGX OS host a guest has ``root`` and a regular operator user ``spark`` (uid
-1000, bash, passwordless sudo, *not* in the ``docker`` group); both accept the fleet's
-generated ed25519 key. Each guest gets its own machine-id, SSH host keys and hostname
-(``spark-N``) at first boot.
+Like a DGX OS host a guest is reached as the operator user ``spark`` (uid 1000, bash,
+passwordless sudo, *not* in the ``docker`` group) with the fleet's generated ed25519 key;
+root cannot log in over SSH (``PermitRootLogin no``). The fleet's inventory connects as
+``spark`` with ``_sudo: true``, and :meth:`Guest.ssh` / :meth:`Guest.put` /
+:meth:`Guest.get` run as root through ``sudo -n`` (``user=`` selects another account).
+Each guest gets its own machine-id, SSH host keys and hostname (``spark-N``) at first boot.
+
+The NVIDIA container toolkit: a STAND-IN
+-----------------------------------------
+A Spark always runs the serving container with ``--gpus=all`` and needs docker's
+``nvidia`` runtime (specfleet's preflight checks for it). The guests have no GPU, so the
+image carries a documented stand-in that does nothing and says so:
+
+* ``/usr/local/bin/nvidia-container-runtime-STANDIN``, registered in
+  ``/etc/docker/daemon.json`` as the runtime ``nvidia``: it only execs runc.
+* ``/usr/bin/nvidia-container-runtime-hook``: a no-op OCI prestart hook (reads the
+  container state from stdin, exits 0). dockerd registers its ``--gpus`` device driver
+  only when a binary of exactly this name is on its PATH at start, and then adds it to
+  every ``--gpus`` container as a prestart hook with the arguments
+  ``nvidia-container-runtime-hook prestart`` (moby v20.10.24, the version of Debian 12's
+  docker.io, ``daemon/nvidia_linux.go``: ``const nvidiaHook =
+  "nvidia-container-runtime-hook"``, ``init()`` -> ``exec.LookPath(nvidiaHook)`` ->
+  ``registerDeviceDriver("nvidia", ...)``; ``setNvidiaGPUs`` appends ``specs.Hook{Path:
+  path, Args: []string{nvidiaHook, "prestart"}}`` and sets ``NVIDIA_VISIBLE_DEVICES``).
+  ``nvidia-container-runtime-hook --version`` prints ``STAND-IN``; testinfra's real-GPU
+  tier skips a host whose hook says so.
 
 CI-only differences (kept short on purpose)
 -------------------------------------------
-* x86_64 Debian 12 instead of aarch64 DGX OS 7 (Ubuntu 24.04); no GPU.
+* x86_64 Debian 12 instead of aarch64 DGX OS 7 (Ubuntu 24.04); no GPU (the NVIDIA
+  container toolkit is the stand-in above).
 * QEMU user-mode networking: each guest is 10.0.2.15, reaches the controller at
   10.0.2.2, uses slirp's DNS 10.0.2.3 (static /etc/resolv.conf), and is reached by
   the controller through a per-guest SSH port forward on 127.0.0.1.
@@ -63,7 +86,7 @@ log = logging.getLogger("specfleet.vm")
 # --------------------------------------------------------------------------- recipe
 
 #: Bump to force a rebuild of every cached image (changes the recipe hash).
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: operator-only SSH (PermitRootLogin no), stand-in NVIDIA container toolkit
 
 SUITE = "bookworm"
 MIRRORS = (
@@ -136,9 +159,9 @@ printf 'HostKey /etc/ssh/ssh_host_ed25519_key\nHostKey /etc/ssh/ssh_host_ecdsa_k
 # no interactive first-boot prompts on the console
 ln -sf /dev/null "$R/etc/systemd/system/systemd-firstboot.service"
 
-# root and the operator user 'spark' (uid 1000, bash, passwordless sudo, not in docker)
-install -d -m 700 "$R/root/.ssh"
-install -m 600 "$PUB" "$R/root/.ssh/authorized_keys"
+# the operator user 'spark' (uid 1000, bash, passwordless sudo, not in docker); as on DGX OS,
+# root does not log in over SSH: everything privileged goes through sudo
+printf 'PermitRootLogin no\n' > "$R/etc/ssh/sshd_config.d/specfleet-no-root.conf"
 chroot "$R" useradd --create-home --uid 1000 --user-group --shell /bin/bash \
     --groups sudo spark
 chroot "$R" usermod --password '*' spark
@@ -146,6 +169,46 @@ install -d -m 700 -o 1000 -g 1000 "$R/home/spark/.ssh"
 install -m 600 -o 1000 -g 1000 "$PUB" "$R/home/spark/.ssh/authorized_keys"
 echo 'spark ALL=(ALL) NOPASSWD:ALL' > "$R/etc/sudoers.d/spark"
 chmod 440 "$R/etc/sudoers.d/spark"
+
+# STAND-IN for the NVIDIA container toolkit (no GPU in a guest): a docker runtime named "nvidia"
+# that only runs runc, and the prestart hook binary docker's --gpus needs, doing nothing.
+# dockerd (moby v20.10.24, Debian 12's docker.io) daemon/nvidia_linux.go: init() registers the
+# "nvidia" --gpus device driver only if exec.LookPath("nvidia-container-runtime-hook") succeeds;
+# setNvidiaGPUs then adds an OCI prestart hook {Path: <that path>, Args:
+# ["nvidia-container-runtime-hook", "prestart"]} to every --gpus container. runc runs it with the
+# container state on stdin; it must exit 0.
+mkdir -p "$R/usr/local/bin" "$R/etc/docker"
+cat > "$R/usr/local/bin/nvidia-container-runtime-STANDIN" <<'EOF'
+#!/bin/sh
+# specfleet VM fleet: STAND-IN for nvidia-container-runtime. It is NOT the NVIDIA container
+# toolkit and exposes NO GPU: it runs runc unchanged, so that docker has a runtime named
+# "nvidia" as on a DGX Spark.
+for r in /usr/sbin/runc /usr/bin/runc; do [ -x "$r" ] && exec "$r" "$@"; done
+echo "nvidia-container-runtime-STANDIN: runc not found" >&2
+exit 127
+EOF
+cat > "$R/usr/bin/nvidia-container-runtime-hook" <<'EOF'
+#!/bin/sh
+# specfleet VM fleet: STAND-IN for nvidia-container-runtime-hook (NVIDIA container toolkit).
+# It exposes NO GPU and does nothing: docker's --gpus only needs a binary of this name on
+# dockerd's PATH and runs it as an OCI prestart hook ("nvidia-container-runtime-hook prestart",
+# the container state on stdin). Real Sparks have NVIDIA's hook here.
+case "${1:-}" in
+  --version|-version|version)
+    echo "nvidia-container-runtime-hook STAND-IN (specfleet VM fleet): no GPU, does nothing"
+    exit 0 ;;
+esac
+cat > /dev/null
+exit 0
+EOF
+chmod 755 "$R/usr/local/bin/nvidia-container-runtime-STANDIN" "$R/usr/bin/nvidia-container-runtime-hook"
+cat > "$R/etc/docker/daemon.json" <<'EOF'
+{
+  "runtimes": {
+    "nvidia": {"path": "/usr/local/bin/nvidia-container-runtime-STANDIN"}
+  }
+}
+EOF
 
 chroot "$R" systemctl enable systemd-networkd.service ssh.service docker.service \
     specfleet-ssh-hostkeys.service
@@ -457,6 +520,8 @@ def _build_into(tmp: Path, lock_fd: int) -> None:
         raise VMError("customize hook did not leave the static /etc/resolv.conf")
     if not (rootfs / "home/spark/.ssh/authorized_keys").is_file():
         raise VMError("customize hook did not create the spark user")
+    if not (rootfs / "usr/bin/nvidia-container-runtime-hook").is_file():
+        raise VMError("customize hook did not install the stand-in NVIDIA container toolkit")
     t0 = time.monotonic()
     _run(["mkfs.ext4", "-q", "-F", "-L", "specfleet-root", "-d", rootfs,
           tmp / "disk.img", DISK_SIZE], capture_output=True)
@@ -559,7 +624,7 @@ def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
                 if time.monotonic() - started > 10 and (
                         not console.exists() or console.stat().st_size == 0):
                     return False, "guest printed nothing on its console within 10 s (hung)"
-                r = guest.ssh("true", check=False, timeout=5, connect_timeout=3)
+                r = guest.ssh("true", check=False, timeout=5, connect_timeout=3, user=OPERATOR)
                 if r.returncode == 0:
                     return True, "guest answered SSH"
                 time.sleep(0.5)
@@ -612,6 +677,18 @@ _SSH_OPTS = (
 )
 
 
+#: The account the fleet logs in as (root SSH is disabled in the guests, as on DGX OS).
+OPERATOR = "spark"
+
+
+def _as_user(user: str, cmd: str) -> str:
+    """The remote command line that runs shell command `cmd` as `user` from an OPERATOR login."""
+    if user == OPERATOR:
+        return cmd
+    who = "" if user == "root" else f"-u {shlex.quote(user)} "
+    return f"sudo -n -H {who}sh -c {shlex.quote(cmd)}"
+
+
 @dataclasses.dataclass
 class Guest:
     name: str
@@ -653,8 +730,11 @@ class Guest:
 
     def ssh(self, cmd: str, check: bool = True, timeout: float = 600, user: str = "root",
             input: bytes | None = None, connect_timeout: int = 20) -> subprocess.CompletedProcess:
-        """Run a shell command on the guest; stdout/stderr are returned as text."""
-        argv = [*self._ssh_base(connect_timeout), f"{user}@{self.host}", cmd]
+        """Run a shell command on the guest as `user` (root by default); stdout/stderr are
+        returned as text. The guest is reached as the operator OPERATOR (root cannot log in,
+        as on DGX OS); another user's command runs through `sudo -n -H [-u user] sh -c CMD`."""
+        remote = _as_user(user, cmd)
+        argv = [*self._ssh_base(connect_timeout), f"{OPERATOR}@{self.host}", remote]
         try:
             p = subprocess.run(argv, input=input if input is not None else b"",
                                capture_output=True, timeout=timeout)
@@ -666,18 +746,48 @@ class Guest:
             raise SSHError(p.returncode, f"[{self.name}] {cmd}", out, err)
         return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
-    def _scp(self, src: str, dst: str, timeout: float) -> None:
-        argv = ["scp", "-q", *_SSH_OPTS, "-o", "ConnectTimeout=20", "-i", str(self.key_path),
-                "-P", str(self.port), src, dst]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise VMError(f"{self.name}: scp {src} -> {dst} failed: {p.stderr.strip()}")
-
     def put(self, local: Path, remote: str, user: str = "root", timeout: float = 1800) -> None:
-        self._scp(str(local), f"{user}@{self.host}:{remote}", timeout)
+        """Copy a local file to `remote` on the guest, owned by `user`, with the local file's
+        mode. Streamed over the operator's SSH session into `sudo ... sh -c 'cat > TMP'` and
+        renamed into place (no staging copy anywhere else on the guest)."""
+        local = Path(local)
+        mode = f"{local.stat().st_mode & 0o7777:o}"
+        q = shlex.quote(remote)
+        tmp = shlex.quote(f"{remote}.specfleet-put-{os.getpid()}")
+        script = (f"umask 077 && cat > {tmp} && chmod {mode} {tmp} && mv -f {tmp} {q} "
+                  f"|| {{ rc=$?; rm -f {tmp}; exit $rc; }}")
+        argv = [*self._ssh_base(), f"{OPERATOR}@{self.host}", _as_user(user, script)]
+        with open(local, "rb") as f:
+            try:
+                p = subprocess.run(argv, stdin=f, capture_output=True, timeout=timeout)
+            except subprocess.TimeoutExpired as e:
+                raise VMError(f"{self.name}: put {local} -> {remote} timed out after {timeout} s") from e
+        if p.returncode != 0:
+            raise VMError(f"{self.name}: put {local} -> {remote} failed: "
+                          f"{p.stderr.decode('utf-8', 'replace').strip()}")
 
     def get(self, remote: str, local: Path, user: str = "root", timeout: float = 1800) -> None:
-        self._scp(f"{user}@{self.host}:{remote}", str(local), timeout)
+        """Copy a guest file to `local`, read as `user` (root by default) with `sudo -n cat`."""
+        local = Path(local)
+        part = local.with_name(local.name + ".part")
+        argv = [*self._ssh_base(), f"{OPERATOR}@{self.host}", _as_user(user, f"cat {shlex.quote(remote)}")]
+        with open(part, "wb") as f:
+            try:
+                p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.PIPE,
+                                   timeout=timeout)
+            except subprocess.TimeoutExpired as e:
+                part.unlink(missing_ok=True)
+                raise VMError(f"{self.name}: get {remote} -> {local} timed out after {timeout} s") from e
+        if p.returncode != 0:
+            part.unlink(missing_ok=True)
+            raise VMError(f"{self.name}: get {remote} -> {local} failed: "
+                          f"{p.stderr.decode('utf-8', 'replace').strip()}")
+        os.replace(part, local)
+
+    def login_command(self) -> str:
+        """How a person logs in to this guest (as the operator; `sudo -i` for a root shell)."""
+        return (f"ssh -i {shlex.quote(str(self.key_path))} -p {self.port} -o StrictHostKeyChecking=no "
+                f"-o UserKnownHostsFile=/dev/null {OPERATOR}@{self.host}")
 
     # -- power
     def poweroff(self) -> None:
@@ -735,14 +845,15 @@ class Guest:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise fail(f"no SSH after {timeout:.0f} s")
-            r = self.ssh("true", check=False, timeout=min(left, 60),
+            r = self.ssh("true", check=False, timeout=min(left, 60), user=OPERATOR,
                          connect_timeout=max(1, min(int(left), 20)))
             if r.returncode == 0:
                 break
             time.sleep(1)
         left = max(5, deadline - time.monotonic())
         try:
-            r = self.ssh("systemctl is-system-running --wait", check=False, timeout=left)
+            r = self.ssh("systemctl is-system-running --wait", check=False, timeout=left,
+                         user=OPERATOR)
         except VMError:
             raise fail(f"systemd did not finish booting within {timeout:.0f} s") from None
         state = r.stdout.strip()
@@ -816,8 +927,9 @@ def _write_fleet_json(workdir: Path, guests: Sequence[Guest], key: Path, timings
 
 def write_inventory(path: Path, guests: Sequence[Guest], key: Path) -> None:
     inv = {"all": {
-        "vars": {"ssh_user": "root", "ssh_key": str(key), "ssh_known_hosts_file": "/dev/null",
-                 "ssh_strict_host_key_checking": "no"},
+        # as on DGX OS: an operator account with password-less sudo, no root SSH
+        "vars": {"ssh_user": OPERATOR, "_sudo": True, "ssh_key": str(key),
+                 "ssh_known_hosts_file": "/dev/null", "ssh_strict_host_key_checking": "no"},
         "children": {"vm_fleet": {"hosts": {
             g.name: {"ssh_hostname": g.host, "ssh_port": g.port} for g in guests}}},
     }}
@@ -1018,6 +1130,7 @@ def up_cmd(count: int, workdir: Path, memory_mb: int, cache_dir: Path, smp: int 
     for g in fleet.guests:
         click.echo(f"{g.name}\t127.0.0.1:{g.port}")
     click.echo(f"inventory: {fleet.inventory_path}")
+    click.echo(f"log in:    {fleet.guests[0].login_command()}   (operator {OPERATOR}; sudo -i for root)")
 
 
 @cli.command("down")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from pyinfra.api import deploy
+from weakref import WeakKeyDictionary
 
-from ._common import current_plan, pending
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.context import ctx_state
+
+from ._common import changes, current_plan, host_status, pending
 from .cleanup import cleanup
 from .docker_access import docker_access
 from .encodings import encodings
@@ -39,6 +43,7 @@ def _converge() -> None:
     # A host with something to change is locked for this run (the lock a rollout takes): a second converge
     # or a rollout started meanwhile is refused instead of interleaving. A converged host is only read.
     preflight()
+    _count_restarts()
     work = pending(current_plan())
     if work:
         lock(CONVERGE_ID, kind="converge")
@@ -46,6 +51,25 @@ def _converge() -> None:
     activate()
     if work:
         unlock(CONVERGE_ID, kind="converge")
+
+
+_RESTARTS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: whether it serves and will restart}
+
+
+def _count_restarts() -> None:
+    """Once every host of a plain converge has read its status (pyinfra prepares all hosts before it runs any
+    operation), say how many SERVING hosts this converge restarts at once: they all go down together, which
+    `specfleet rollout` avoids (it switches in batches behind a gate)."""
+    plan = current_plan()
+    st = host_status(plan)
+    state = ctx_state.get()
+    seen = _RESTARTS.setdefault(state, {})
+    seen[host.name] = st.active == "active" and st.container_running and bool(changes(plan).restart)
+    if len(seen) == len(list(state.inventory.get_active_hosts())):
+        restarting = [h for h, yes in seen.items() if yes]
+        if len(restarting) > 1:
+            logger.warning(f"specfleet: this converge restarts {len(restarting)} serving hosts at once "
+                           f"({', '.join(sorted(restarting))}); use specfleet rollout to switch a serving fleet in batches")
 
 
 def _stage_steps(preflight_done: bool = False) -> None:

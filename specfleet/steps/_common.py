@@ -142,22 +142,84 @@ def hub_client_ok(plan: HostPlan) -> bool:
     return bool(pinned) and host_status(plan).hub_client == pinned.group(1)
 
 
+@dataclass
+class Fetch:
+    role: str
+    repo: str
+    commit: str
+    files: int  # files to download into the snapshot
+    bytes: int
+    links: int  # draft hard links to (re)make (no download)
+
+
+@dataclass
+class Changes:
+    """What a converge would do on the host, decided from the one status read (the steps decide the same way)."""
+
+    current: str
+    release: str | None  # the plan's release (None: profile-less deploy)
+    switch: list[tuple[str, str]]  # (kind, why) from service.switch_checks
+    fetches: list[Fetch]
+    pull: str | None  # image to pull
+    token: str | None  # "write" / "remove"
+    users: list[str]  # added to the docker group
+    install: str | None  # hub client requirement to install
+    writes: list[str]  # other managed files/dirs/links (tools, encodings, release files) to write
+
+    @property
+    def restart(self) -> list[str]:
+        from .service import RESTARTS
+        return [why for kind, why in self.switch if kind in RESTARTS]
+
+    @property
+    def unit_rewrite(self) -> bool:
+        return any(kind == "unit" for kind, _ in self.switch)
+
+    def lines(self) -> list[str]:
+        out = [f"write {path}" for path in self.writes]
+        if self.token:
+            out.append(f"{self.token} the Hugging Face token file")
+        out += [f"add {u} to the docker group" for u in self.users]
+        if self.install:
+            out.append(f"install {self.install}")
+        if self.pull:
+            out.append(f"pull {self.pull}")
+        for f in self.fetches:
+            out.append(f"fetch {f.role} {f.repo}@{f.commit[:12]}: {f.files} file(s), {f.bytes:,} bytes"
+                       + (f", {f.links} draft link(s)" if f.links else ""))
+        out += [why for _, why in self.switch]
+        return out
+
+
+def changes(plan: HostPlan) -> Changes:
+    from .service import switch_checks
+
+    s, st, p = plan.settings, host_status(plan), plan.paths
+    token = None
+    if s.hf_token is None and p.token_file in st.files:
+        token = "remove"
+    elif s.hf_token is not None and differs(plan, p.token_file):
+        token = "write"
+    writes = [path for path in wanted_files(plan) if path != p.token_file and differs(plan, path)]
+    users = [u for u in s.operator_users if st.groups.get(u) and "docker" not in st.groups[u]]
+    fetches: list[Fetch] = []
+    switch: list[tuple[str, str]] = []
+    pull = None
+    if s.profile is not None:
+        pull = None if st.image_id else s.image
+        for role, pin in plan.pins.items():
+            todo = missing(plan, st, role)
+            if todo:
+                snap = [(path, size) for path, size in todo if "/snapshots/" in path]
+                fetches.append(Fetch(role, pin.repo, pin.commit, len(snap), sum(size for _, size in snap), len(todo) - len(snap)))
+        switch = switch_checks(plan)
+    return Changes(current=st.current, release=plan.release_id if s.profile is not None else None, switch=switch,
+                   fetches=fetches, pull=pull, token=token, users=users,
+                   install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes)
+
+
 def pending(plan: HostPlan) -> list[str]:
     """What a converge would change on the host, from the one status read (empty: nothing to do).
 
-    Decides whether a converge takes the host's run lock; the steps make the same decisions one by one."""
-    from .service import switch_reasons
-
-    s, st = plan.settings, host_status(plan)
-    out = [f"write {path}" for path in wanted_files(plan) if differs(plan, path)]
-    if s.hf_token is None and plan.paths.token_file in st.files:
-        out.append(f"remove {plan.paths.token_file}")
-    out += [f"add {u} to the docker group" for u in s.operator_users if st.groups.get(u) and "docker" not in st.groups[u]]
-    if not hub_client_ok(plan):
-        out.append(f"install {s.hub_client_requirement}")
-    if s.profile is not None:
-        if not st.image_id:
-            out.append(f"pull {s.image}")
-        out += [f"fetch {len(missing(plan, st, role))} {role} file(s)" for role in plan.pins if missing(plan, st, role)]
-        out += switch_reasons(plan)
-    return out
+    Decides whether a converge takes the host's run lock; `specfleet plan` prints it (via `changes`)."""
+    return changes(plan).lines()

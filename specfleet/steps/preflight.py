@@ -1,5 +1,10 @@
 """Preflight: read-only checks before anything on the host changes. A failure is one line naming the
-host and what to do; that host is left untouched (the other hosts carry on)."""
+host and what to do; that host is left untouched (the other hosts carry on).
+
+DGX OS 7 (Ubuntu 24.04) specifics handled here (see the README, "DGX OS 7 differences"): docker's
+default runtime may be `nvidia` (accepted: `--gpus=all` is still what requests the GPU), the
+docker-default AppArmor profile must be loadable, and docker's root dir usually shares the one disk
+with data_dir, so an image still to pull counts against the same free space as the models."""
 
 from __future__ import annotations
 
@@ -11,27 +16,54 @@ from ._common import current_plan, host_status, missing, refuse
 GB = 1_000_000_000
 
 
-@deploy("Preflight")
-def preflight():
-    plan = current_plan()
+def problems_of(plan, st) -> list[str]:
+    """Every reason to refuse this host, one clause each (empty: go ahead)."""
     s = plan.settings
-    st = host_status(plan)
-    logger.info(f"    [{host.name}] {st.arch}, {st.os}; docker {st.docker}; current release {st.current or '(none)'}")
     problems: list[str] = []
     if st.docker != "ok":
         problems.append(f"docker daemon not reachable ({st.docker}); install docker and start docker.service")
     elif s.gpus and "nvidia" not in st.runtimes:
         problems.append("gpus is true but docker has no nvidia runtime; install the NVIDIA container toolkit "
                         "(nvidia-ctk runtime configure --runtime=docker) or set gpus: false")
+    elif s.gpus and st.gpu_hook == "":
+        # docker registers its --gpus device driver only when this binary is on dockerd's PATH
+        # (moby daemon/nvidia_linux.go); without it `docker run --gpus=all` cannot start the server
+        problems.append("gpus is true but nvidia-container-runtime-hook is not installed (docker's --gpus needs it); "
+                        "install the NVIDIA container toolkit and restart docker, or set gpus: false")
+    if st.docker == "ok" and st.apparmor and "apparmor" in st.docker_security:
+        enabled, loaded, parser = st.apparmor
+        if enabled == "Y" and loaded == "0" and not parser:
+            # docker loads docker-default itself when it is missing (at start and before each container),
+            # with apparmor_parser; without it every container start fails
+            problems.append("AppArmor is enabled but docker's docker-default profile is not loaded and apparmor_parser "
+                            "is missing, so containers cannot start; install the apparmor package and restart docker")
     if s.profile:
-        need = sum(size for role in plan.pins for path, size in missing(plan, st, role) if "/snapshots/" in path)
+        models = sum(size for role in plan.pins for path, size in missing(plan, st, role) if "/snapshots/" in path)
+        image = s.image_size_gb * GB if st.docker == "ok" and not st.image_id else 0
+        same_fs = st.docker_root_same_fs is True
+        need = models + (image if same_fs else 0)
         if need and st.free_bytes < need + s.disk_headroom_gb * GB:
-            problems.append(f"not enough disk under {s.data_dir}: {need / GB:.1f} GB of models to fetch + "
+            pull = (f"{s.image_size_gb} GB image to pull (image_size_gb; the docker root dir {st.docker_root} is on "
+                    f"the same filesystem) + " if same_fs and image else "")
+            problems.append(f"not enough disk under {s.data_dir}: {models / GB:.1f} GB of models to fetch + {pull}"
                             f"{s.disk_headroom_gb} GB headroom (disk_headroom_gb), {st.free_bytes / GB:.1f} GB free")
+        if image and st.docker_root_same_fs is False and st.docker_root_free < image:
+            problems.append(f"not enough disk under the docker root dir {st.docker_root} for the image to pull: "
+                            f"{s.image_size_gb} GB (image_size_gb), {st.docker_root_free / GB:.1f} GB free")
         if st.listeners and st.active != "active":
             problems.append(f"port {s.serve_port} is in use by another program (serve_port); stop it or choose another port")
     for user in s.operator_users:
         if st.groups.get(user) is None:
             problems.append(f"operator user {user} does not exist on the host (operator_users)")
+    return problems
+
+
+@deploy("Preflight")
+def preflight():
+    plan = current_plan()
+    st = host_status(plan)
+    extra = f" (default runtime {st.default_runtime})" if st.default_runtime not in ("", "runc") else ""
+    logger.info(f"    [{host.name}] {st.arch}, {st.os}; docker {st.docker}{extra}; current release {st.current or '(none)'}")
+    problems = problems_of(plan, st)
     if problems:
         refuse(name="Preflight checks", message=f"{host.name}: preflight: " + "; ".join(problems))

@@ -9,6 +9,7 @@ from pyinfra.api import deploy
 
 from ._common import current_plan, host_status, refuse
 from .jobs import host_job
+from .lock import CONVERGE_ID, lock, unlock
 
 
 @deploy("Rollback")
@@ -27,5 +28,7 @@ def rollback():
         return
     if target == st.current and st.active == "active" and st.gate_passed(target):
         return
+    lock(CONVERGE_ID, kind="rollback")  # never interleaved with a converge or a rollout on the same host
     host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
              argv=[p.host_tool, "--data-dir", s.data_dir, "activate", target, "--revert"])
+    unlock(CONVERGE_ID, kind="rollback")

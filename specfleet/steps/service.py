@@ -17,18 +17,53 @@ from ._common import current_plan, host_status
 from .jobs import host_job
 
 
-def switch_reasons(plan) -> list[str]:
-    """Why the host must (re)activate the plan's release; empty when it serves it and it passed its gate."""
+RESTARTS = ("release", "unit", "down")  # kinds of switch reason that restart the server (the others only enable/gate)
+
+
+def switch_checks(plan) -> list[tuple[str, str]]:
+    """(kind, why) for each reason the host must (re)activate the plan's release: release (what changed: config,
+    model, image, ...), unit, down (not running), enable (not enabled at boot), gate (not passed)."""
     st = host_status(plan)
     unit_sha = hashlib.sha256(unit_text(plan.settings).encode()).hexdigest()
     checks = (
-        (st.current != plan.release_id, f"release {st.current or '(none)'} -> {plan.release_id}"),
-        (st.unit_sha256 != unit_sha, "unit file differs"),
-        (st.active != "active" or not st.container_running, f"not running ({st.active or 'no unit'})"),
-        (st.enabled != "enabled", "not enabled at boot"),
-        (not st.gate_passed(plan.release_id), f"gate not passed ({st.gate.get('result') or 'never gated'})"),
+        (st.current != plan.release_id, "release", f"release {st.current or '(none)'} -> {plan.release_id}"
+                                                   + _what_changed(plan, st.current_release if st.current else {})),
+        (st.unit_sha256 != unit_sha, "unit", "unit file differs"),
+        (st.active != "active" or not st.container_running, "down", f"not running ({st.active or 'no unit'})"),
+        (st.enabled != "enabled", "enable", "not enabled at boot"),
+        (not st.gate_passed(plan.release_id), "gate", f"gate not passed ({st.gate.get('result') or 'never gated'})"),
     )
-    return [why for failed, why in checks if failed]
+    return [(kind, why) for failed, kind, why in checks if failed]
+
+
+def switch_reasons(plan) -> list[str]:
+    """Why the host must (re)activate the plan's release; empty when it serves it and it passed its gate."""
+    return [why for _, why in switch_checks(plan)]
+
+
+def _what_changed(plan, old: dict) -> str:
+    """What differs between the release the host serves (its release.json) and the plan's: ' (config, ...)'."""
+    if not old or old.get("id") == plan.release_id:
+        return ""
+    new = plan.release_record("")
+    out = []
+    if old.get("profile") != new["profile"]:
+        out.append(f"profile {old.get('profile')} -> {new['profile']}")
+    elif old.get("config_sha256") != new["config_sha256"]:
+        out.append("config")
+    old_models, new_models = old.get("models") or {}, new["models"]
+    for role in sorted(set(old_models) | set(new_models)):
+        a, b = old_models.get(role) or {}, new_models.get(role) or {}
+        if (a.get("repo"), a.get("commit")) != (b.get("repo"), b.get("commit")):
+            left = f"{a.get('repo')}@{str(a.get('commit'))[:12]}" if a else "none"
+            right = f"{b['repo']}@{b['commit'][:12]}" if b else "none"
+            out.append(f"{role} model {left} -> {right}" if a.get("repo") != b.get("repo") or not a or not b
+                       else f"{role} model {b['repo']} {str(a.get('commit'))[:12]} -> {b['commit'][:12]}")
+    if old.get("image") != new["image"]:
+        out.append(f"image {old.get('image')} -> {new['image']}")
+    if not out:
+        out.append("unit, smoke request or encodings")
+    return f" ({'; '.join(out)})"
 
 
 @deploy("Activate")

@@ -15,8 +15,10 @@ from specfleet.settings import TIKTOKEN_FILES
 def test_operators_in_docker_group_and_can_use_docker(spark):
     for user in spark.s.operator_users:
         assert "docker" in spark.host.user(user).groups
-        # a fresh login session picks the group up; no sudo involved
-        cmd = spark.host.run(f"su - {user} -c 'docker ps --format {{{{.Names}}}}'")
+        # a fresh login session picks the group up; no sudo involved in the docker call (su itself needs root:
+        # the suite may log in as an operator, e.g. the VM fleet's `spark` with _sudo)
+        with spark.host.sudo():
+            cmd = spark.host.run(f"su - {user} -c 'docker ps --format {{{{.Names}}}}'")
         assert cmd.rc == 0, cmd.stderr
         assert spark.s.service_name in cmd.stdout
 

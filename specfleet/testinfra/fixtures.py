@@ -60,5 +60,5 @@ def spark(request) -> Spark:
     if not current.exists:
         pytest.fail(f"{name}: no current release ({current.path} missing): converge it first")
     release = json.loads(current.content_string)
-    plan = build_plans(_INVENTORY, release["profile"], resolve=False)[name]
+    plan = build_plans(_INVENTORY, release["profile"], resolve=True)[name]
     return Spark(name, host, plan, release)

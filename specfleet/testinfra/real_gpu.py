@@ -16,6 +16,9 @@ pytestmark = pytest.mark.real_gpu
 def gpu_spark(spark):
     if not spark.s.gpus:
         pytest.skip(f"{spark.name}: gpus is false (not a real Spark)")
+    hook = spark.host.run("nvidia-container-runtime-hook --version </dev/null")
+    if "STAND-IN" in hook.stdout:  # the VM fleet's documented stand-in toolkit (specfleet/vm.py): no GPU
+        pytest.skip(f"{spark.name}: the NVIDIA container toolkit is specfleet's stand-in (no GPU)")
     return spark
 
 

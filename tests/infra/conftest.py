@@ -1,57 +1,6 @@
-"""testinfra against ANY specfleet inventory: the one SPECFLEET_INVENTORY names (the VM fleet in CI, or
-real Sparks). Each test runs once per host; what the host should look like is computed by specfleet
-itself from the same inventory (settings, render) and from the release the host records."""
+"""Entry point of specfleet's testinfra suite (the suite itself is package code: specfleet/testinfra/).
 
-from __future__ import annotations
+    SPECFLEET_INVENTORY=inventory/fleet.yml pytest tests/infra
+"""
 
-import json
-from dataclasses import dataclass
-
-import pytest
-import testinfra
-
-from specfleet.plan import HostPlan, PlanError, build_plans, load_inventory_or_fail
-
-try:
-    _INVENTORY = load_inventory_or_fail()
-    _HOSTS = list(_INVENTORY.hosts)
-except PlanError:  # no inventory configured: every test here is skipped (empty parameter set)
-    _INVENTORY, _HOSTS = None, []
-
-
-@dataclass
-class Spark:
-    name: str
-    host: testinfra.host.Host
-    plan: HostPlan  # built for the profile the host's current release serves
-    release: dict
-
-    @property
-    def s(self):
-        return self.plan.settings
-
-
-def _connect(name: str, conn: dict) -> testinfra.host.Host:
-    user = conn.get("ssh_user", "root")
-    spec = f"ssh://{user}@{conn.get('ssh_hostname', name)}:{conn.get('ssh_port', 22)}"
-    extra = []
-    if conn.get("ssh_known_hosts_file"):
-        extra.append(f"-o UserKnownHostsFile={conn['ssh_known_hosts_file']}")
-    if str(conn.get("ssh_strict_host_key_checking", "")).lower() == "no":
-        extra.append("-o StrictHostKeyChecking=no")
-    return testinfra.get_host(spec, ssh_identity_file=conn.get("ssh_key"), ssh_extra_args=" ".join(extra) or None,
-                              sudo=bool(conn.get("_sudo")), timeout=30,
-                              controlpath=f"/tmp/specfleet-testinfra-{name}-{conn.get('ssh_port', 22)}")
-
-
-@pytest.fixture(scope="session", params=_HOSTS)
-def spark(request) -> Spark:
-    name = request.param
-    base = build_plans(_INVENTORY, None, resolve=False)[name]
-    host = _connect(name, base.connection)
-    current = host.file(f"{base.settings.data_dir}/current/release.json")
-    if not current.exists:
-        pytest.fail(f"{name}: no current release ({current.path} missing): converge it first")
-    release = json.loads(current.content_string)
-    plan = build_plans(_INVENTORY, release["profile"], resolve=False)[name]
-    return Spark(name, host, plan, release)
+from specfleet.testinfra.fixtures import pytest_configure, spark  # noqa: F401

@@ -14,10 +14,15 @@ def _token(monkeypatch):
 
 @pytest.fixture
 def fleet_file(tmp_path, monkeypatch):
-    """Write an inventory YAML and point SPECFLEET_INVENTORY at it."""
-    def write(text: str):
+    """Write an inventory YAML and point SPECFLEET_INVENTORY at it; with `lock`, also the lock file that
+    `specfleet lock` would write next to it (fake pins, no Hub)."""
+    def write(text: str, lock: bool = True):
+        from tests.unit.fakehost import write_fake_lock
+
         path = tmp_path / "fleet.yml"
         path.write_text(text)
         monkeypatch.setenv("SPECFLEET_INVENTORY", str(path))
+        if lock:
+            write_fake_lock(path)
         return path
     return write

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any, Callable
 
 from pyinfra.api import Config, Inventory, State
@@ -17,13 +18,19 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.operations import run_ops
 
-from specfleet.hub import ModelPin
+from specfleet.hub import ModelPin, models_of
 from specfleet.inventory import Inventory as FleetInventory
+from specfleet.inventory import load_inventory
+from specfleet.lockfile import Lock, LockedModel, lock_path, write_lock
+from specfleet.profiles import PROFILES
+from specfleet.settings import build_fleet
 from specfleet.plan import HostPlan, build_plans
 from specfleet.render import unit_text
 from specfleet.settings import TIKTOKEN_FILES
 
 COMMITS = {"target": "a" * 40, "draft": "b" * 40}
+FILES = (("config.json", 100, "c" * 40), ("model-00001-of-00002.safetensors", 2000, "d" * 64),
+         ("model-00002-of-00002.safetensors", 3000, "e" * 64))  # (name, size, blob)
 
 
 def fake_pins(plan: HostPlan) -> dict[str, ModelPin]:
@@ -32,9 +39,24 @@ def fake_pins(plan: HostPlan) -> dict[str, ModelPin]:
     for role in ("target", "draft"):
         model = s.profile.get(role)
         if model:
-            files = (("config.json", 100), ("model-00001-of-00002.safetensors", 2000), ("model-00002-of-00002.safetensors", 3000))
-            pins[role] = ModelPin(role, model["repo"], "main", COMMITS[role], files, tuple(model["ignore_patterns"]), 10_000)
+            pins[role] = ModelPin(role, model["repo"], "main", COMMITS[role], tuple((n, sz) for n, sz, _ in FILES),
+                                  tuple(model["ignore_patterns"]), 10_000, tuple(b for _, _, b in FILES))
     return pins
+
+
+def write_fake_lock(fleet_path: Path, commits: dict[str, str] | None = None) -> Path:
+    """The lock `specfleet lock` would write for this fleet file, with fake_pins' commits and files (no Hub)."""
+    inv = load_inventory(fleet_path)
+    lock = Lock()
+    for profile in PROFILES:
+        fleet, _ = build_fleet(inv, profile)
+        for s in fleet.values():
+            for role, model, revision, _ in models_of(s):
+                lock.models[(model["repo"], revision)] = LockedModel((commits or COMMITS)[role],
+                                                                     tuple(model["ignore_patterns"]), FILES, 10_000)
+            lock.images[s.image] = {"image_digest": None, "note": "not pinned: unit test"}
+    write_lock(lock_path(fleet_path), lock, fleet_path.name)
+    return lock_path(fleet_path)
 
 
 def make_plans(host_vars: dict[str, dict[str, Any]], profile: str | None) -> dict[str, HostPlan]:
@@ -80,6 +102,8 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     lines.append(f"hub_client\t{over.get('hub_client', '2.4.0')}")
     gate = over.get("gate", {"release": plan.release_id, "result": "passed"} if s.profile else {})
     lines.append(f"gate\t{json.dumps(gate)}")
+    record = plan.release_record("2025-01-01T00:00:00Z") if s.profile and fields["current"] == plan.release_id else {}
+    lines.append(f"current_release\t{json.dumps(over.get('current_release', record))}")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""The README documents every variable of group_data/all.py, and nothing else, with its comment."""
+"""The README documents every variable of the packaged defaults (specfleet/defaults.py), and nothing else, with its comment."""
 
 import re
 from pathlib import Path
@@ -25,3 +25,12 @@ def test_readme_names_both_newcomer_commands_and_ci_runs_one():
     assert "bash tests/vm/try.sh" in README and "bash tests/run.sh" in README
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     assert "bash tests/run.sh" in ci
+
+
+def test_specfleet_vars_prints_the_readme_table():
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+    out = CliRunner().invoke(main, ["vars"]).output
+    table = [line for line in out.splitlines() if line.startswith("| `")]
+    assert table and all(line in README.splitlines() for line in table)

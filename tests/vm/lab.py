@@ -27,18 +27,17 @@ GUEST_SEES_CONTROLLER = "10.0.2.2"  # QEMU user networking: the controller's loo
 
 
 def ci_vars(hub_port: int, image: str = STANDIN_TAG) -> dict:
-    """The complete list of inventory vars in which the VM fleet differs from real Sparks."""
+    """The complete list of inventory vars in which the VM fleet differs from real Sparks (at most 6, each
+    justified in the README, "CI and the VM fleet"; tests/unit/test_ci_vars.py keeps both in step). gpus and
+    the timing vars keep their defaults: the guests carry a stand-in NVIDIA container toolkit, and the
+    stand-in server loads in seconds. A failure test that needs another value sets it with with_vars()."""
     return {
         "image": image,  # the trtllm-serve stand-in image (loaded into each guest, no registry)
-        "gpus": False,  # no GPU and no NVIDIA runtime in the guests
         "hub_endpoint": f"http://{GUEST_SEES_CONTROLLER}:{hub_port}",  # the Hub stand-in, as the guests reach it
         "controller_hub_endpoint": f"http://127.0.0.1:{hub_port}",  # the same server, as the controller reaches it
         "tiktoken_base_url": f"http://{GUEST_SEES_CONTROLLER}:{hub_port}/encodings",  # stand-in encodings
         "tiktoken_sha256": dict(STANDIN_TIKTOKEN_SHA256),  # and their hashes
-        "health_timeout_sec": 300,  # timeouts sized for the stand-in's seconds-long "model load"
-        "health_interval_sec": 1,
-        "restart_sec": 5,
-        "disk_headroom_gb": 1,  # the guests' disks are 6 GB
+        "disk_headroom_gb": 1,  # the guests' disks are 6 GB (vm.DISK_SIZE), not a Spark's 4 TB
     }
 
 
@@ -48,7 +47,16 @@ def write_ci_inventory(fleet_inventory: Path, hub_port: int, out: Path, image: s
     inv["all"]["vars"]["operator_users"] = ["spark"]  # ordinary fleet data: the guests' operator account
     out.write_text("# CI inventory: written by tests/vm/lab.py from the VM fleet's inventory + ci_vars()\n"
                    + yaml.safe_dump(inv, sort_keys=False))
-    return out
+    return write_lock(out)
+
+
+def write_lock(inventory: Path) -> Path:
+    """`specfleet lock inventory.py` for this fleet file, as a user runs it (the Hub stand-in must be up): writes
+    `<inventory>.lock` next to it. The stand-in image is in no registry: its digest is recorded as null."""
+    proc = run_specfleet("lock", "inventory.py", inventory=inventory, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"specfleet lock failed (rc={proc.returncode}): {proc.stderr[-2000:]}")
+    return inventory
 
 
 def trust_controller_cas(fleet, ca_dir: Path = Path("/usr/local/share/ca-certificates")) -> int:
@@ -194,11 +202,15 @@ def make_variant_in_guests(fleet, mode: str, tag: str, load_delay_s: float = 4.0
 
 
 def with_vars(inventory: Path, out: Path, **vars) -> Path:
-    """A copy of an inventory with some all-level vars changed (a new release for a rollout)."""
+    """A copy of an inventory with some all-level vars changed (a new release for a rollout), locked: the copy's
+    lock starts from the original's (same pins) and `specfleet lock` adds what the changed vars need."""
     inv = yaml.safe_load(inventory.read_text())
     inv["all"]["vars"].update(vars)
     out.write_text(yaml.safe_dump(inv, sort_keys=False))
-    return out
+    source_lock = Path(f"{inventory}.lock")
+    if source_lock.exists():
+        Path(f"{out}.lock").write_text(source_lock.read_text())
+    return write_lock(out)
 
 
 def run_specfleet(*args: str, inventory: Path, timeout: float = 2400, background: bool = False):

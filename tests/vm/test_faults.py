@@ -13,6 +13,7 @@ import signal
 import time
 
 import pytest
+import yaml
 
 from tests.vm import lab
 from tests.vm.conftest import figure
@@ -72,8 +73,8 @@ def test_ssh_connection_killed_mid_gate_host_finishes_on_its_own(vm_fleet, lab_i
     wait_for("the gate to be running on the guest",
              lambda: '"result": "running"' in guest.ssh(f"cat {DATA}/gate.json", check=False).stdout
              and guest.ssh(f"basename $(readlink {DATA}/current)", check=False).stdout.strip() != STATE["A"])
-    # kill every sshd session of the controller (this command's own session goes too: ignore its result)
-    guest.ssh("pkill -KILL -f 'sshd: root@notty' ; true", check=False)
+    # kill every sshd session of the controller's user (this command's own session goes too: ignore its result)
+    guest.ssh("pkill -KILL -f 'sshd: [a-z]*@notty' ; true", check=False)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode != 0, "the controller lost its session: its run cannot report success"
     st = wait_for("the host to finish the gate on its own",
@@ -241,8 +242,11 @@ def test_token_under_sudo_never_leaves_the_secrets_dir(vm_fleet, lab_inventory, 
     one file on the guest, /etc/specfleet/hf_token (root 0600)."""
     guest = vm_fleet.guests[0]
     token = f"hf_sudo_{how[:5].strip('_-')}_{int(time.time())}"
-    inv = lab.with_vars(lab_inventory, vm_fleet.workdir / f"sudo-{how[:2]}.yml", ssh_user="spark",
-                        **({"_sudo": True} if how == "_sudo data" else {}))
+    inv = lab.with_vars(lab_inventory, vm_fleet.workdir / f"sudo-{how[:2]}.yml", ssh_user="spark", _sudo=True)
+    if how == "--sudo flag":  # only pyinfra's flag asks for sudo (host data would win over it)
+        doc = yaml.safe_load(inv.read_text())
+        doc["all"]["vars"].pop("_sudo")
+        inv.write_text(yaml.safe_dump(doc, sort_keys=False))
     extra = ("--sudo",) if how == "--sudo flag" else ()
     run = converge(inv, "eagle3", *extra, env={"HF_TOKEN": token}, json_out=False)
     assert run.returncode == 0, run.output()[-3000:]
@@ -250,7 +254,47 @@ def test_token_under_sudo_never_leaves_the_secrets_dir(vm_fleet, lab_inventory, 
     found = guest.ssh(f"grep -rlF {token} /etc /tmp /var/tmp /var/log /home /root /run {DATA} 2>/dev/null; true").stdout.split()
     assert found == ["/etc/specfleet/hf_token"], found
     assert guest.ssh("stat -c '%U %G %a' /etc/specfleet/hf_token").stdout.split() == ["root", "root", "600"]
-    # back to the lab's token as root, for the tests that follow
+    # back to the lab's token, for the tests that follow
     restore = converge(lab_inventory)
     assert restore.returncode == 0, restore.output()[-2000:]
     assert serving(guest)["text"]
+
+
+def test_guest_without_the_nvidia_toolkit_is_refused_and_keeps_serving(vm_fleet, lab_inventory):
+    """The stand-in NVIDIA container toolkit taken off spark-1 (docker's `nvidia` runtime dropped from daemon.json,
+    the prestart hook moved away): a converge is refused by the preflight with one line naming the host, nothing on
+    the host changes and it keeps serving; then the toolkit is restored. docker is reloaded (SIGHUP re-reads
+    `runtimes`; an empty object replaces them), not restarted: a restart would also restart the unit
+    (Requires=docker.service), which `--gpus=all` cannot start without the hook, as on a real Spark."""
+    guest = vm_fleet.guests[0]
+    before = serving(guest)
+    assert before["active"] == "active" and before["text"], before
+    started = guest.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip()
+
+    def runtimes() -> str:
+        return guest.ssh("docker info --format '{{json .Runtimes}}'", check=False).stdout
+
+    reload_docker = "kill -HUP $(systemctl show -p MainPID --value docker.service)"
+    assert '"nvidia"' in runtimes()
+    guest.ssh("set -e; cp /etc/docker/daemon.json /root/daemon.json.standin; "
+              "echo '{\"runtimes\": {}}' > /etc/docker/daemon.json; "
+              "mv /usr/bin/nvidia-container-runtime-hook /root/nvidia-container-runtime-hook.standin; " + reload_docker)
+    try:
+        wait_for("docker to drop its nvidia runtime", lambda: '"nvidia"' not in runtimes(), timeout=60)
+        run = converge(lab_inventory, json_out=False)
+        out = run.output()
+        assert run.returncode != 0, out[-3000:]
+        assert "spark-1: preflight: gpus is true but docker has no nvidia runtime" in out, out[-3000:]
+        st = serving(guest)
+        assert st["current"] == before["current"] and st["active"] == "active" and st["text"], st
+        assert guest.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip() == started
+        assert guest.ssh(f"test -e {DATA}/lock", check=False).returncode != 0, "a refused host is not locked"
+    finally:
+        guest.ssh("mv -f /root/daemon.json.standin /etc/docker/daemon.json; "
+                  "mv -f /root/nvidia-container-runtime-hook.standin /usr/bin/nvidia-container-runtime-hook; "
+                  + reload_docker, check=False)
+    wait_for("docker to have the nvidia runtime again", lambda: '"nvidia"' in runtimes(), timeout=60)
+    figure("converge refused on a guest without the NVIDIA toolkit", f"{run.seconds:.1f} s")
+    rerun = converge(lab_inventory)
+    assert rerun.returncode == 0 and rerun.changed == {}, (rerun.changed, rerun.output()[-2000:])
+    assert serving(guest)["current"] == before["current"]

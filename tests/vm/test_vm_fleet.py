@@ -8,9 +8,11 @@ missing; set SPECFLEET_VM_TEST_COLD=1 to build into a fresh cache and measure a 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -126,6 +128,17 @@ def test_spark_user_has_sudo_but_not_docker(fleet):
     assert r.returncode != 0 and "permission denied" in r.stderr.lower(), r
 
 
+def test_root_cannot_log_in_over_ssh(fleet):
+    """As on DGX OS: the operator logs in, root does not (everything privileged goes through sudo)."""
+    g = fleet.guests[0]
+    argv = [*g._ssh_base(connect_timeout=10), f"root@{g.host}", "true"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 255 and "permission denied" in r.stderr.lower(), r
+    assert g.ssh("sshd -T 2>/dev/null | grep -i '^permitrootlogin'").stdout.split() == ["permitrootlogin", "no"]
+    assert g.ssh("id -un").stdout.strip() == "root"  # Guest.ssh runs as root through the operator's sudo
+    assert g.ssh("id -un", user=vm.OPERATOR).stdout.strip() == "spark"
+
+
 def test_docker_import_and_run(fleet, tmp_path):
     # a minimal rootfs collected inside a guest: dash and the libraries it links
     src = fleet.guests[0]
@@ -148,10 +161,29 @@ def test_docker_import_and_run(fleet, tmp_path):
         assert out.stdout.strip() == "42"
 
 
+def test_standin_nvidia_toolkit_gives_docker_the_gpu_code_path(fleet):
+    """The documented stand-in (specfleet/vm.py): docker has a runtime named nvidia, and `--gpus=all` works
+    (the prestart hook is found and run) without any GPU. Uses the image test_docker_import_and_run loaded."""
+    g = fleet.guests[0]
+    runtimes = json.loads(g.ssh("docker info --format '{{json .Runtimes}}'").stdout)
+    assert runtimes["nvidia"]["path"] == "/usr/local/bin/nvidia-container-runtime-STANDIN"
+    assert "STAND-IN" in g.ssh("nvidia-container-runtime-hook --version").stdout
+    out = g.ssh("docker run --rm --gpus=all specfleet/mini:test /usr/bin/dash -c 'echo gpus-ok'")
+    assert out.stdout.strip() == "gpus-ok"
+    out = g.ssh("docker run --rm --runtime=nvidia --gpus=all specfleet/mini:test /usr/bin/dash -c 'echo runtime-ok'")
+    assert out.stdout.strip() == "runtime-ok"
+    g.ssh("docker create --name sf-gpus --gpus=all specfleet/mini:test >/dev/null")
+    try:
+        hc = json.loads(g.ssh("docker inspect --format '{{json .HostConfig}}' sf-gpus").stdout)
+    finally:
+        g.ssh("docker rm -f sf-gpus >/dev/null", check=False)
+    assert [r["Capabilities"] for r in hc["DeviceRequests"]] == [[["gpu"]]] and hc["DeviceRequests"][0]["Count"] == -1
+
+
 def test_inventory_and_fleet_json(fleet):
     inv = yaml.safe_load(fleet.inventory_path.read_text())
     v = inv["all"]["vars"]
-    assert v["ssh_user"] == "root" and Path(v["ssh_key"]).is_file()
+    assert v["ssh_user"] == "spark" and v["_sudo"] is True and Path(v["ssh_key"]).is_file()
     assert v["ssh_known_hosts_file"] == "/dev/null"
     assert v["ssh_strict_host_key_checking"] == "no"
     hosts = inv["all"]["children"]["vm_fleet"]["hosts"]

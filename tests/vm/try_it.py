@@ -40,7 +40,7 @@ def main() -> int:
     print(json.dumps(answer, indent=1))
     print(f"\nRe-run the converge (nothing changes):  SPECFLEET_INVENTORY={inventory} HF_TOKEN={STANDIN_TOKEN} "
           "pyinfra -y inventory.py deploys/eagle3.py")
-    print(f"Log in:     ssh -i {fleet.key_path} -p {guest.port} -o StrictHostKeyChecking=no root@127.0.0.1")
+    print(f"Log in:     {guest.login_command()}   (the operator {vm.OPERATOR}, as on DGX OS; `sudo -i` for root)")
     print(f"Tear down:  specfleet vm down --workdir {workdir}")
     return 0
 

@@ -1,0 +1,34 @@
+"""Test-run wide options: the `--full` tier and SIGTERM handling.
+
+`--full` (tests/run.sh --full) also runs the tests marked `full`: the heaviest VM scenarios, kept out of CI's
+default tier for time. A SIGTERM (CI's time limit) is turned into KeyboardInterrupt, so pytest unwinds and
+the session fixtures tear the VM fleet down."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="also run the tests marked full (the heaviest VM scenarios)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full: heaviest VM scenarios, run only with --full (tests/run.sh --full)")
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}: stopping the test run and tearing the VM fleet down")
+
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    skip = pytest.mark.skip(reason="heaviest VM scenario: runs with tests/run.sh --full")
+    for item in items:
+        if "full" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,71 @@
+"""The TRT-LLM options schema follows the image's TensorRT-LLM version (llm_options.SCHEMAS)."""
+
+import pytest
+from click.testing import CliRunner
+
+from specfleet.cli import main
+from specfleet.llm_options import DEFAULT_VERSION, SCHEMAS, image_version, schema_for_image
+
+R13 = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
+EAGLE3 = "{decoding_type: Eagle3, max_draft_len: 5, speculative_model_dir: /opt/gpt-oss-120b-Eagle3/}"
+
+
+@pytest.mark.parametrize("image,version", [
+    ("nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6", "1.2.0rc6"),
+    (R13, "1.3.0rc12"),
+    ("registry.lab.example:5000/mirror/release:1.3.0rc12-lab", "1.3.0rc12"),
+    (R13 + "@sha256:" + "a" * 64, "1.3.0rc12"),
+    ("localhost/trtllm-standin:1.2.0rc6-standin", "1.2.0rc6"),
+    ("nvcr.io/nvidia/tensorrt-llm/release", None),
+    ("nvcr.io/nvidia/tensorrt-llm/release:latest", None),
+    ("nvcr.io/nvidia/tensorrt-llm/release@sha256:" + "a" * 64, None),
+])
+def test_image_version(image, version):
+    assert image_version(image) == version
+
+
+@pytest.mark.parametrize("image", ["x/release:1.4.0", "x/release:1.3.0rc121", "x/release:latest", "x/release", 42])
+def test_unknown_versions_get_the_default_schema(image):
+    assert schema_for_image(image) is SCHEMAS[DEFAULT_VERSION] and DEFAULT_VERSION == "1.2.0rc6"
+
+
+def test_schemas_differ_only_by_eagle3():
+    old, new = SCHEMAS["1.2.0rc6"], SCHEMAS["1.3.0rc12"]
+    assert set(new.decoding_types) - set(old.decoding_types) == {"Eagle3"}
+    assert set(old.decoding_types) <= set(new.decoding_types)
+    assert set(new.options.model_fields) == set(old.options.model_fields)
+
+
+def _check(fleet_file, text):
+    fleet_file(text)
+    return CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+
+
+def test_eagle3_refused_by_the_default_image_with_a_hint(fleet_file):
+    result = _check(fleet_file, f"all:\n  hosts:\n    s1: {{extra_llm_api_options: {{speculative_config: {EAGLE3}}}}}\n")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "s1: extra_llm_api_options.speculative_config: decoding_type 'Eagle3' is not accepted by trtllm-serve 1.2.0rc6 "
+        "(allowed: Eagle, DraftTarget, NGram, MTP, UserProvided, SaveState, AUTO; image release:1.3.0rc12 accepts it)")
+
+
+def test_eagle3_accepted_with_the_1_3_image(fleet_file):
+    result = _check(fleet_file, f"all:\n  vars: {{image: '{R13}'}}\n  hosts:\n"
+                                f"    s1: {{extra_llm_api_options: {{speculative_config: {EAGLE3}}}}}\n")
+    assert result.exit_code == 0, result.output
+
+
+def test_eagle3_rules_same_as_eagle_on_1_3(fleet_file):
+    result = _check(fleet_file, f"all:\n  vars: {{image: '{R13}'}}\n  hosts:\n"
+                                "    s1: {extra_llm_api_options: {speculative_config: {decoding_type: Eagle3, max_draft_len: 0,"
+                                " speculative_model_dir: /opt/x/, bogus: 1}}}\n")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert any(line.startswith("s1: extra_llm_api_options.speculative_config.bogus: unknown option") for line in lines), lines
+
+
+def test_the_shipped_profiles_pass_on_1_3(fleet_file):
+    fleet_file(f"all:\n  vars: {{image: '{R13}'}}\n  hosts:\n    s1:\n")
+    for deploy in ("eagle3", "draft_target", "baseline"):
+        result = CliRunner().invoke(main, ["check", "inventory.py", f"deploys/{deploy}.py"])
+        assert result.exit_code == 0, (deploy, result.output)

@@ -1,0 +1,111 @@
+"""The VM fleet's guest recipe and access, without booting anything: an operator with sudo and no root SSH,
+and the documented stand-in for the NVIDIA container toolkit (executed here as plain scripts)."""
+
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from specfleet import vm
+
+
+def _heredoc(target: str) -> str:
+    """The body the customize hook writes to `target` with `cat > "$R<target>" <<'EOF'`."""
+    m = re.search(rf'^cat > "\$R{re.escape(target)}" <<\'EOF\'\n(.*?)\nEOF$', vm.CUSTOMIZE_HOOK, flags=re.M | re.S)
+    assert m, target
+    return m.group(1) + "\n"
+
+
+def test_hook_is_valid_shell():
+    subprocess.run(["sh", "-n"], input=vm.CUSTOMIZE_HOOK, text=True, check=True)
+
+
+def test_root_cannot_log_in_and_the_operator_can():
+    hook = vm.CUSTOMIZE_HOOK
+    assert "PermitRootLogin no" in hook
+    assert "/root/.ssh/authorized_keys" not in hook
+    assert "/home/spark/.ssh/authorized_keys" in hook and "NOPASSWD:ALL" in hook
+
+
+def test_standin_prestart_hook_says_what_it_is_and_does_nothing(tmp_path):
+    script = tmp_path / "nvidia-container-runtime-hook"
+    script.write_text(_heredoc("/usr/bin/nvidia-container-runtime-hook"))
+    assert "STAND-IN" in script.read_text() and "NO GPU" in script.read_text()
+    version = subprocess.run(["sh", str(script), "--version"], capture_output=True, text=True, check=True)
+    assert "STAND-IN" in version.stdout and "no GPU" in version.stdout
+    # as runc runs an OCI prestart hook: argv "nvidia-container-runtime-hook prestart", the state on stdin
+    state = json.dumps({"ociVersion": "1.0.2", "id": "x", "status": "created", "pid": 1, "bundle": "/b"})
+    run = subprocess.run(["sh", str(script), "prestart"], input=state, capture_output=True, text=True, timeout=10)
+    assert run.returncode == 0 and run.stdout == "" and run.stderr == ""
+
+
+def test_standin_runtime_execs_runc_and_is_docker_s_nvidia_runtime(tmp_path):
+    body = _heredoc("/usr/local/bin/nvidia-container-runtime-STANDIN")
+    assert "STAND-IN" in body and "NO GPU" in body and 'exec "$r" "$@"' in body
+    daemon = json.loads(_heredoc("/etc/docker/daemon.json"))
+    assert daemon == {"runtimes": {"nvidia": {"path": "/usr/local/bin/nvidia-container-runtime-STANDIN"}}}
+    assert "default-runtime" not in daemon  # runc stays the default, as after `nvidia-ctk runtime configure`
+
+
+def test_recipe_version_is_in_the_hash(monkeypatch):
+    h = vm.recipe_hash()
+    monkeypatch.setattr(vm, "RECIPE_VERSION", vm.RECIPE_VERSION + 1)
+    assert vm.recipe_hash() != h
+
+
+@pytest.mark.parametrize("user,cmd,remote", [
+    ("root", "id -u", "sudo -n -H sh -c 'id -u'"),
+    ("spark", "id -u", "id -u"),
+    ("nobody", "echo 'a b' > /x", "sudo -n -H -u nobody sh -c 'echo '\"'\"'a b'\"'\"' > /x'"),
+])
+def test_commands_run_through_the_operator_and_sudo(user, cmd, remote):
+    assert vm._as_user(user, cmd) == remote
+
+
+def test_quoting_survives_the_remote_shell():
+    """What the guest's login shell runs: with a `sudo` that drops its options, the command runs unchanged."""
+    cmd = """printf '%s|' 'a b' "c'd" $((6*7)) "$HOME" """
+    fake_sudo = 'sudo() { while [ "${1#-}" != "$1" ]; do [ "$1" = -u ] && shift; shift; done; "$@"; }; '
+    out = subprocess.run(["sh", "-c", fake_sudo + vm._as_user("root", cmd)], capture_output=True, text=True,
+                         env={"HOME": "/root-home", "PATH": "/usr/bin:/bin"})
+    assert out.stdout == "a b|c'd|42|/root-home|", out
+
+
+def _guest(tmp_path) -> vm.Guest:
+    return vm.Guest(name="spark-1", port=2222, overlay=tmp_path / "o.qcow2", pidfile=tmp_path / "p",
+                    console_log=tmp_path / "c.log", key_path=tmp_path / "id_ed25519", argv=[])
+
+
+def test_ssh_put_get_log_in_as_the_operator(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        if kw.get("stdout") not in (None,) and hasattr(kw.get("stdout"), "write"):
+            kw["stdout"].write(b"content")
+        return subprocess.CompletedProcess(argv, 0, b"", b"")
+
+    monkeypatch.setattr(vm.subprocess, "run", fake_run)
+    g = _guest(tmp_path)
+    g.ssh("systemctl is-active docker")
+    src = tmp_path / "ca.crt"
+    src.write_text("x")
+    src.chmod(0o640)
+    g.put(src, "/usr/local/share/ca-certificates/ca.crt")
+    g.get("/tmp/mini.tar", tmp_path / "mini.tar")
+    assert (tmp_path / "mini.tar").read_bytes() == b"content"
+    for argv in calls:
+        assert "spark@127.0.0.1" in argv and not any("root@" in a for a in argv)
+        assert argv[-1].startswith("sudo -n -H sh -c ")
+    assert "chmod 640" in calls[1][-1] and "mv -f" in calls[1][-1]
+    assert "cat /tmp/mini.tar" in calls[2][-1]
+
+
+def test_fleet_inventory_connects_as_the_operator_with_sudo(tmp_path):
+    inv = tmp_path / "inventory.yml"
+    vm.write_inventory(inv, [_guest(tmp_path)], tmp_path / "id_ed25519")
+    v = yaml.safe_load(inv.read_text())["all"]["vars"]
+    assert v["ssh_user"] == "spark" and v["_sudo"] is True
+    assert "ssh -i" in _guest(tmp_path).login_command() and "spark@127.0.0.1" in _guest(tmp_path).login_command()

@@ -1,0 +1,73 @@
+"""The package works without the source tree: build the wheel, install it into a fresh venv, `specfleet
+init` a project and `specfleet check` it from there.
+
+`pip wheel --no-deps` builds in pip's isolated build env (setuptools>=68 from pip's configured index or
+find-links; ~13 s here). The venv uses --system-site-packages and the wheel is installed with --no-deps
+--no-index: the runtime dependencies are the ones already installed for this test run, so nothing is
+downloaded for them. The venv's own site-packages comes first, so `specfleet` there is the wheel's
+(asserted), not this checkout's editable install."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.fakehost import write_fake_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"  # a clean copy: an in-tree build/ could carry stale files into the wheel
+    shutil.copytree(ROOT / "specfleet", src / "specfleet", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)  # noqa: E731
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(src))
+    wheel = next((tmp / "dist").glob("specfleet-*.whl"))
+    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp / "venv"))
+    run(sys.executable, "-m", "pip", "--python", str(tmp / "venv/bin/python"), "install", "--no-deps", "--no-index", "-q", str(wheel))
+    return tmp / "venv"
+
+
+def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECFLEET_INVENTORY", "PYTHONPATH")}
+    env.update(HF_TOKEN="hf_dummy_for_the_wheel_test", PATH=f"{venv}/bin:{env.get('PATH', '')}")
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_installed_wheel_inits_and_checks_a_project(venv, tmp_path):
+    where = _run(venv, tmp_path, f"{venv}/bin/python", "-c", "import specfleet; print(specfleet.__file__)")
+    assert where.stdout.startswith(str(venv)), where.stdout + where.stderr
+
+    init = _run(venv, tmp_path, f"{venv}/bin/specfleet", "init", "fleet")
+    assert init.returncode == 0, init.stderr
+    proj = tmp_path / "fleet"
+    for rel in ("inventory.py", "inventory/fleet.yml", "group_data/all.py", "tests/infra/conftest.py",
+                "deploys/eagle3.py", "deploys/draft_target.py", "deploys/baseline.py", "deploys/cleanup.py",
+                "deploys/rollback.py", "README.md"):
+        assert (proj / rel).is_file(), rel
+    again = _run(venv, tmp_path, f"{venv}/bin/specfleet", "init", "fleet")
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
+
+    write_fake_lock(proj / "inventory/fleet.yml")  # what `specfleet lock` writes (fake pins: no Hub here)
+    check = _run(venv, proj, f"{venv}/bin/specfleet", "check", "inventory.py", "deploys/eagle3.py")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "2 host(s) valid for deploys/eagle3.py [eagle3]: spark-01, spark-02" in check.stdout
+
+    (proj / "inventory/fleet.yml").write_text((proj / "inventory/fleet.yml").read_text()
+                                              .replace("ssh_hostname: spark-02.lab.example", "ssh_hostname: spark-02.lab.example\n          serve_port: 0"))
+    bad = _run(venv, proj, f"{venv}/bin/specfleet", "check", "inventory.py", "deploys/eagle3.py")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert bad.stderr.strip().splitlines() == ["spark-02: serve_port: input should be greater than or equal to 1"]
+
+    # the testinfra entry point collects the packaged suite (the example hosts are not reachable: collect only)
+    infra = _run(venv, proj, f"{venv}/bin/python", "-m", "pytest", "tests/infra", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert infra.returncode == 0, infra.stdout + infra.stderr
+    assert "test_converged.py::test_completion_returns_text[spark-01]" in infra.stdout
+    assert "test_real_gpu.py::test_nvidia_smi_in_the_container[spark-02]" in infra.stdout
