@@ -182,13 +182,17 @@ def test_disk_full_during_a_fetch_keeps_serving_and_rerun_completes(vm_fleet, la
         proc = lab.start_pyinfra(lab_inventory, "eagle3", "--limit", "spark-1")
         wait_for("the fetch to be in flight", lambda: sum(
             n for p, n in hub.bytes_served().items() if "gpt-oss-120b/resolve" in p and p.endswith(".safetensors")) > 128 * 1024)
-        # every free block, root's reserve included (the fetch runs as root)
-        guest.ssh(f"fallocate -l $(( $(stat -f -c '%f * %S' {DATA}) - 65536 )) {DATA}/fault-filler")
+        # every free block, root's reserve included (the fetch runs as root); ext4 needs a few blocks of
+        # its own for the filler's extents, so take the largest size that fits, then the crumbs left
+        guest.ssh(f"f=$(( $(stat -f -c '%f * %S' {DATA}) )); for m in 262144 1048576 4194304 16777216; do "
+                  f"fallocate -l $((f - m)) {DATA}/fault-filler 2>/dev/null && break; done; "
+                  f"for i in $(seq 64); do fallocate -l 65536 {DATA}/fault-filler-$i 2>/dev/null || break; done; "
+                  f"test -e {DATA}/fault-filler && df -B1 {DATA}")
         hub.set_throttle(None)
         out, err = proc.communicate(timeout=900)
     finally:
         hub.set_throttle(None)
-        guest.ssh(f"rm -f {DATA}/fault-filler", check=False)
+        guest.ssh(f"rm -f {DATA}/fault-filler*", check=False)
     assert proc.returncode != 0, "a full disk fails the fetch"
     assert "No space left on device" in out + err or "ENOSPC" in out + err or "disk" in (out + err).lower(), (out + err)[-3000:]
     st = serving(guest)
