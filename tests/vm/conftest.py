@@ -1,6 +1,8 @@
-"""Session fixtures of the VM tier: one fleet, one Hub stand-in, the stand-in image; always torn down.
+"""Session fixtures of the VM tier: one fleet, one Hub stand-in, the controller's wheelhouse (the guests' PyPI
+mirror), the stand-in image; always torn down.
 
-Figures measured by the tests go into FIGURES and are printed as a table at the end of the session
+Figures measured by the tests go into FIGURES and are printed as a table at the end of the session, followed
+by the per-phase table (PHASES: each VM-tier module and each piece of session work, and the VM-tier total)
 (benchmarks print figures; nothing here asserts on wall time)."""
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ import pytest
 
 from specfleet import vm
 from tests.vm import lab
+from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.hub_standin import HubStandin
+from tests.vm.phases import PhaseClock
 
 FIGURES: list[tuple[str, str]] = []
+PHASES = PhaseClock()
+HERE = Path(__file__).resolve().parent
 
 
 def figure(name: str, value: str) -> None:
@@ -26,14 +32,52 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SPECFLEET_CACHE_DIR") or Path.home() / ".cache" / "specfleet")
 
 
+def session_work(name: str):
+    """Time a session fixture's setup (or teardown) as its own phase, not as part of the module that first
+    needed it. (A pytest_fixture_setup hook here would not see session fixtures: their node is the session,
+    whose hooks come from the root conftest only.)"""
+    return PHASES.session_work(name)
+
+
 @pytest.fixture(scope="session")
 def hub():
-    with HubStandin(bind="127.0.0.1", port=0) as server:
+    with session_work("session setup: hub"):
+        server = HubStandin(bind="127.0.0.1", port=0).__enter__()
+    try:
         yield server
+    finally:
+        server.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def wheelhouse():
+    """The guests' PyPI mirror: the deploy's pinned hub client and its dependencies, downloaded once on the
+    controller (cached by requirement) and served on the controller's loopback (10.0.2.2 from a guest).
+    None when the download failed (one line printed): the guests then use pip's default index."""
+    with session_work("session setup: wheelhouse"):
+        house = wheelhouse_mod.prepare(cache_dir(), say=lambda line: (print(line), figure("wheelhouse", line)))
+        if house is not None:
+            figure("prepare: wheelhouse " + ("download (cold)" if house.downloaded else "(cached)"),
+                   f"{house.seconds:.1f} s")
+            server = wheelhouse_mod.WheelhouseServer(list(house.dirs.values()), bind="127.0.0.1", port=0,
+                                                     arches=house.arches).start()
+    if house is None:
+        yield None
+        return
+    try:
+        yield server
+    finally:
+        figure("wheelhouse: wheel files served to the guests", str(server.files_served()))
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def vm_fleet(tmp_path_factory, request):
+    with session_work("session setup: vm_fleet (image build + boot)"):
+        return _boot_fleet(tmp_path_factory, request)
+
+
+def _boot_fleet(tmp_path_factory, request):
     count = int(os.environ.get("SPECFLEET_VM_COUNT", "3"))
     workdir = tmp_path_factory.mktemp("fleet")
     # image build timings: cold (if not cached yet) and cached, side by side
@@ -48,26 +92,65 @@ def vm_fleet(tmp_path_factory, request):
         vm.down(workdir)
         raise
     figure(f"boot {count} guests to SSH + systemd running", f"{time.monotonic() - start:.1f} s")
-    request.addfinalizer(lambda: vm.down(workdir))
+
+    def down():
+        with PHASES.session_work("session teardown: fleet down"):
+            vm.down(workdir)
+
+    request.addfinalizer(down)
     return fleet
 
 
 @pytest.fixture(scope="session")
-def lab_inventory(vm_fleet, hub):
+def lab_inventory(vm_fleet, hub, wheelhouse):
+    with session_work("session setup: lab_inventory (prepare + lock)"):
+        return _prepare_lab(vm_fleet, hub, wheelhouse)
+
+
+def _prepare_lab(vm_fleet, hub, wheelhouse):
     start = time.monotonic()
-    lab.trust_controller_cas(vm_fleet)
-    lab.load_standin_image(vm_fleet, cache_dir())
+    n_cas = lab.trust_controller_cas(vm_fleet)
+    index_url = wheelhouse.index_url_for(lab.GUEST_SEES_CONTROLLER) if wheelhouse else None
+    mirrored = [g for g in vm_fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
+    lab.configure_guest_pip(vm_fleet, index_url, cert=n_cas > 0, guests=mirrored)  # others: as trust_controller_cas left it
+    others = [g for g in vm_fleet.guests if g not in mirrored]
+    if others and wheelhouse:
+        figure("wheelhouse: guests left on pip's default index (arch)", ", ".join(g.name for g in others))
+    figure("prepare: CAs + pip mirror in every guest", f"{time.monotonic() - start:.1f} s")
+    seconds = lab.load_standin_image(vm_fleet, cache_dir())
+    figure("prepare: load stand-in image per guest (streamed into docker import -)",
+           ", ".join(f"{name} {s:.1f} s" for name, s in sorted(seconds.items())))
     figure("prepare: build + load stand-in image into every guest", f"{time.monotonic() - start:.1f} s")
     return lab.write_ci_inventory(vm_fleet.inventory_path, hub.port, vm_fleet.workdir / "ci-inventory.yml")
 
 
+def _in_vm_tier(item) -> bool:
+    return Path(str(item.path)).resolve().is_relative_to(HERE)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Per-module wall time (called for every item of the run: only the VM tier's are counted)."""
+    if not _in_vm_tier(item):
+        return (yield)
+    PHASES.item_start(item.nodeid.split("::")[0])
+    try:
+        return (yield)
+    finally:
+        PHASES.item_end()
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not FIGURES:
-        return
-    width = max(len(name) for name, _ in FIGURES)
-    terminalreporter.write_sep("=", "specfleet VM-tier figures (measured in this run)")
-    for name, value in FIGURES:
-        terminalreporter.write_line(f"  {name.ljust(width)}  {value}")
+    if FIGURES:
+        width = max(len(name) for name, _ in FIGURES)
+        terminalreporter.write_sep("=", "specfleet VM-tier figures (measured in this run)")
+        for name, value in FIGURES:
+            terminalreporter.write_line(f"  {name.ljust(width)}  {value}")
+    table = PHASES.table()
+    if table:
+        terminalreporter.write_sep("=", "specfleet VM-tier phases (wall seconds per module / session work)")
+        for line in table:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(items):

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -75,6 +76,34 @@ def trust_controller_cas(fleet, ca_dir: Path = Path("/usr/local/share/ca-certifi
 
     fleet._parallel(one)
     return len(cas)
+
+
+GUEST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def guest_pip_conf(index_url: str | None = None, cert: str | None = None) -> str:
+    """The guests' /etc/pip.conf: the lab's PyPI mirror (the controller's wheelhouse, tests/vm/wheelhouse.py;
+    plain HTTP on the QEMU user network, hence trusted-host) and/or the CA bundle with the controller's CAs."""
+    lines = ["[global]"]
+    if index_url:
+        lines += [f"index-url = {index_url}", f"trusted-host = {urlsplit(index_url).hostname}"]
+    if cert:
+        lines.append(f"cert = {cert}")
+    return "\n".join(lines) + "\n"
+
+
+def configure_guest_pip(fleet, index_url: str | None, cert: bool, guests=None) -> list[str]:
+    """Prepare: point the guests' pip at the lab's PyPI mirror, as a corporate network's /etc/pip.conf does
+    (not an inventory key: the deploy's pip install is unchanged). Call after trust_controller_cas (`cert`:
+    it installed CAs; the file keeps its `cert =` line). No index_url and no cert: nothing is written."""
+    if not index_url and not cert:
+        return []
+    text = guest_pip_conf(index_url, GUEST_CA_BUNDLE if cert else None).encode()
+    guests = list(fleet.guests if guests is None else guests)
+    if guests:
+        fleet._parallel(lambda g: g.ssh("umask 022 && cat > /etc/pip.conf.specfleet-tmp && "
+                                        "mv -f /etc/pip.conf.specfleet-tmp /etc/pip.conf", input=text), guests)
+    return [g.name for g in guests]
 
 
 def load_standin_image(fleet, cache_dir: Path, mode: str = "ok", load_delay_s: float = 4.0, tag: str = STANDIN_TAG) -> dict:
