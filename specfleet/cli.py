@@ -81,6 +81,13 @@ from . import fleetstate as _fleetstate  # noqa: E402
 
 main.add_command(_fleetstate.lock, "lock")
 main.add_command(_fleetstate.plan_cmd, "plan")
+from . import bench as _bench  # noqa: E402
+
+main.add_command(_bench.bench, "bench")
+from . import status as _status  # noqa: E402
+
+main.add_command(_status.status, "status")
+main.add_command(_status.logs, "logs")
 main.add_command(_project.init, "init"); main.add_command(_project.vars_, "vars")  # noqa: E702
 
 if __name__ == "__main__":

@@ -154,5 +154,6 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_collection_modifyitems(items):
-    """The fleet up/down test brings up its own guests: run it before the session fleet boots."""
-    items.sort(key=lambda item: 0 if item.path.name == "test_vm_fleet.py" else 1)
+    """The fleet up/down test brings up its own guests: run it before the session fleet boots; the bench
+    converges and switches the fleet itself: run it after the CI sequence, faults and rollouts."""
+    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2}.get(item.path.name, 1))

@@ -10,6 +10,7 @@ the tarball size and the cold / cached / variant build times -- run with -s to s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -106,9 +107,10 @@ def world(tmp_path):
     w.eagle_yaml = write_yaml(tmp_path / "eagle.yaml", eagle_yaml)
     w.dt_yaml = write_yaml(tmp_path / "dt.yaml", dt_yaml)
 
-    def env(mode="ok", delay=0.2, version="1.2.0rc6", **extra):
-        cfg = tmp_path / ("standin-%s-%s.json" % (mode, delay))
-        cfg.write_text(image.variant_config_json(mode, delay, version))
+    def env(mode="ok", delay=0.2, version="1.2.0rc6", perf=None, **extra):
+        text = image.variant_config_json(mode, delay, version, **(perf or {}))
+        cfg = tmp_path / ("standin-%s-%s-%s.json" % (mode, delay, hashlib.sha256(text.encode()).hexdigest()[:8]))
+        cfg.write_text(text)
         e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
              "TRTLLM_STANDIN_CONFIG": str(cfg), "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",
              "TIKTOKEN_ENCODINGS_BASE": str(tik)}
@@ -504,7 +506,8 @@ def test_eagle_server_load_delay_and_endpoints(world, serve):
     assert st == 200 and isinstance(metrics, list) and metrics
     spec = [x["specDecodingStats"] for x in metrics]
     assert all(set(sd) >= {"numDraftTokens", "numAcceptedTokens", "acceptanceLength"} for sd in spec)
-    assert spec[0]["numDraftTokens"] == 5 and spec[0]["acceptanceLength"] >= 1
+    assert spec[0]["numDraftTokens"] == 0 and metrics[0]["inflightBatchingStats"]["numCtxTokens"] > 0  # context
+    assert spec[1]["numDraftTokens"] == 5 and spec[1]["acceptanceLength"] >= 1  # then k = max_draft_len
     assert http(p, "GET", "/metrics") == (200, [])  # drained
 
     assert http(p, "GET", "/nope")[0] == 404
@@ -730,3 +733,129 @@ def test_real_rootfs_tarball(request, tmp_path_factory, tmp_path):
     # the crash variant differs only in its baked config
     with tarfile.open(crash) as tf:
         assert json.loads(tf.extractfile("./etc/trtllm-standin.json").read())["mode"] == "crash"
+
+
+# ---------------------------------------------------------------- SYNTHETIC speculative-decoding model
+def _spec_yaml(world, name, decoding="Eagle", k=3, iter_stats=True):
+    data = dict(EAGLE_SEED, enable_iter_perf_stats=iter_stats)
+    data["speculative_config"] = dict(EAGLE_SEED["speculative_config"], decoding_type=decoding, max_draft_len=k,
+                                      speculative_model_dir=str(world.drafts["gpt-oss-120b-Eagle3"]) + "/")
+    return write_yaml(world.tmp / name, data)
+
+
+def _stream(port, body, timeout=30):
+    """POST a streamed completion; returns (chunks as dicts, arrival times relative to the request, total)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+    chunks, times, done = [], [], False
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        if line == "data: [DONE]":
+            done = True
+            break
+        chunks.append(json.loads(line[5:]))
+        times.append(time.perf_counter() - t0)
+    conn.close()
+    assert done, "the stream ends with data: [DONE]"
+    return chunks, times, time.perf_counter() - t0
+
+
+def test_expected_acceptance_length_formula():
+    assert standin.expected_acceptance_length([1.0], 4) == 5.0
+    assert standin.expected_acceptance_length([0.0], 4) == 1.0
+    assert abs(standin.expected_acceptance_length([0.8, 0.5], 3) - (1 + 0.8 + 0.4 + 0.2)) < 1e-12  # last p repeats
+
+
+def test_speculation_iteration_stats_timing_and_stream(world, serve):
+    """Acceptance [1, 1, 0] with k=3: every generation iteration accepts exactly 2 drafts and emits 3 tokens."""
+    perf = {"target_step_ms": 20.0, "prefill_ms_per_token": 1.0, "seed": 7,
+            "speculation": {"Eagle": {"acceptance": [1.0, 1.0, 0.0], "draft_step_ms": 5.0}}}
+    yml = _spec_yaml(world, "k3.yaml", k=3)
+    s = serve(lambda w, port: eagle_args(w, port)[:-1] + [str(yml)], perf=perf).wait_ready()
+    prompt = " ".join(["word"] * 50)  # 50 prompt tokens: context iteration = 20 + 50 * 1.0 = 70 ms
+    chunks, times, total = _stream(s.port, {"prompt": prompt, "max_tokens": 31, "ignore_eos": True})
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"][0]["text"]]
+    assert len(texts) == 11, "1 context iteration (1 token) + 10 iterations of 3 tokens = 31 tokens"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["usage"]["completion_tokens"] == 31
+    assert "STAND-IN" in texts[0]
+    modelled = 0.070 + 10 * (0.020 + 3 * 0.005)  # 0.42 s
+    assert 0.065 <= times[0] < 0.070 + 0.25, times[0]  # TTFT = the context iteration
+    assert modelled - 0.01 <= total < modelled + 0.4, total
+    # the same request without streaming gives the same text (deterministic) and the same pacing
+    t0 = time.perf_counter()
+    st, c = http(s.port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 31, "ignore_eos": True})
+    assert st == 200 and c["choices"][0]["text"] == "".join(texts) and time.perf_counter() - t0 >= modelled - 0.01
+    st, metrics = http(s.port, "GET", "/metrics")
+    assert st == 200 and len(metrics) == 22  # 11 iterations per request, 2 requests
+    for key in ("iter", "iterLatencyMS", "numActiveRequests", "numQueuedRequests", "numCompletedRequests",
+                "gpuMemUsage", "timestamp", "inflightBatchingStats", "specDecodingStats"):
+        assert key in metrics[0], key
+    ctx, gen = metrics[0], metrics[1]
+    assert ctx["inflightBatchingStats"]["numCtxTokens"] == 50 and ctx["iterLatencyMS"] == 70.0
+    assert ctx["specDecodingStats"]["numRequestsWithDraftTokens"] == 0
+    assert gen["specDecodingStats"] == {"numDraftTokens": 3, "numAcceptedTokens": 2, "numRequestsWithDraftTokens": 1,
+                                        "acceptanceLength": 3.0, "iterLatencyMS": 35.0, "draftOverhead": 0.0}
+    assert [m["iter"] for m in metrics] == list(range(1, 23))
+    assert http(s.port, "GET", "/metrics") == (200, [])  # drained on read
+    out = s.stop()[2]
+    assert "SYNTHETIC Eagle speculation: k=3" in out and "iteration stats at /metrics: on" in out
+
+
+def test_speculation_acceptance_follows_probabilities(world, serve):
+    """Per-position probabilities [0.7, 0.5] with k=2: mean accepted per iteration ~ 0.7 + 0.35 (seeded, so exact
+    run to run); DraftTarget reports its draft overhead; natural stop at 32 tokens without ignore_eos."""
+    perf = {"target_step_ms": 0.0, "prefill_ms_per_token": 0.0,
+            "speculation": {"DraftTarget": {"acceptance": [0.7, 0.5], "draft_step_ms": 0.0}}}
+    data = dict(DT_SEED, enable_iter_perf_stats=True, iter_stats_max_iterations=10000)  # default keeps 1000
+    data["speculative_config"] = dict(DT_SEED["speculative_config"], max_draft_len=2,
+                                      speculative_model_dir=str(world.drafts["Llama-3.1-8B-Instruct-FP4"]) + "/")
+    yml = write_yaml(world.tmp / "dt2.yaml", data)
+    s = serve(lambda w, port: dt_args(w, port)[:-1] + [str(yml)], perf=perf).wait_ready()
+    st, c = http(s.port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 100})
+    assert c["usage"]["completion_tokens"] == 32 and c["choices"][0]["finish_reason"] == "stop"
+    for i in range(40):
+        http(s.port, "POST", "/v1/completions", {"prompt": "prompt %d" % i, "max_tokens": 200, "ignore_eos": True})
+    gens = [m["specDecodingStats"] for m in http(s.port, "GET", "/metrics")[1] if m["specDecodingStats"]["numDraftTokens"]]
+    mean_acc = sum(g["numAcceptedTokens"] for g in gens) / len(gens)
+    assert len(gens) > 2000 and abs(mean_acc - 1.05) < 0.06, (len(gens), mean_acc)
+    first = sum(g["numAcceptedTokens"] >= 1 for g in gens) / len(gens)
+    assert abs(first - 0.7) < 0.04, first  # P(first draft accepted)
+    assert all(g["draftOverhead"] == 0.0 for g in gens)  # 0 ms drafts here
+
+
+def test_queue_beyond_max_batch_size_and_stats_off(world, serve):
+    """max_batch_size 1 (the playbook's): a second request waits; no iteration stats without the option."""
+    perf = {"target_step_ms": 10.0, "prefill_ms_per_token": 0.0}
+    yml = _spec_yaml(world, "nostats.yaml", k=2, iter_stats=False)
+    s = serve(lambda w, port: eagle_args(w, port)[:-1] + [str(yml)], perf=perf).wait_ready()
+    import threading
+    took = []
+
+    def one():
+        t0 = time.perf_counter()
+        http(s.port, "POST", "/v1/completions", {"prompt": "q", "max_tokens": 20, "ignore_eos": True}, timeout=10)
+        took.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert max(took) >= 1.8 * min(took), took  # served one after the other
+    assert http(s.port, "GET", "/metrics") == (200, [])
+
+
+@pytest.mark.parametrize("perf, needle", [
+    ({"target_step_ms": -1}, "target_step_ms must be a number >= 0"),
+    ({"speculation": {"Eagle": {"acceptance": [1.5]}}}, "acceptance must be a non-empty list of probabilities"),
+    ({"speculation": {"Eagle": {"typo": 1}}}, "speculation.Eagle must be an object"),
+    ({"seed": "x"}, "seed must be an integer"),
+])
+def test_invalid_speculation_behaviour(world, perf, needle):
+    r = run_standin(eagle_args(world, free_port()), world.env(perf=perf))
+    assert r.returncode == 1 and needle in r.stdout, r.stdout

@@ -101,15 +101,20 @@ def base_recipe_key(arch: str | None = None, mirror: str | None = None) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
-def variant_config_json(mode: str = "ok", load_delay_s: float = 5.0, version: str = "1.2.0rc6") -> str:
-    """Content of /etc/trtllm-standin.json for one behaviour variant."""
+def variant_config_json(mode: str = "ok", load_delay_s: float = 5.0, version: str = "1.2.0rc6", **perf) -> str:
+    """Content of /etc/trtllm-standin.json for one behaviour variant. `perf`: the SYNTHETIC speculative-decoding
+    model's parameters (target_step_ms, prefill_ms_per_token, seed, speculation; see trtllm_serve.py), written
+    only when given (the stand-in's defaults apply otherwise)."""
+    unknown = set(perf) - {"target_step_ms", "prefill_ms_per_token", "seed", "speculation"}
+    if unknown:
+        raise ValueError("unknown stand-in behaviour keys: %s" % ", ".join(sorted(unknown)))
     if mode not in MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
     if isinstance(load_delay_s, bool) or not isinstance(load_delay_s, (int, float)) or load_delay_s < 0:
         raise ValueError("load_delay_s must be a number >= 0, got %r" % (load_delay_s,))
     if not isinstance(version, str) or not version:
         raise ValueError("version must be a non-empty string")
-    return json.dumps({"mode": mode, "load_delay_s": float(load_delay_s), "version": version},
+    return json.dumps({"mode": mode, "load_delay_s": float(load_delay_s), "version": version, **perf},
                       sort_keys=True) + "\n"
 
 

@@ -14,7 +14,7 @@ Behaviour, in order (every step is logged to stdout, i.e. the journal):
 1. read the behaviour config ``/etc/trtllm-standin.json`` (path overridable
    with ``TRTLLM_STANDIN_CONFIG``; missing -> mode "ok", load_delay_s 5):
    ``{"mode": "ok"|"crash"|"never_healthy"|"empty", "load_delay_s": float,
-   "version": str}``;
+   "version": str}`` plus the SYNTHETIC speculative-decoding model below;
 2. validate the extra_llm_api_options YAML (strict: unknown keys refused at
    any level, types checked -- stricter than pydantic's lax coercion: a
    string or a bool is never accepted where an int is expected);
@@ -29,6 +29,62 @@ port is ever listened on.  SIGTERM/SIGINT exit (status 0) within a second.
 Extra environment knobs (stand-in only): TRTLLM_STANDIN_CONFIG (config
 path), TRTLLM_STANDIN_STRICT_TIKTOKEN=1 (refuse tiktoken files whose
 SHA-256 differs from the published one; default: warn only).
+
+Speculative decoding: a SYNTHETIC model (no GPU, no draft model runs)
+---------------------------------------------------------------------
+The stand-in does not measure anything real: it SLEEPS for a modelled time
+so that a benchmark client sees tokens/s, TTFT and inter-token latency that
+follow the usual speculative-decoding arithmetic, with parameters taken from
+the behaviour config (defaults in DEFAULT_BEHAVIOUR / DEFAULT_SPECULATION;
+the numbers are invented, merely plausible for a Spark):
+
+* ``target_step_ms`` (17.0, i.e. ~58 tokens/s without speculation, the
+  public gpt-oss-120b-on-Spark figure): one target forward pass;
+* ``prefill_ms_per_token`` (0.2): context phase cost per prompt token
+  (prompt tokens = whitespace-separated words);
+* ``seed`` (0): seeds the per-request RNG (seeded from seed + prompt +
+  max_tokens + choice index, so runs are reproducible);
+* ``speculation``: per ``decoding_type`` (``Eagle``, also used for
+  ``Eagle3``; ``DraftTarget``; ``NGram``; ``MTP``), ``acceptance``: the
+  per-position acceptance probabilities p_1, p_2, ... of the draft tokens
+  (p_i = P(draft token i accepted | tokens 1..i-1 accepted); positions past
+  the list reuse its last value) and ``draft_step_ms``: the cost of
+  drafting ONE token.  A config may override any part (merged per type).
+
+The server reads ``speculative_config.decoding_type`` and ``max_draft_len``
+(MTP: ``num_nextn_predict_layers``) from the extra_llm_api_options YAML it
+validated.  A request then runs as:
+
+  context iteration: cost = target_step_ms + prefill_ms_per_token * prompt
+                     tokens; emits 1 token (the first token: TTFT);
+  each generation iteration: draft k = max_draft_len tokens, accept the
+                     prefix A (draw per position with the probabilities
+                     above, stop at the first rejection), emit A + 1 tokens
+                     (capped by what is left), cost = target_step_ms +
+                     k * draft_step_ms.  Without speculation: emit 1 token,
+                     cost = target_step_ms.
+
+So E[A] = sum_i prod_{j<=i} p_j, acceptance length = 1 + E[A], and the
+decode speed-up over no speculation is (1 + E[A]) * target_step_ms /
+(target_step_ms + k * draft_step_ms).  ``temperature`` does not change the
+draws.  Requests produce min(max_tokens, 32) tokens (the stand-in "model"
+stops by itself), or exactly max_tokens with ``ignore_eos: true`` (as
+TensorRT-LLM's OpenAI server and benchmark clients use it).  ``stream:
+true`` sends one SSE chunk per iteration (OpenAI format, ``data: [DONE]``
+at the end).  At most ``max_batch_size`` requests run at once (the others
+queue); admitted requests iterate independently (no batching cost is
+modelled).
+
+``GET /metrics`` returns (and removes: drained on read, as the real
+handler) a JSON list of per-iteration stats in TensorRT-LLM's shape
+(``iter, iterLatencyMS, numActiveRequests, numQueuedRequests,
+numCompletedRequests, gpuMemUsage, timestamp, inflightBatchingStats,
+specDecodingStats: {numDraftTokens, numAcceptedTokens,
+numRequestsWithDraftTokens, acceptanceLength, iterLatencyMS,
+draftOverhead}``), one entry per request iteration, kept only when the YAML
+sets ``enable_iter_perf_stats: true`` (at most ``iter_stats_max_iterations``,
+default 1000).  ``draftOverhead`` (draft time / iteration time) is non-zero
+only for DraftTarget (a two-model drafter), as in TensorRT-LLM.
 """
 
 import argparse
@@ -38,6 +94,7 @@ import http.server
 import json
 import math
 import os
+import random
 import re
 import signal
 import socket
@@ -57,7 +114,16 @@ STANDIN_TAG = "STAND-IN"
 DEFAULT_CONFIG_PATH = "/etc/trtllm-standin.json"
 DEFAULT_VERSION = "1.2.0rc6"
 MODES = ("ok", "crash", "never_healthy", "empty")
-DEFAULT_BEHAVIOUR = {"mode": "ok", "load_delay_s": 5.0, "version": DEFAULT_VERSION}
+# SYNTHETIC speculative-decoding model (see the module docstring): invented, plausible numbers.
+DEFAULT_SPECULATION = {
+    "Eagle": {"acceptance": [0.80, 0.70, 0.60, 0.50, 0.45, 0.40, 0.35, 0.30], "draft_step_ms": 1.5},
+    "DraftTarget": {"acceptance": [0.75, 0.65, 0.55, 0.50, 0.45, 0.40, 0.35, 0.30], "draft_step_ms": 4.0},
+    "NGram": {"acceptance": [0.50, 0.40, 0.30, 0.25, 0.20], "draft_step_ms": 0.1},
+    "MTP": {"acceptance": [0.85, 0.70, 0.55], "draft_step_ms": 1.0},
+}
+DEFAULT_BEHAVIOUR = {"mode": "ok", "load_delay_s": 5.0, "version": DEFAULT_VERSION,
+                     "target_step_ms": 17.0, "prefill_ms_per_token": 0.2, "seed": 0,
+                     "speculation": DEFAULT_SPECULATION}
 
 TIKTOKEN_SHA256 = {
     "o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
@@ -120,12 +186,44 @@ def read_behaviour(strict=True):
         cfg["load_delay_s"] = float(cfg["load_delay_s"])
         if not isinstance(cfg["version"], str) or not cfg["version"]:
             raise ValueError("version must be a non-empty string")
+        for key in ("target_step_ms", "prefill_ms_per_token"):
+            cfg[key] = _nonneg_number(cfg[key], key)
+        if isinstance(cfg["seed"], bool) or not isinstance(cfg["seed"], int):
+            raise ValueError("seed must be an integer")
+        cfg["speculation"] = _speculation(cfg["speculation"])
         cfg["_unknown_keys"] = sorted(set(data) - set(DEFAULT_BEHAVIOUR))
     except (OSError, ValueError) as exc:
         if strict:
             raise StartupError("stand-in behaviour config %s is invalid: %s" % (path, exc))
         return dict(DEFAULT_BEHAVIOUR), path, False
     return cfg, path, True
+
+
+def _nonneg_number(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError("%s must be a number >= 0, got %r" % (what, value))
+    return float(value)
+
+
+def _speculation(data):
+    """DEFAULT_SPECULATION with a config's per-decoding-type overrides merged in (validated)."""
+    if not isinstance(data, dict):
+        raise ValueError("speculation must be an object {decoding_type: {acceptance, draft_step_ms}}")
+    out = {k: dict(v) for k, v in DEFAULT_SPECULATION.items()}
+    for dt, params in data.items():
+        if not isinstance(params, dict) or set(params) - {"acceptance", "draft_step_ms"}:
+            raise ValueError("speculation.%s must be an object with acceptance and/or draft_step_ms" % dt)
+        merged = dict(out.get(dt) or {"acceptance": [0.5], "draft_step_ms": 1.0})
+        if "acceptance" in params:
+            acc = params["acceptance"]
+            if not isinstance(acc, list) or not acc or any(
+                    isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1 for p in acc):
+                raise ValueError("speculation.%s.acceptance must be a non-empty list of probabilities in [0, 1]" % dt)
+            merged["acceptance"] = [float(p) for p in acc]
+        if "draft_step_ms" in params:
+            merged["draft_step_ms"] = _nonneg_number(params["draft_step_ms"], "speculation.%s.draft_step_ms" % dt)
+        out[dt] = merged
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -663,8 +761,13 @@ class ServerState:
         self.created = int(time.time())
         self.lock = threading.Lock()
         self.iteration = 0
+        self.active = 0
+        self.queued = 0
+        self.completed = 0
         maxlen = eff.get("iter_stats_max_iterations")
         self.stats = deque(maxlen=maxlen if isinstance(maxlen, int) and maxlen > 0 else 1000)
+        slots = eff.get("max_batch_size")
+        self.slots = threading.BoundedSemaphore(slots if isinstance(slots, int) and slots > 0 else 2048)
         spec = eff.get("speculative_config") or None
         self.spec_type = spec.get("decoding_type") if spec else None
         if spec and self.spec_type == "MTP":
@@ -673,53 +776,81 @@ class ServerState:
             self.draft_len = spec.get("max_draft_len") or 1
         else:
             self.draft_len = 0
+        table = behaviour.get("speculation") or DEFAULT_SPECULATION
+        params = table.get(self.spec_type) or (table.get("Eagle") if self.spec_type == "Eagle3" else None) \
+            or {"acceptance": [0.5], "draft_step_ms": 1.0}
+        self.acceptance = list(params["acceptance"]) if self.draft_len else []
+        self.draft_step_ms = float(params["draft_step_ms"]) if self.draft_len else 0.0
+        self.target_step_ms = float(behaviour.get("target_step_ms", 0.0))
+        self.prefill_ms_per_token = float(behaviour.get("prefill_ms_per_token", 0.0))
 
-    def record(self, prompt_tokens, completion_tokens):
+    def describe(self):
+        if not self.draft_len:
+            return "no speculation: target_step_ms=%s prefill_ms_per_token=%s" % (
+                self.target_step_ms, self.prefill_ms_per_token)
+        return ("SYNTHETIC %s speculation: k=%d acceptance=%s draft_step_ms=%s target_step_ms=%s "
+                "prefill_ms_per_token=%s expected acceptance length %.3f"
+                % (self.spec_type, self.draft_len, self.acceptance, self.draft_step_ms, self.target_step_ms,
+                   self.prefill_ms_per_token, expected_acceptance_length(self.acceptance, self.draft_len)))
+
+    def p_accept(self, position):
+        """Acceptance probability of draft position `position` (0-based); the last value repeats."""
+        return self.acceptance[min(position, len(self.acceptance) - 1)]
+
+    def record_iteration(self, latency_ms, ctx_tokens, draft, accepted, with_draft):
         if not self.eff.get("enable_iter_perf_stats"):
             return
         with self.lock:
-            produced = 0
-            steps = 0
-            while produced < max(completion_tokens, 1) and steps < 16:
-                self.iteration += 1
-                steps += 1
-                entry = {
-                    "iter": self.iteration,
-                    "iterLatencyMS": 5.0,
-                    "numActiveRequests": 1,
-                    "numQueuedRequests": 0,
-                    "maxNumActiveRequests": self.eff.get("max_batch_size") or 2048,
-                    "gpuMemUsage": 0,
-                    "cpuMemUsage": 0,
-                    "timestamp": time.strftime("%m-%d-%Y %H:%M:%S"),
-                    "inflightBatchingStats": {
-                        "numContextRequests": 1 if steps == 1 else 0,
-                        "numGenRequests": 0 if steps == 1 else 1,
-                        "numScheduledRequests": 1,
-                        "numCtxTokens": prompt_tokens if steps == 1 else 0,
-                    },
-                    "standin": True,
+            self.iteration += 1
+            entry = {
+                "iter": self.iteration,
+                "iterLatencyMS": round(latency_ms, 3),
+                "numActiveRequests": self.active,
+                "numQueuedRequests": self.queued,
+                "numCompletedRequests": self.completed,
+                "maxNumActiveRequests": self.eff.get("max_batch_size") or 2048,
+                "gpuMemUsage": 0,
+                "cpuMemUsage": 0,
+                "pinnedMemUsage": 0,
+                "timestamp": time.strftime("%m-%d-%Y %H:%M:%S"),
+                "inflightBatchingStats": {
+                    "numContextRequests": 1 if ctx_tokens else 0,
+                    "numGenRequests": 0 if ctx_tokens else 1,
+                    "numScheduledRequests": 1,
+                    "numCtxTokens": ctx_tokens,
+                    "numPausedRequests": 0,
+                    "microBatchId": 0,
+                    "avgNumDecodedTokensPerIter": float(accepted + 1),
+                },
+                "standin": True,
+            }
+            if self.draft_len:
+                draft_ms = draft * self.draft_step_ms
+                entry["specDecodingStats"] = {
+                    "numDraftTokens": draft,
+                    "numAcceptedTokens": accepted,
+                    "numRequestsWithDraftTokens": with_draft,
+                    "acceptanceLength": float(accepted + with_draft) / with_draft if with_draft else 1.0,
+                    "iterLatencyMS": round(latency_ms, 3),
+                    "draftOverhead": round(draft_ms / latency_ms, 6)
+                    if self.spec_type == "DraftTarget" and latency_ms > 0 else 0.0,
                 }
-                if self.draft_len:
-                    accepted = max(self.draft_len - 1, 0)
-                    entry["specDecodingStats"] = {
-                        "numDraftTokens": self.draft_len,
-                        "numAcceptedTokens": accepted,
-                        "numRequestsWithDraftTokens": 1,
-                        "acceptanceLength": float(accepted + 1),
-                        "iterLatencyMS": 5.0,
-                        "draftOverhead": 0.1,
-                    }
-                    produced += accepted + 1
-                else:
-                    produced += 1
-                self.stats.append(entry)
+            self.stats.append(entry)
 
     def drain(self):
         with self.lock:
             out = list(self.stats)
             self.stats.clear()
         return out
+
+
+def expected_acceptance_length(acceptance, k):
+    """1 + E[accepted draft tokens] for k drafts with per-position acceptance probabilities."""
+    total, survive = 1.0, 1.0
+    for i in range(k):
+        survive *= acceptance[min(i, len(acceptance) - 1)]
+        total += survive
+    return total
 
 
 def count_prompt_tokens(prompt):
@@ -730,17 +861,75 @@ def count_prompt_tokens(prompt):
     return 1
 
 
-def generate(state, prompt_text, max_tokens):
-    """Deterministic stand-in output. Returns (text, completion_tokens, finish_reason)."""
-    if state.behaviour["mode"] == "empty":
-        return "", 0, "stop"
-    n = min(max_tokens, NATURAL_TOKENS)
+def _plan_text(state, prompt_text, max_tokens, ignore_eos):
+    """(header, words, finish_reason): the deterministic stand-in output, before it is paced."""
+    n = max_tokens if ignore_eos else min(max_tokens, NATURAL_TOKENS)
     finish = "length" if n == max_tokens else "stop"
     digest = hashlib.sha256(prompt_text.encode("utf-8", "replace")).digest()
     words = [FILLER[(digest[i % len(digest)] + i) % len(FILLER)] for i in range(n)]
-    text = (" [trtllm-serve STAND-IN %s, not TensorRT-LLM; model %s; max_tokens=%d honoured; "
-            "%d tokens] %s" % (state.behaviour["version"], state.served_id, max_tokens, n, " ".join(words)))
-    return text, n, finish
+    header = (" [trtllm-serve STAND-IN %s, not TensorRT-LLM; model %s; max_tokens=%d honoured; "
+              "%d tokens] " % (state.behaviour["version"], state.served_id, max_tokens, n))
+    return header, words, finish
+
+
+def simulate(state, prompt_text, prompt_tokens, max_tokens, ignore_eos=False, choice=0):
+    """Generator: paces one request through the SYNTHETIC speculative-decoding model (module docstring).
+
+    Yields one text piece per iteration (after sleeping the iteration's modelled cost); the pieces
+    joined are the deterministic output text. Finally returns (completion_tokens, finish_reason)."""
+    if state.behaviour["mode"] == "empty":
+        return 0, "stop"
+    header, words, finish = _plan_text(state, prompt_text, max_tokens, ignore_eos)
+    rng = random.Random("%s|%s|%d|%d" % (state.behaviour.get("seed", 0), prompt_text, max_tokens, choice))
+    with state.lock:
+        state.queued += 1
+    state.slots.acquire()
+    with state.lock:
+        state.queued -= 1
+        state.active += 1
+    try:
+        clock = time.monotonic()
+        done = 0
+        k = state.draft_len
+        first = True
+        while done < len(words):
+            if first:
+                cost = state.target_step_ms + state.prefill_ms_per_token * prompt_tokens
+                emit, drafted, accepted, with_draft, ctx = 1, 0, 0, 0, prompt_tokens
+            else:
+                accepted = 0
+                while accepted < k and rng.random() < state.p_accept(accepted):
+                    accepted += 1
+                drafted, with_draft, ctx = k, 1 if k else 0, 0
+                emit = min(accepted + 1, len(words) - done)
+                cost = state.target_step_ms + k * state.draft_step_ms
+            clock += cost / 1000.0
+            left = clock - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+            state.record_iteration(cost, ctx, drafted, accepted, with_draft)
+            piece = " ".join(words[done:done + emit])
+            yield (header + piece) if first else (" " + piece)
+            done += emit
+            first = False
+        return len(words), finish
+    finally:
+        with state.lock:
+            state.active -= 1
+            state.completed += 1
+        state.slots.release()
+
+
+def generate(state, prompt_text, max_tokens, prompt_tokens=1, ignore_eos=False, choice=0):
+    """Run a request to the end (paced). Returns (text, completion_tokens, finish_reason)."""
+    gen = simulate(state, prompt_text, prompt_tokens, max_tokens, ignore_eos, choice)
+    pieces = []
+    while True:
+        try:
+            pieces.append(next(gen))
+        except StopIteration as stop:
+            ctok, finish = stop.value
+            return "".join(pieces), ctok, finish
 
 
 class BadRequest(Exception):
@@ -755,6 +944,15 @@ def _opt_int(body, key, default, minimum):
         raise BadRequest("'%s' must be an integer, got %r" % (key, v))
     if v < minimum:
         raise BadRequest("'%s' must be >= %d, got %d" % (key, minimum, v))
+    return v
+
+
+def _opt_bool(body, key):
+    v = body.get(key, False)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise BadRequest("'%s' must be a boolean, got %r" % (key, v))
     return v
 
 
@@ -857,15 +1055,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except BadRequest as exc:
             self._error(400, str(exc))
 
-    def _stream(self, chunks):
+    def _stream_start(self):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for c in chunks:
-            self.wfile.write(("data: %s\n\n" % json.dumps(c)).encode("utf-8"))
+
+    def _event(self, chunk):
+        self.wfile.write(("data: %s\n\n" % json.dumps(chunk)).encode("utf-8"))
+        self.wfile.flush()
+
+    def _stream_end(self):
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
@@ -883,27 +1085,41 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise BadRequest("'prompt' must be a string, a list of strings or a list of token ids")
         max_tokens = _opt_int(body, "max_tokens", 16, 1)
         n = _opt_int(body, "n", 1, 1)
-        choices, ptoks, ctoks = [], 0, 0
-        for p in prompts:
-            ptok = count_prompt_tokens(p)
-            ptoks += ptok
-            for _ in range(n):
-                text, ctok, finish = generate(st, json.dumps(p), max_tokens)
+        ignore_eos = _opt_bool(body, "ignore_eos")
+        rid, created = "cmpl-%s" % uuid.uuid4().hex, int(time.time())
+        jobs = [(p, count_prompt_tokens(p), i) for p in prompts for i in range(n)]
+        ptoks = sum(count_prompt_tokens(p) for p in prompts)
+        if body.get("stream"):
+            self._stream_start()
+            base = {"id": rid, "object": "text_completion", "created": created, "model": st.served_id}
+            ctoks = 0
+            for index, (p, ptok, i) in enumerate(jobs):
+                gen = simulate(st, json.dumps(p), ptok, max_tokens, ignore_eos, i)
+                while True:
+                    try:
+                        piece = next(gen)
+                    except StopIteration as stop:
+                        ctok, finish = stop.value
+                        break
+                    self._event(dict(base, choices=[{"index": index, "text": piece, "finish_reason": None,
+                                                     "logprobs": None, "stop_reason": None}], usage=None))
                 ctoks += ctok
-                st.record(ptok, ctok)
-                choices.append({"index": len(choices), "text": text, "finish_reason": finish,
-                                "logprobs": None, "stop_reason": None})
-        resp = {"id": "cmpl-%s" % uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
+                self._event(dict(base, choices=[{"index": index, "text": "", "finish_reason": finish,
+                                                 "logprobs": None, "stop_reason": None}],
+                                 usage={"prompt_tokens": ptoks, "completion_tokens": ctoks,
+                                        "total_tokens": ptoks + ctoks}))
+            self._stream_end()
+            return
+        choices, ctoks = [], 0
+        for p, ptok, i in jobs:
+            text, ctok, finish = generate(st, json.dumps(p), max_tokens, ptok, ignore_eos, i)
+            ctoks += ctok
+            choices.append({"index": len(choices), "text": text, "finish_reason": finish,
+                            "logprobs": None, "stop_reason": None})
+        resp = {"id": rid, "object": "text_completion", "created": created,
                 "model": st.served_id, "choices": choices,
                 "usage": {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}}
-        if body.get("stream"):
-            chunks = []
-            for c in choices:
-                chunks.append(dict(resp, choices=[dict(c, finish_reason=None)], usage=None))
-                chunks.append(dict(resp, choices=[dict(c, text="")]))
-            self._stream(chunks)
-        else:
-            self._send(200, resp)
+        self._send(200, resp)
 
     def _chat(self, body):
         st = self.state
@@ -919,27 +1135,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise BadRequest("%s (%s)" % (HARMONY_ERROR, problem))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         max_tokens = _opt_int({"max_tokens": max_tokens}, "max_tokens", 256, 1)
+        ignore_eos = _opt_bool(body, "ignore_eos")
         ptok = sum(count_prompt_tokens(m.get("content") if isinstance(m.get("content"), str) else "x")
                    for m in msgs)
-        text, ctok, finish = generate(st, json.dumps(msgs), max_tokens)
-        st.record(ptok, ctok)
-        resp = {"id": "chatcmpl-%s" % uuid.uuid4().hex, "object": "chat.completion",
-                "created": int(time.time()), "model": st.served_id,
+        rid, created = "chatcmpl-%s" % uuid.uuid4().hex, int(time.time())
+        if body.get("stream"):
+            base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": st.served_id}
+            self._stream_start()
+            self._event(dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                             "finish_reason": None}], usage=None))
+            gen = simulate(st, json.dumps(msgs), ptok, max_tokens, ignore_eos)
+            while True:
+                try:
+                    piece = next(gen)
+                except StopIteration as stop:
+                    ctok, finish = stop.value
+                    break
+                self._event(dict(base, choices=[{"index": 0, "delta": {"content": piece},
+                                                 "finish_reason": None}], usage=None))
+            self._event(dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": finish}],
+                             usage={"prompt_tokens": ptok, "completion_tokens": ctok,
+                                    "total_tokens": ptok + ctok}))
+            self._stream_end()
+            return
+        text, ctok, finish = generate(st, json.dumps(msgs), max_tokens, ptok, ignore_eos)
+        resp = {"id": rid, "object": "chat.completion", "created": created, "model": st.served_id,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
                                                      "reasoning_content": None, "tool_calls": []},
                              "logprobs": None, "finish_reason": finish, "stop_reason": None}],
                 "usage": {"prompt_tokens": ptok, "completion_tokens": ctok, "total_tokens": ptok + ctok}}
-        if body.get("stream"):
-            base = dict(resp, object="chat.completion.chunk")
-            self._stream([
-                dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                     "finish_reason": None}], usage=None),
-                dict(base, choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}],
-                     usage=None),
-                dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": finish}]),
-            ])
-        else:
-            self._send(200, resp)
+        self._send(200, resp)
 
     do_HEAD = do_GET
 
@@ -1135,6 +1360,9 @@ def main(argv=None):
         log("stopped while loading")
         return 0
     Handler.state = ServerState(behaviour, served_id, args.model, eff, gpt_oss)
+    log("performance model (SYNTHETIC, sleeps the modelled time): %s; iteration stats at /metrics: %s"
+        % (Handler.state.describe(), "on" if eff.get("enable_iter_perf_stats") else "off "
+           "(enable_iter_perf_stats is not true)"))
     srv.server_activate()
     log("model loaded; serving %s on http://%s:%s (mode %s) -- Uvicorn-like STAND-IN server listening"
         % (served_id, args.host, bound[1], behaviour["mode"]))

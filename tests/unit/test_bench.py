@@ -1,0 +1,328 @@
+"""`specfleet bench`: the variant grammar, the arithmetic, and the measurement path end to end against the
+trtllm-serve STAND-IN running locally (no VM): the host-side load client (specfleet/host/bench_load.py, run as
+a subprocess exactly as on a host: JSON spec on stdin) -> the controller's summaries and speed-ups.
+
+Tolerances (stated): acceptance length and rate within 0.5 % when every draw is certain (probabilities 0/1),
+within 0.15 (length) / 0.05 (rate) when drawn; speed-up within 10 % of the value computed from the stand-in's
+model (iteration costs, incl. the context iteration), which covers HTTP and scheduling overhead on a busy CI box."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specfleet import bench
+from specfleet.cli import main
+from tests.vm.test_trtllm_standin import (EAGLE_MODEL, EAGLE_SEED, Server, _fake_hf_model, free_port,
+                                          write_yaml)
+from tests.vm.trtllm_standin import image
+
+LOAD_TOOL = Path(bench.__file__).parent / "host" / "bench_load.py"
+
+
+# ---- grammar -----------------------------------------------------------------------------------------------
+def test_variant_grammar():
+    vs = bench.parse_variants(["baseline eagle3:max_draft_len=1,2,3", "draft_target:max_draft_len=2,4"])
+    assert [v.name for v in vs] == ["baseline", "eagle3:max_draft_len=1", "eagle3:max_draft_len=2",
+                                    "eagle3:max_draft_len=3", "draft_target:max_draft_len=2", "draft_target:max_draft_len=4"]
+    assert vs[2].options == {"speculative_config": {"max_draft_len": 2}} and vs[2].max_draft_len == 2
+    assert vs[0].options == {} and vs[0].max_draft_len == 0
+    assert bench.parse_variants(["eagle3"])[0].max_draft_len == 5  # the profile's own
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("", "give at least one variant"),
+    ("eagle4", "unknown profile 'eagle4' (allowed: baseline, draft_target, eagle3)"),
+    ("eagle3:", "nothing after ':'"),
+    ("eagle3:max_draft_len", "expected PROFILE:KEY=V1,V2"),
+    ("eagle3:draft_len=2", "unknown key 'draft_len' (allowed: max_draft_len)"),
+    ("eagle3:max_draft_len=0", "value '0' is not an integer in 1..999"),
+    ("eagle3:max_draft_len=1,,2", "value '' is not an integer"),
+    ("eagle3:max_draft_len=x", "value 'x'"),
+    ("baseline:max_draft_len=2", "profile baseline has no speculation"),
+    ("eagle3:max_draft_len=2 eagle3:max_draft_len=2", "'eagle3:max_draft_len=2' is given twice"),
+])
+def test_variant_grammar_errors(spec, needle):
+    with pytest.raises(ValueError) as exc:
+        bench.parse_variants([spec])
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_cli_bad_variant_is_one_line_exit_2(tmp_path):
+    inv = tmp_path / "inventory.py"
+    inv.write_text("")
+    r = CliRunner().invoke(main, ["bench", str(inv), "--variants", "eagle3:max_draft_len=two"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().count("\n") == 0 and "max_draft_len value 'two'" in r.output
+
+
+def test_rounds_and_prompts_are_deterministic():
+    vs = bench.parse_variants(["baseline eagle3:max_draft_len=1,2,3,4"])
+    rounds = bench.assign_rounds(vs, ["a", "b"])
+    assert [[(h, v.name) for h, v in r] for r in rounds] == [
+        [("a", "baseline"), ("b", "eagle3:max_draft_len=1")], [("a", "eagle3:max_draft_len=2"), ("b", "eagle3:max_draft_len=3")],
+        [("a", "eagle3:max_draft_len=4")]]
+    p1, p2 = bench.prompt_set(per_bucket=4), bench.prompt_set(per_bucket=4)
+    assert p1 == p2 and set(p1) == {"short", "medium", "long"}
+    assert all(len(p.split()) == bench.BUCKETS[b] for b, ps in p1.items() for p in ps)
+    assert len(set(p1["medium"])) == 4
+
+
+# ---- arithmetic ---------------------------------------------------------------------------------------------
+def test_percentile_and_acceptance():
+    assert bench.percentile([1, 2, 3, 4], 50) == 2.5 and bench.percentile([5], 90) == 5 and bench.percentile([], 50) is None
+    assert math.isclose(bench.percentile(list(range(11)), 90), 9.0)
+    its = [{"specDecodingStats": {"numDraftTokens": 0, "numAcceptedTokens": 0, "numRequestsWithDraftTokens": 0}},
+           {"specDecodingStats": {"numDraftTokens": 3, "numAcceptedTokens": 2, "numRequestsWithDraftTokens": 1}},
+           {"specDecodingStats": {"numDraftTokens": 3, "numAcceptedTokens": 0, "numRequestsWithDraftTokens": 1}},
+           {"gpuMemUsage": 123}]
+    a = bench.acceptance(its)
+    assert a["acceptance_length"] == 2.0 and a["acceptance_rate"] == 2 / 6 and a["gpu_mem_peak_bytes"] == 123
+    assert bench.acceptance([{"iter": 1}])["acceptance_length"] is None  # baseline: no speculation stats
+
+
+def test_summary_speedup_and_best():
+    def raw(tps_wall):
+        return {"requests": [{"ttft_s": 0.1, "e2e_s": 1.0, "itl_s": [0.1] * 9, "output_tokens": 10}] * 2,
+                "wall_s": tps_wall, "iterations": [], "mem_peak": {"host_bytes": 5}}
+    results = []
+    for name, profile, wall in (("baseline", "baseline", 2.0), ("eagle3:max_draft_len=2", "eagle3", 1.0)):
+        results.append({"variant": name, "host": "h", "profile": profile, "host_class": "x86_64/no GPU", "max_draft_len": 0,
+                        "buckets": {"short": bench.summarize_bucket(raw(wall))}, "overrides": {}})
+    bench.add_speedups(results)
+    assert results[0]["buckets"]["short"]["tokens_per_s"] == 10.0 and results[1]["buckets"]["short"]["speedup"] == 2.0
+    assert results[1]["buckets"]["short"]["tpot_s"]["mean"] == pytest.approx(0.1)
+    assert bench.best_variant(results)["variant"] == "eagle3:max_draft_len=2"
+    lines = bench.table(results)
+    assert lines[0].split()[:5] == ["variant", "host", "bucket", "tokens/s", "speedup"] and "2.00x" in lines[2]
+
+
+# ---- the measurement path against the stand-in -----------------------------------------------------------
+TARGET_MS, PREFILL_MS, MAX_TOKENS = 12.0, 0.05, 40
+EAGLE = {"acceptance": [1.0, 1.0, 0.0], "draft_step_ms": 1.0}  # exactly 2 of 3 drafts accepted, every iteration
+DRAWN = {"acceptance": [0.7, 0.5], "draft_step_ms": 1.0}  # E[accepted] = 0.7 + 0.35 with k = 2
+
+
+@pytest.fixture
+def standin(tmp_path):
+    hub = tmp_path / "hf" / "hub"
+    _fake_hf_model(hub, EAGLE_MODEL, ["model.safetensors"], "a" * 40)
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    tik = tmp_path / "tiktoken"
+    tik.mkdir()
+    for n in ("o200k_base.tiktoken", "cl100k_base.tiktoken"):
+        (tik / n).write_text("fake\n")
+    servers = []
+
+    def start(k: int | None, acceptance: dict | None = None) -> str:
+        options = {key: v for key, v in EAGLE_SEED.items() if key != "speculative_config"}
+        options["enable_iter_perf_stats"] = True
+        if k:
+            options["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": k,
+                                             "speculative_model_dir": str(draft) + "/"}
+        yml = write_yaml(tmp_path / f"opts-{len(servers)}.yml", options)
+        perf = {"target_step_ms": TARGET_MS, "prefill_ms_per_token": PREFILL_MS}
+        if acceptance:
+            perf["speculation"] = {"Eagle": acceptance}
+        cfg = tmp_path / f"behaviour-{len(servers)}.json"
+        cfg.write_text(image.variant_config_json("ok", 0.1, **perf))
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TRTLLM_STANDIN_CONFIG": str(cfg),
+               "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "TIKTOKEN_ENCODINGS_BASE": str(tik)}
+        port = free_port()
+        s = Server([EAGLE_MODEL, "--host", "127.0.0.1", "--port", str(port), "--max_batch_size", "1",
+                    "--extra_llm_api_options", str(yml)], env, port).wait_ready()
+        servers.append(s)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for s in servers:
+        s.proc.kill()
+        s.proc.wait()
+        s.proc.stdout.close()
+
+
+def run_load(url: str, buckets: dict[str, int], requests: int = 3) -> dict:
+    """The host tool as `specfleet bench` runs it on a host: spec on stdin, JSON on stdout."""
+    spec = {"url": url, "model": EAGLE_MODEL, "buckets": bench.prompt_set(buckets, per_bucket=requests),
+            "requests": requests, "concurrency": 1, "warmup": 1, "max_tokens": MAX_TOKENS, "temperature": 0.0,
+            "metrics": True, "poll_s": 0.2}
+    proc = subprocess.run([sys.executable, str(LOAD_TOOL)], input=json.dumps(spec), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def modelled_request_s(prompt_tokens: int, tokens_per_iter: int, k: int) -> float:
+    """The stand-in's model, written out independently: context iteration (1 token), then iterations of
+    tokens_per_iter tokens at target + k * draft."""
+    iters = math.ceil((MAX_TOKENS - 1) / tokens_per_iter)
+    return (TARGET_MS + PREFILL_MS * prompt_tokens + iters * (TARGET_MS + k * EAGLE["draft_step_ms"])) / 1000
+
+
+def test_bench_recovers_acceptance_and_speedup_from_the_standin(standin):
+    buckets = {"short": 24, "long": 1024}
+    base = bench._result(bench.Variant("baseline", "baseline"), "h1", None, raw=run_load(standin(None), buckets))
+    v = bench.parse_variants(["eagle3:max_draft_len=3"])[0]
+    spec = bench._result(v, "h2", None, raw=run_load(standin(3, EAGLE), buckets))
+    results = [base, spec]
+    bench.add_speedups(results)
+    for b, words in buckets.items():
+        f = spec["buckets"][b]
+        assert f["requests"] == 3 and not f["errors"] and f["output_tokens"] == 3 * MAX_TOKENS
+        assert f["acceptance_length"] == pytest.approx(3.0, rel=0.005)
+        assert f["acceptance_rate"] == pytest.approx(2 / 3, rel=0.005)
+        assert base["buckets"][b]["acceptance_length"] is None  # no speculation, no specDecodingStats
+        expected = modelled_request_s(words, 1, 0) / modelled_request_s(words, 3, 3)
+        assert f["speedup"] == pytest.approx(expected, rel=0.10), (b, f["speedup"], expected)
+        # TTFT is the context iteration: target step + prefill of the prompt
+        assert f["ttft_s"]["p50"] == pytest.approx((TARGET_MS + PREFILL_MS * words) / 1000, abs=0.03)
+        assert f["itl_s"]["mean"] == pytest.approx((TARGET_MS + 3 * EAGLE["draft_step_ms"]) / 1000, rel=0.3)
+        assert f["latency_s"]["p50"] <= f["latency_s"]["p90"]
+    assert spec["buckets"]["long"]["ttft_s"]["p50"] > spec["buckets"]["short"]["ttft_s"]["p50"] + 0.03
+    assert "host_bytes" in spec["buckets"]["short"]["mem_peak"]  # MemAvailable-based, no nvidia-smi here
+    assert spec["env"]["arch"] and spec["host_class"] == base["host_class"]
+
+
+def test_bench_recovers_drawn_acceptance(standin):
+    raw = run_load(standin(2, DRAWN), {"short": 24}, requests=6)
+    f = bench.summarize_bucket(raw["buckets"]["short"])
+    # E[accepted] = 0.7 + 0.7 * 0.5 = 1.05 -> length 2.05, rate 1.05 / 2 (the final, truncated iteration included)
+    assert f["acceptance_length"] == pytest.approx(2.05, abs=0.15)
+    assert f["acceptance_rate"] == pytest.approx(0.525, abs=0.05)
+    assert f["spec"]["requests_with_draft"] == f["spec"]["iterations"] - 6  # one context iteration per request
+
+
+# ---- the command's flow (rounds, restore, failures, Ctrl-C, --apply) with the host side faked ---------------
+BENCH_FLEET = """all:
+  hosts:
+    spark-09: {}
+  children:
+    bench:
+      hosts:
+        spark-01: {}
+        spark-02: {}
+"""
+
+
+class FakeFleet:
+    """Stands in for rollout.run_on/read_statuses: hosts switch to a variant's release unless told to fail the gate."""
+
+    def __init__(self, monkeypatch, fail_gate=(), interrupt_on_load=False):
+        from specfleet import rollout
+        self.cur = {"spark-01": "r-before1", "spark-02": "r-before2", "spark-09": "r-other"}
+        self.calls: list[tuple[str, tuple]] = []
+        self.fail_gate, self.interrupt = set(fail_gate), interrupt_on_load
+        self.loads = 0
+        monkeypatch.setattr(rollout, "run_on", self.run_on)
+        monkeypatch.setattr(rollout, "read_statuses", lambda plans, hosts: {h: {"current": self.cur[h], "active": "active"} for h in hosts})
+        monkeypatch.setattr(bench, "_load_deploy", lambda: "LOAD")
+        monkeypatch.setattr(bench, "_restore_deploy", lambda: "RESTORE")
+
+    def run_on(self, plans, hosts, fn, *args):
+        name = fn if isinstance(fn, str) else fn.__name__
+        self.calls.append((name, tuple(hosts)))
+        failed = set()
+        if name == "switch":
+            for h in hosts:
+                variant = plans[h].settings.extra_llm_api_options.get("speculative_config", {}).get("max_draft_len")
+                if variant in self.fail_gate:
+                    failed.add(h)
+                else:
+                    self.cur[h] = plans[h].release_id
+        elif name == "LOAD":
+            self.loads += 1
+            if self.interrupt:
+                raise KeyboardInterrupt
+            specs, out = args
+            for h in hosts:
+                k = plans[h].settings.extra_llm_api_options.get("speculative_config", {}).get("max_draft_len") or 0
+                wall = 2.0 / (1 + 0.5 * k) if plans[h].settings.profile_name != "baseline" else 2.0
+                its = [{"specDecodingStats": {"numDraftTokens": k, "numAcceptedTokens": k // 2,
+                                              "numRequestsWithDraftTokens": 1}}] * 5 if k else []
+                out[h] = {"env": {"arch": "x86_64", "gpu": None}, "buckets": {b: {
+                    "requests": [{"ttft_s": 0.1, "e2e_s": 1.0, "itl_s": [0.05], "output_tokens": 20}],
+                    "wall_s": wall, "iterations": its, "mem_peak": {}} for b in specs[h]["buckets"]}}
+        elif name == "RESTORE":
+            for h in hosts:
+                self.cur[h] = args[0][h]
+        return failed
+
+
+def _bench(tmp_path, *extra, input=None):
+    (tmp_path / "inventory.py").write_text("")
+    return CliRunner().invoke(main, ["bench", str(tmp_path / "inventory.py"), "--buckets", "short", "--requests", "1",
+                                     "--out", str(tmp_path / "out"), *extra], input=input)
+
+
+def test_bench_flow_rounds_restore_and_outputs(fleet_file, monkeypatch, tmp_path):
+    fleet_file(BENCH_FLEET)
+    fake = FakeFleet(monkeypatch, fail_gate={2})
+    r = _bench(tmp_path, "--variants", "baseline eagle3:max_draft_len=1,2,4")
+    assert r.exit_code == 1, r.output  # a variant failed its gate: reported, not fatal, exit 1
+    names = [c[0] for c in fake.calls]
+    assert names[0] == "lock" and names[-1] == "unlock" and names.count("stage") == 2 and fake.loads == 2
+    assert ("stage", ("spark-01", "spark-02")) in fake.calls and "spark-09" not in str(fake.calls)  # the bench group
+    assert fake.cur == {"spark-01": "r-before1", "spark-02": "r-before2", "spark-09": "r-other"}  # all restored
+    doc = json.loads((tmp_path / "out" / "bench.json").read_text())
+    by = {x["variant"]: x for x in doc["results"]}
+    assert by["eagle3:max_draft_len=2"]["error"] == "failed its gate (rolled back)"
+    assert by["eagle3:max_draft_len=1"]["buckets"]["short"]["speedup"] == pytest.approx(1.5)
+    assert by["eagle3:max_draft_len=4"]["buckets"]["short"]["acceptance_length"] == pytest.approx(3.0)
+    assert (tmp_path / "out" / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    row = [line for line in r.output.splitlines() if line.startswith("eagle3:max_draft_len=2 ")]
+    assert row and row[0].split()[1] == "spark-01" and row[0].endswith("failed its gate (rolled back)")
+    assert "STAND-IN" not in r.output  # the fleet's image is the real one
+
+
+def test_bench_ctrl_c_returns_hosts(fleet_file, monkeypatch, tmp_path):
+    fleet_file(BENCH_FLEET)
+    fake = FakeFleet(monkeypatch, interrupt_on_load=True)
+    r = _bench(tmp_path, "--variants", "baseline eagle3:max_draft_len=3")
+    assert r.exit_code == 130, r.output
+    assert fake.cur["spark-01"] == "r-before1" and fake.cur["spark-02"] == "r-before2"
+    assert [c[0] for c in fake.calls][-3:] == ["RESTORE", "unlock", "read_statuses"] or fake.calls[-1][0] == "unlock"
+
+
+def test_bench_apply_writes_group_vars(fleet_file, monkeypatch, tmp_path):
+    path = fleet_file(BENCH_FLEET)
+    FakeFleet(monkeypatch)
+    r = _bench(tmp_path, "--variants", "baseline eagle3:max_draft_len=1,3", "--apply", "bench", input="n\n")
+    assert "best variant eagle3:max_draft_len=3" in r.output
+    assert any(line.startswith("+") and line.strip("+ ") == "max_draft_len: 3" for line in r.output.splitlines())
+    assert "max_draft_len" not in path.read_text() and "not written" in r.output
+    r = _bench(tmp_path, "--variants", "baseline eagle3:max_draft_len=1,3", "--apply", "bench", "--yes")
+    import yaml
+    vars_ = yaml.safe_load(path.read_text())["all"]["children"]["bench"]["vars"]
+    assert vars_ == {"extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}}
+    fleet_file(BENCH_FLEET)
+    r = _bench(tmp_path, "--variants", "baseline", "--apply", "nosuchgroup")
+    assert r.exit_code == 2 and "no such group" in r.output
+
+
+def test_load_and_restore_deploys_on_the_fake_connector():
+    """The two host-side bench deploys through pyinfra: the load tool is installed and run with the spec on stdin;
+    the restore switches back through a host job (activate --revert), and does nothing where nothing changed."""
+    from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
+
+    plans = make_plans({"spark-01": {}}, "eagle3")
+    answer = {"env": {"arch": "aarch64", "gpu": "NVIDIA GB10"}, "buckets": {}}
+    out: dict = {}
+    state = run_deploy(plans, bench._load_deploy(), {"@fake/spark-01": {"url": "u"}}, out,
+                       responses=lambda p: {**converged_responses(p), bench.LOAD_TOOL: json.dumps(answer)})
+    cmds = executed(state)["spark-01"]
+    assert any(f"python3 /var/lib/specfleet/bin/{bench.LOAD_TOOL}" in c for c in cmds), cmds
+    assert out["@fake/spark-01"] == answer
+    rid = plans["spark-01"].release_id
+    state = run_deploy(plans, bench._restore_deploy(), {"@fake/spark-01": "r-000000000000"},
+                       responses=lambda p: converged_responses(p, releases=[rid, "r-000000000000"]))
+    assert any("activate r-000000000000 --revert" in c for c in executed(state)["spark-01"])
+    state = run_deploy(plans, bench._restore_deploy(), {"@fake/spark-01": rid}, responses=converged_responses)
+    assert not any(" activate " in c for c in executed(state)["spark-01"])

@@ -1,0 +1,171 @@
+"""`specfleet status` and `specfleet logs`: the one read-only probe run for real by a local shell against a scratch
+data dir and the trtllm-serve stand-in serving locally; the command (table, --json, exit codes) on pyinfra's @fake
+connector; the ssh command line of `logs`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+
+import pytest
+from click.testing import CliRunner
+
+from specfleet import rollout, status
+from specfleet.cli import main
+from tests.unit.fakehost import make_plans, run_deploy
+from tests.unit.test_bench import standin  # noqa: F401 (fixture: the stand-in served locally)
+
+SVC = "specfleet-test-nonexistent"
+
+
+def _probe(data_dir, metrics=False):
+    fact = status.HostOverview()
+    cmd = fact.command(data_dir=str(data_dir), service=SVC, metrics=metrics)
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
+    return fact.process(out.stdout.splitlines())
+
+
+def _scratch(tmp_path, url, iter_stats=True, gate="passed"):
+    rel = tmp_path / "data" / "releases" / "r-1"
+    rel.mkdir(parents=True)
+    (rel / "release.json").write_text(json.dumps({"id": "r-1", "profile": "eagle3", "service": SVC, "url": url,
+                                                  "image": "specfleet-standin/trtllm-serve:x"}))
+    (rel / "extra-llm-api-config.yml").write_text(f"enable_iter_perf_stats: {'true' if iter_stats else 'false'}\n")
+    (tmp_path / "data" / "current").symlink_to(rel)
+    (tmp_path / "data" / "gate.json").write_text(json.dumps({"release": "r-1", "result": gate, "at": "2026-01-01T00:00:00Z"}))
+    return tmp_path / "data"
+
+
+def _complete(url, n=2):
+    for _ in range(n):
+        body = json.dumps({"prompt": "hello there", "max_tokens": 8, "ignore_eos": True}).encode()
+        urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", data=body,
+                                                      headers={"Content-Type": "application/json"}), timeout=10).read()
+
+
+def test_probe_reads_everything_and_metrics_only_when_asked(tmp_path, standin):  # noqa: F811
+    url = standin(3, {"acceptance": [1.0, 1.0, 0.0], "draft_step_ms": 1.0})
+    data = _scratch(tmp_path, url)
+    _complete(url)
+    info = _probe(data)
+    assert info["release"] == "r-1" and info["profile"] == "eagle3" and info["health"] == 200
+    assert info["gate"]["result"] == "passed" and info["iter_stats"] is True and info["metrics"] is None
+    assert info["memory"]["source"] in ("meminfo", "nvidia-smi") and info["memory"]["used_bytes"] > 0
+    assert info["disk_free_bytes"] > 0 and info["lock"] is None
+    assert info["unit"] != "active"  # no such unit here: unhealthy, said so
+    assert status.healthy(info) == (False, f"unit {info['unit']}")
+    (data / "lock").mkdir()
+    (data / "lock" / "owner").write_text("bench 1234abcd by me@ctl pid 1 since x\n")
+    assert "skipped" in _probe(data, metrics=True)["metrics"]  # a bench is reading /metrics: leave it alone
+    (data / "lock" / "owner").unlink()
+    m = _probe(data, metrics=True)["metrics"]  # the stats were not drained by the reads above
+    # 2 requests x (1 context iteration + ceil(7/3)=3 iterations accepting 2 of 3 drafts)
+    assert m["iterations"] == 8 and m["acceptance_length"] == 3.0 and m["acceptance_rate"] == pytest.approx(2 / 3)
+    assert m["tokens_per_s"] > 0
+    assert _probe(data, metrics=True)["metrics"]["iterations"] == 0  # drained by the previous read
+
+
+def test_probe_health_down_and_no_release(tmp_path):
+    data = _scratch(tmp_path, "http://127.0.0.1:9")  # nothing listens on port 9
+    info = _probe(data)
+    assert info["health"] != 200 and status.healthy({**info, "unit": "active"})[1].startswith("/health ")
+    empty = _probe(tmp_path / "nothing-here")
+    assert empty["release"] is None and status.healthy({**empty, "unit": "active"}) == (False, "no release")
+
+
+def test_healthy_rules():
+    good = {"release": "r-1", "unit": "active", "health": 200, "gate": {"release": "r-1", "result": "passed"}}
+    assert status.healthy(good) == (True, "ok")
+    assert status.healthy(None) == (False, "unreachable")
+    assert status.healthy({**good, "gate": {"release": "r-0", "result": "passed"}}) == (False, "gate passed (for r-0)")
+    assert status.healthy({**good, "gate": {"release": "r-1", "result": "failed"}}) == (False, "gate failed")
+
+
+FLEET = """all:
+  hosts:
+    spark-01: {}
+    spark-02: {}
+    spark-03: {}
+"""
+
+
+def _answer(info: dict | None):
+    if info is None:
+        return {"python3 -c": {"stdout": "", "stderr": "ssh: connect refused", "success": False}}
+    return {"python3 -c": json.dumps(info)}
+
+
+def _fake_run_on(answers):
+    def run_on(plans, hosts, fn, *args):
+        state = run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=lambda p: _answer(answers[p.settings.host]))
+        out = args[0]
+        for key in list(out):
+            out[key.removeprefix("@fake/")] = out.pop(key)
+        return {h.name.removeprefix("@fake/") for h in state.failed_hosts}
+    return run_on
+
+
+GOOD = {"release": "r-1", "profile": "eagle3", "unit": "active", "health": 200, "uptime_s": 3700,
+        "gate": {"release": "r-1", "result": "passed", "at": "2026-01-01T00:00:00Z"},
+        "memory": {"source": "meminfo", "used_bytes": 3e9, "available_bytes": 1e9}, "disk_free_bytes": 5e9,
+        "iter_stats": False, "metrics": None, "lock": None}
+
+
+def test_status_command_table_json_and_exit_codes(fleet_file, monkeypatch, tmp_path):
+    fleet_file(FLEET, lock=False)
+    (tmp_path / "inventory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    answers = {"spark-01": GOOD, "spark-02": GOOD, "spark-03": GOOD}
+    monkeypatch.setattr(rollout, "run_on", _fake_run_on(answers))
+    r = CliRunner().invoke(main, ["status", "inventory.py"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split()[:4] == ["host", "state", "release", "profile"]
+    assert lines[1].split()[:8] == ["spark-01", "ok", "r-1", "eagle3", "active", "200", "passed", "2026-01-01T00:00:00Z"]
+    assert "1h01m" in lines[1] and "3.0G" in lines[1] and "5.0G" in lines[1]
+    answers["spark-02"] = {**GOOD, "gate": {"release": "r-1", "result": "failed"}}
+    answers["spark-03"] = None
+    r = CliRunner().invoke(main, ["status", "inventory.py", "--json"])
+    assert r.exit_code == 1, r.output
+    rows = {x["host"]: x for x in json.loads(r.output)}
+    assert rows["spark-01"]["healthy"] and rows["spark-02"]["problem"] == "gate failed"
+    assert rows["spark-03"]["reachable"] is False and rows["spark-03"]["problem"] == "unreachable"
+    r = CliRunner().invoke(main, ["status", "inventory.py", "--limit", "spark-01"])
+    assert r.exit_code == 0 and "spark-02" not in r.output
+    r = CliRunner().invoke(main, ["status", "inventory.py", "--limit", "nope"])
+    assert r.exit_code == 2 and "matches no host" in r.output
+
+
+def test_status_probe_is_one_read_only_command():
+    plans = make_plans({"spark-01": {}}, None)
+    out: dict = {}
+    state = run_deploy(plans, status.collect, out, False, responses=lambda p: _answer(GOOD))
+    cmds = list(next(iter(state.inventory)).connector.executed_commands)
+    probe = [c for c in cmds if "python3 -c" in c]
+    assert len(probe) == 1 and out["@fake/spark-01"]["release"] == "r-1"
+
+
+def test_logs_ssh_command_line(fleet_file, monkeypatch, tmp_path):
+    conn = {"ssh_hostname": "127.0.0.1", "ssh_port": 2222, "ssh_user": "spark", "ssh_key": "/k",
+            "ssh_known_hosts_file": "/dev/null", "ssh_strict_host_key_checking": "no", "_sudo": True}
+    argv = status.ssh_argv("spark-01", conn, "journalctl -u x -n 5 --no-pager -f")
+    assert argv == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "/k", "-o", "UserKnownHostsFile=/dev/null",
+                    "-o", "StrictHostKeyChecking=no", "spark@127.0.0.1", "sudo -n journalctl -u x -n 5 --no-pager -f"]
+    fleet_file(FLEET, lock=False)
+    (tmp_path / "inventory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    seen = []
+
+    class P:
+        def __init__(self, argv):
+            seen.append(argv)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(status.subprocess, "Popen", P)
+    r = CliRunner().invoke(main, ["logs", "spark-02", "-n", "7"])
+    assert r.exit_code == 0 and seen[0][-2:] == ["spark-02", "journalctl -u specfleet-trtllm -n 7 --no-pager"]
+    r = CliRunner().invoke(main, ["logs", "spark-09"])
+    assert r.exit_code == 2 and "spark-09: not in the inventory" in r.output
