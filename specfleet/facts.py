@@ -47,6 +47,7 @@ printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
 echo "gate	$(tr -d '\n' 2>/dev/null < "$DATA/gate.json")"
 echo "current_release	$(tr -d '\n' 2>/dev/null < "$DATA/current/release.json")"
 j=$(cat "$DATA/jobs/active" 2>/dev/null); [ -n "$j" ] && echo "job	$j	$(systemctl is-active "specfleet-job-$j" 2>/dev/null)	$(sed -n 's/.*"key": "\([^"]*\)".*/\1/p' "$DATA/jobs/$j/job.json" 2>/dev/null)"
+echo "validated	$(ls "$DATA/validated" 2>/dev/null | grep -e "^$CFG-" | tr '\n' ' ')"
 echo "hub_client	$(sed -n 's/^Version: //p' "$DATA"/venv/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
 true
 """
@@ -84,6 +85,7 @@ class HostStatus:
     gpu_hook: str | None = None  # path of nvidia-container-runtime-hook ("": missing, None: not reported)
     apparmor: tuple[str, str, str] | None = None  # (kernel AppArmor enabled Y/N, docker-default loaded count, apparmor_parser path)
     dpkg_busy: list[str] = field(default_factory=list)  # running apt/dpkg/unattended-upgrades processes (they hold the dpkg lock)
+    validated: list[str] = field(default_factory=list)  # in-image validation verdicts for the config hash (validate_in_image)
 
     def gate_passed(self, release: str) -> bool:
         return self.gate.get("release") == release and self.gate.get("result") == "passed"
@@ -96,16 +98,17 @@ class SpecfleetHost(FactBase):
     def default() -> HostStatus:
         return HostStatus()
 
-    def command(self, data_dir, service, port, image, sizes=(), files=(), users=()):
+    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key=""):
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
+            "CFG": config_key or "-none-",  # validate_in_image.config_key of the release's config
             "SIZES": "\n".join(sizes),
             "FILES": "\n".join(files),
             "USERS": "\n".join(users),
         }
         # One path per line (Hub file names may hold spaces; the controller refuses control characters).
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        return f"{assigns}; export DATA SVC PORT IMAGE; {_SCRIPT}"
+        return f"{assigns}; export DATA SVC PORT IMAGE CFG; {_SCRIPT}"
 
     def process(self, output):
         st = HostStatus()
@@ -152,6 +155,8 @@ class SpecfleetHost(FactBase):
                 st.apparmor = (enabled, loaded, parser)
             elif key == "dpkg_busy":
                 st.dpkg_busy = rest.split()
+            elif key == "validated":
+                st.validated = rest.split()
             elif key in ("default_runtime", "docker_security"):
                 setattr(st, key, rest)
             elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "current", "previous", "lock",

@@ -15,7 +15,9 @@ from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
 from ..plan import HostPlan
+from ..render import config_yaml
 from ..settings import TIKTOKEN_FILES
+from ..validate_in_image import config_key, image_key
 
 
 def current_plan() -> HostPlan:
@@ -118,7 +120,17 @@ def _read_status(plan: HostPlan) -> HostStatus:
     sizes = tuple(path for paths in model_paths(plan).values() for path, _ in paths)
     files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
     return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
-                         image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users))
+                         image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users),
+                         config_key=config_key(config_yaml(s)) if s.profile is not None else "")
+
+
+def needs_validation(plan: HostPlan) -> bool:
+    """Whether the release step must validate the config in the image (validate_in_image): no cached OK verdict for
+    (config hash, image id) in the one status read. An image still to pull has no id yet: validated after the pull."""
+    s, st = plan.settings, host_status(plan)
+    if s.profile is None:
+        return False
+    return not st.image_id or f"{config_key(config_yaml(s))}-{image_key(st.image_id)}" not in st.validated
 
 
 def differs(plan: HostPlan, path: str) -> bool:
@@ -165,6 +177,7 @@ class Changes:
     users: list[str]  # added to the docker group
     install: str | None  # hub client requirement to install
     writes: list[str]  # other managed files/dirs/links (tools, encodings, release files) to write
+    validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
 
     @property
     def restart(self) -> list[str]:
@@ -180,6 +193,8 @@ class Changes:
         if self.token:
             out.append(f"{self.token} the Hugging Face token file")
         out += [f"add {u} to the docker group" for u in self.users]
+        if self.validate:
+            out.append(f"validate the config with {self.validate}'s own TensorRT-LLM (no cached verdict)")
         if self.install:
             out.append(f"install {self.install}")
         if self.pull:
@@ -215,7 +230,8 @@ def changes(plan: HostPlan) -> Changes:
         switch = switch_checks(plan)
     return Changes(current=st.current, release=plan.release_id if s.profile is not None else None, switch=switch,
                    fetches=fetches, pull=pull, token=token, users=users,
-                   install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes)
+                   install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
+                   validate=s.image if needs_validation(plan) else None)
 
 
 def pending(plan: HostPlan) -> list[str]:

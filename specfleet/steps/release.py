@@ -1,5 +1,9 @@
 """Config: the release this converge serves, staged under releases/<id>/ (rendered config, unit, smoke
-request, draft link, release.json). The id is a content hash, so an unchanged fleet stages nothing."""
+request, draft link, release.json). The id is a content hash, so an unchanged fleet stages nothing.
+
+Then the staged config is validated with the image's own TensorRT-LLM argument classes (validate_in_image:
+a short `docker run --rm --network none` on the host), only when the host has no cached OK verdict for
+(config hash, image id). A refusal fails the host here, before activate, so nothing that serves changes."""
 
 from __future__ import annotations
 
@@ -7,10 +11,13 @@ import json
 import time
 from io import StringIO
 
+from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files
+from pyinfra.operations import files, server
 
-from ._common import current_plan, differs
+from ..render import config_yaml
+from ..validate_in_image import host_command
+from ._common import current_plan, differs, needs_validation
 
 
 @deploy("Release")
@@ -35,3 +42,8 @@ def release():
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         files.put(name=f"Release {rid}: release.json", src=StringIO(json.dumps(plan.release_record(created), indent=1) + "\n"),
                   dest=f"{rdir}/release.json", user="root", group="root", mode="644")
+    if needs_validation(plan):
+        s = plan.settings
+        server.shell(name=f"Validate {rid}'s extra-llm-api-config.yml with {s.image}'s own TensorRT-LLM",
+                     commands=[host_command(host.name, s.data_dir, f"{rdir}/extra-llm-api-config.yml",
+                                            config_yaml(s), s.image, s.gpus)])

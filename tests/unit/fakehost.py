@@ -25,7 +25,8 @@ from specfleet.lockfile import Lock, LockedModel, lock_path, write_lock
 from specfleet.profiles import PROFILES
 from specfleet.settings import build_fleet
 from specfleet.plan import HostPlan, build_plans
-from specfleet.render import unit_text
+from specfleet.render import config_yaml, unit_text
+from specfleet.validate_in_image import verdict_name
 from specfleet.settings import TIKTOKEN_FILES
 
 COMMITS = {"target": "a" * 40, "draft": "b" * 40}
@@ -100,6 +101,9 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     for user in s.operator_users:
         lines.append(f"groups\t{user}\t" + ("(missing)" if user in over.get("missing_users", ()) else f"{user} docker"))
     lines.append(f"hub_client\t{over.get('hub_client', '2.4.0')}")
+    # the in-image validation verdict of the plan's config with this image (a converged host has it)
+    verdict = [verdict_name(config_yaml(s), fields["image"])] if s.profile and fields["image"] else []
+    lines.append(f"validated\t{' '.join(over.get('validated', verdict))}")
     gate = over.get("gate", {"release": plan.release_id, "result": "passed"} if s.profile else {})
     lines.append(f"gate\t{json.dumps(gate)}")
     record = plan.release_record("2025-01-01T00:00:00Z") if s.profile and fields["current"] == plan.release_id else {}

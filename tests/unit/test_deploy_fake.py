@@ -9,7 +9,7 @@ from tests.unit.conftest import TOKEN
 from tests.unit.fakehost import (converged_responses, changed_ops, executed, make_plans, run_deploy)
 
 MUTATING = ("systemctl restart", "daemon-reload", "fetch-model --repo", "docker pull", " activate ", "job start", "curl ",
-            "mkdir /var/lib/specfleet/lock")
+            "mkdir /var/lib/specfleet/lock", "docker run --rm --network none")
 
 
 def _run(profile, responses, **vars):
@@ -137,3 +137,53 @@ def test_cleanup_purge_removes_models():
     state = run_deploy(plans, cleanup, responses=lambda p: {re.compile(r"stat -c .* /var/lib/specfleet/hf 2>"): "user=root group=root mode=drwxr-xr-x atime=0 mtime=0 ctime=0 size=1 '/var/lib/specfleet/hf'"})
     assert "rm -rf /var/lib/specfleet/hf" in "\n".join(executed(state)["spark-01"])
 
+
+
+# ---------------------------------------------------------------- in-image validation (validate_in_image)
+VALIDATE = "docker run --rm --network none"
+
+
+def test_config_validated_in_the_image_when_no_verdict_is_cached():
+    plan, state, cmds = _run("eagle3", lambda p: converged_responses(p, validated=[]))
+    runs = [c for c in cmds if VALIDATE in c]
+    assert len(runs) == 1
+    rdir = f"/var/lib/specfleet/releases/{plan.release_id}"
+    assert (f"-v {rdir}/extra-llm-api-config.yml:/tmp/specfleet-config.yml:ro" in runs[0]
+            and "--entrypoint python3" in runs[0] and "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6 -c" in runs[0])
+    assert "TorchLlmArgs" in runs[0] and "/var/lib/specfleet/validated/" in runs[0]
+    assert not state.failed_hosts and not [c for c in cmds if " activate " in c], "verdict only: no restart"
+
+
+def test_a_verdict_for_another_image_or_config_does_not_count():
+    _, _, cmds = _run("eagle3", lambda p: converged_responses(p, validated=["0123456789abcdef-cccccccccccc"]))
+    assert [c for c in cmds if VALIDATE in c]
+
+
+def test_cached_verdict_runs_no_container_and_the_status_read_asks_for_it():
+    plan, state, cmds = _run("eagle3", converged_responses)
+    assert not [c for c in cmds if VALIDATE in c] and changed_ops(state)["spark-01"] == []
+    from specfleet.render import config_yaml
+    from specfleet.validate_in_image import config_key
+    status = [c for c in cmds if "export DATA SVC PORT IMAGE CFG" in c]
+    assert len(status) == 1 and f"CFG={config_key(config_yaml(plan.settings))}" in status[0]
+
+
+def test_refused_config_fails_the_host_before_the_switch():
+    refusal = ("spark-01: extra_llm_api_options: refused by nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6's own "
+               "TensorRT-LLM: ValidationError: 1 validation error for TorchLlmArgs kv_cache_config.x Extra inputs")
+    plans = make_plans({"spark-01": {}, "spark-02": {}}, "eagle3")
+    old = make_plans({"spark-01": {}}, "baseline")["spark-01"]
+
+    def responses(p):
+        # both hosts serve another release; spark-01's image refuses the new config
+        r = converged_responses(p, current=old.release_id, release_missing=True, validated=[])
+        if p.settings.host == "spark-01":
+            return {VALIDATE: {"success": False, "stderr": [refusal]}, **r}
+        return r
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    cmds = executed(state)["spark-01"]
+    at = next(i for i, c in enumerate(cmds) if VALIDATE in c)
+    assert "refused by nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6" in cmds[at] and "own TensorRT-LLM: " in cmds[at]
+    assert not [c for c in cmds[at + 1:] if any(w in c for w in (" activate ", "job start", "systemctl"))]
+    assert [h.name for h in state.failed_hosts] == ["@fake/spark-01"]
+    assert any(f"activate {plans['spark-02'].release_id}" in c for c in executed(state)["spark-02"])

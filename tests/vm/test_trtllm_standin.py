@@ -613,6 +613,61 @@ def test_invalid_behaviour_config(world):
     assert r.returncode == 1 and "behaviour config" in r.stdout and "explode" in r.stdout
 
 
+# ---------------------------------------------------------------- in-image config validation (STAND-IN tensorrt_llm)
+PYLIB = Path(image.PYLIB_DIR)
+
+
+def run_validate_script(tmp_path, config_text, **env_over):
+    """specfleet's in-image validation script, run with the local python3 against the STAND-IN tensorrt_llm
+    package (PYTHONPATH), the config at the script's container path replaced by a temp file."""
+    from specfleet.validate_in_image import CONTAINER_CONFIG, SCRIPT
+
+    cfg = tmp_path / "extra-llm-api-config.yml"
+    cfg.write_text(config_text)
+    assert SCRIPT.count(CONTAINER_CONFIG) == 1
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRTLLM_STANDIN_SERVE")}
+    env.update(PYTHONPATH=str(PYLIB), **env_over)
+    r = subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg))], env=env, cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout.splitlines(), r.stderr
+
+
+@pytest.mark.parametrize("config", [EAGLE_SEED, DT_SEED, {}], ids=["eagle", "draft_target", "empty"])
+def test_validate_script_accepts_good_config(tmp_path, config):
+    rc, out, err = run_validate_script(tmp_path, yaml.safe_dump(config))
+    assert (rc, out) == (0, ["OK"]), err
+
+
+@pytest.mark.parametrize("config,needle", [
+    ("kv_cache_config: {free_gpu_memory_fractio: 0.9}\n", "kv_cache_config.free_gpu_memory_fractio: unknown key"),
+    ("speculative_config: {decoding_type: Eagle, max_draft_len: 0, speculative_model_dir: /d}\n",
+     "max_draft_len: must be > 0"),
+    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3, speculative_model_dir: /d}\n",
+     "invalid decoding type 'Eagle3'"),
+    ("max_batch_size: '1'\n", "max_batch_size"),
+    ("- a list\n", "must be a mapping"),
+])
+def test_validate_script_refuses_bad_config_in_one_line(tmp_path, config, needle):
+    rc, out, err = run_validate_script(tmp_path, config)
+    assert rc == 1 and len(out) == 1 and needle in out[0] and out[0] != "OK", (out, err)
+    assert "STAND-IN" in out[0] or "mapping" in out[0]  # the stand-in's own validator answered
+
+
+def test_validate_script_names_a_missing_tensorrt_llm(tmp_path):
+    from specfleet.validate_in_image import SCRIPT
+
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path)},
+                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert r.returncode == 1 and r.stdout.splitlines()[-1].startswith("cannot import TensorRT-LLM's argument classes")
+
+
+def test_standin_package_says_stand_in_and_uses_the_standin_validator():
+    for path in PYLIB.rglob("*.py"):
+        text = path.read_text()
+        assert text.lstrip().startswith('"""STAND-IN') and "NOT TensorRT-LLM" in text, path
+    assert "validate_extra_options" in (PYLIB / "tensorrt_llm/llmapi/llm_args.py").read_text()
+
+
 # ---------------------------------------------------------------- image helpers (no mmdebstrap)
 def test_variant_config_json_and_changes():
     cfg = json.loads(image.variant_config_json("never_healthy", 2, "1.2.0rc6"))
@@ -658,6 +713,10 @@ def test_variant_assembly_appends_files_without_mmdebstrap(tmp_path, monkeypatch
         assert tf.getmember("./usr/local/bin/trtllm-serve").mode == 0o755
         assert tf.extractfile("./usr/local/bin/trtllm-serve").read() == SCRIPT.read_bytes()
         assert json.loads(tf.extractfile("./etc/trtllm-standin.json").read())["mode"] == "crash"
+        pkg = "./usr/lib/python3/dist-packages/tensorrt_llm"
+        assert tf.getmember(pkg).isdir() and tf.getmember(pkg + "/llmapi").isdir()
+        assert tf.extractfile(pkg + "/llmapi/llm_args.py").read() == (PYLIB / "tensorrt_llm/llmapi/llm_args.py").read_bytes()
+        assert not [n for n in names if "__pycache__" in n]
 
 
 # ---------------------------------------------------------------- slow: the real rootfs
@@ -709,6 +768,14 @@ def test_real_rootfs_tarball(request, tmp_path_factory, tmp_path):
     r = subprocess.run([chroot, str(root), "python3", "-c", "import yaml, http.server, json; print('ok')"],
                        env=env, capture_output=True, text=True, timeout=30)
     assert r.stdout.strip() == "ok", r.stderr
+    # specfleet's in-image validation entry point, as the release step runs it in the container
+    from specfleet.validate_in_image import CONTAINER_CONFIG, SCRIPT
+    (root / CONTAINER_CONFIG.lstrip("/")).write_text(yaml.safe_dump(DT_SEED))
+    r = subprocess.run([chroot, str(root), "python3", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=30)
+    assert r.stdout.splitlines()[-1:] == ["OK"], (r.stdout, r.stderr)
+    (root / CONTAINER_CONFIG.lstrip("/")).write_text("kv_cache_config: {bogus: 1}\n")
+    r = subprocess.run([chroot, str(root), "python3", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "kv_cache_config.bogus" in r.stdout.splitlines()[-1]
 
     # full start-up inside the chroot against a fake cache at the container's default location
     _fake_hf_model(root / "root/.cache/huggingface/hub", DT_MODEL, ["model.safetensors"], "c" * 40)

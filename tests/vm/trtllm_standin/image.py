@@ -13,11 +13,16 @@ How it is built
   specfleet bytes, so it is cached under ``cache_dir`` keyed by the sha256 of
   the mmdebstrap recipe (arguments + suite + mirror + architecture) and only
   rebuilt when that recipe changes (~20-30 s, ~95 MiB).
-* VARIANT: a copy of the base tar to which Python's ``tarfile`` appends two
-  small members -- ``/usr/local/bin/trtllm-serve`` (the stand-in script, 0755)
-  and ``/etc/trtllm-standin.json`` (the behaviour config, 0644).  No mmdebstrap
-  run; cost is one file copy (well under a second).  Cached keyed by the sha256
-  of (base recipe key, script bytes, config JSON).
+* VARIANT: a copy of the base tar to which Python's ``tarfile`` appends small
+  members -- ``/usr/local/bin/trtllm-serve`` (the stand-in script, 0755),
+  ``/etc/trtllm-standin.json`` (the behaviour config, 0644) and the STAND-IN
+  ``tensorrt_llm`` Python package (``pylib/tensorrt_llm``, under
+  ``/usr/lib/python3/dist-packages``: ``tensorrt_llm.llmapi.llm_args`` with
+  ``TorchLlmArgs`` / ``update_llm_args_with_extra_dict`` backed by the stand-in
+  script's own validator, for specfleet's in-image config validation,
+  specfleet/validate_in_image.py).  No mmdebstrap run; cost is one file copy
+  (well under a second).  Cached keyed by the sha256 of (assembly version, base
+  recipe key, script bytes, package files, config JSON).
 
 Inside a VM, a harness can make a variant from an already imported image
 instead::
@@ -47,12 +52,16 @@ HERE = Path(__file__).resolve().parent
 STANDIN_SCRIPT = HERE / "trtllm_serve.py"
 SCRIPT_PATH_IN_IMAGE = "/usr/local/bin/trtllm-serve"
 CONFIG_PATH_IN_IMAGE = "/etc/trtllm-standin.json"
+# The STAND-IN tensorrt_llm package (source tree dir -> dir on the image's python3 path; Debian's
+# /usr/lib/python3/dist-packages is on sys.path for every python3 version).
+PYLIB_DIR = HERE / "pylib"
+PYLIB_PATH_IN_IMAGE = "/usr/lib/python3/dist-packages"
 MODES = ("ok", "crash", "never_healthy", "empty")
 
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bumped whenever the way variants are assembled changes (part of the cache key).
-_ASSEMBLY_VERSION = "1"
+_ASSEMBLY_VERSION = "2"  # 2: + the STAND-IN tensorrt_llm package
 # Fixed mtime for the appended members, so variant tarballs are reproducible.
 _MEMBER_MTIME = 1700000000
 
@@ -183,9 +192,20 @@ def _tar_member(name: str, data: bytes, mode: int) -> tuple[tarfile.TarInfo, io.
     return ti, io.BytesIO(data)
 
 
+def standin_package_files() -> list[tuple[str, bytes | None]]:
+    """(path in the image, bytes; None for a directory) of the STAND-IN tensorrt_llm package, parents first."""
+    out: list[tuple[str, bytes | None]] = []
+    for path in sorted(PYLIB_DIR.rglob("*")):
+        if "__pycache__" in path.parts or path.suffix == ".pyc":
+            continue
+        dest = PYLIB_PATH_IN_IMAGE + "/" + path.relative_to(PYLIB_DIR).as_posix()
+        out.append((dest, None if path.is_dir() else path.read_bytes()))
+    return out
+
+
 def add_standin_files(base_tar: Path, out_tar: Path, config_json: str,
                       script: bytes | None = None) -> Path:
-    """Copy base_tar to out_tar and append the stand-in script + behaviour config to it."""
+    """Copy base_tar to out_tar and append the stand-in script, behaviour config and tensorrt_llm package to it."""
     script = STANDIN_SCRIPT.read_bytes() if script is None else script
     tmp = out_tar.with_name(".tmp-%s-%d" % (out_tar.name, os.getpid()))
     try:
@@ -195,6 +215,15 @@ def add_standin_files(base_tar: Path, out_tar: Path, config_json: str,
                     ("." + SCRIPT_PATH_IN_IMAGE, script, 0o755),
                     ("." + CONFIG_PATH_IN_IMAGE, config_json.encode(), 0o644)):
                 tf.addfile(*_tar_member(name, data, mode))
+            for dest, data in standin_package_files():
+                if data is None:
+                    ti = tarfile.TarInfo("." + dest)
+                    ti.type, ti.mode, ti.uid, ti.gid = tarfile.DIRTYPE, 0o755, 0, 0
+                    ti.uname = ti.gname = "root"
+                    ti.mtime = _MEMBER_MTIME
+                    tf.addfile(ti)
+                else:
+                    tf.addfile(*_tar_member("." + dest, data, 0o644))
         os.replace(tmp, out_tar)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -228,7 +257,9 @@ def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float 
     script = STANDIN_SCRIPT.read_bytes()
     base_key = base_recipe_key(arch, mirror)
     h = hashlib.sha256()
-    for part in (_ASSEMBLY_VERSION.encode(), base_key.encode(), script):
+    package = json.dumps([(dest, None if data is None else hashlib.sha256(data).hexdigest())
+                          for dest, data in standin_package_files()]).encode()
+    for part in (_ASSEMBLY_VERSION.encode(), base_key.encode(), script, package):
         h.update(hashlib.sha256(part).digest())
     stamp = h.hexdigest()[:12]  # which base + script the variant is made of
     cfg = hashlib.sha256(config_json.encode()).hexdigest()[:10]

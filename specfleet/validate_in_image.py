@@ -1,0 +1,102 @@
+"""Validate the rendered extra-llm-api-config.yml with the image's OWN TensorRT-LLM argument classes.
+
+specfleet's schema (llm_options.py) refuses bad options on the controller, but it is a copy: the
+authority is the TensorRT-LLM inside the image the host will run. So the release step runs, on the host,
+a short container of that image (`docker run --rm --network none --entrypoint python3 -v
+<release>/extra-llm-api-config.yml:CONTAINER_CONFIG:ro IMAGE -c SCRIPT`), which does with the file what
+`trtllm-serve --extra_llm_api_options` does in tensorrt_llm/commands/serve.py (NVIDIA/TensorRT-LLM,
+the 1.2 line): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
+`update_llm_args_with_extra_dict` (which turns `speculative_config` into a DecodingBaseConfig via
+`from_dict` and the other config blocks into their classes), then build the PyTorch backend's args,
+`TorchLlmArgs(**args)` (what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,
+`extra="forbid"`). The model is a dummy id (VALIDATE_MODEL): building the args loads no weights, and
+`--network none` keeps anything from downloading. No GPU is used; with `gpus: true` the container gets
+`--gpus=all` only so the image's CUDA libraries load as they do in the service.
+
+The script prints one line as its last line: `OK`, or `<ExceptionType>: <message>` (pydantic's multi-line
+message folded into one line) and exits 1. TensorRT-LLM may log before that line, so the host side keeps
+only the last line. An OK verdict is cached on the host as an empty file
+`<data_dir>/validated/<sha256(config)[:16]>-<image id[:12]>` (verdict_name): the status fact lists the
+verdicts for the release's config hash, so a converged host runs no container. A refusal fails the host
+before anything that serves changes, with the line
+`HOST: extra_llm_api_options: refused by IMAGE's own TensorRT-LLM: <error>`.
+
+The trtllm-serve stand-in image (tests/vm/trtllm_standin) ships a STAND-IN `tensorrt_llm` package with the
+same two names, backed by its own independent validator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+
+CONTAINER_CONFIG = "/tmp/specfleet-config.yml"
+VALIDATE_MODEL = "specfleet/validate-only"  # dummy model id: argument validation only, nothing is loaded
+VERDICT_DIR = "validated"  # under data_dir
+
+SCRIPT = r'''
+import sys
+PATH = "/tmp/specfleet-config.yml"
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+try:
+    import yaml
+    try:
+        from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, update_llm_args_with_extra_dict
+    except ImportError:  # builds that keep the merge helper in llm_utils only (serve.py imports it from there)
+        from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+        from tensorrt_llm.llmapi.llm_utils import update_llm_args_with_extra_dict
+except Exception as exc:
+    say("cannot import TensorRT-LLM's argument classes: %s: %s" % (type(exc).__name__, " ".join(str(exc).split())))
+    sys.exit(1)
+try:
+    with open(PATH) as fh:
+        extra = yaml.safe_load(fh)
+    if extra is None:
+        extra = {}
+    if not isinstance(extra, dict):
+        raise ValueError("the YAML top level must be a mapping, got %s" % type(extra).__name__)
+    args = update_llm_args_with_extra_dict({"model": "specfleet/validate-only", "backend": "pytorch"}, extra, PATH)
+    TorchLlmArgs(**args)
+except Exception as exc:
+    text = " ".join(line.strip() for line in str(exc).splitlines()
+                    if line.strip() and not line.strip().startswith("For further information"))
+    text = " ".join(text.split())
+    say("%s: %s" % (type(exc).__name__, text[:1000]))
+    sys.exit(1)
+say("OK")
+'''
+
+
+def config_key(config: str) -> str:
+    """The config half of a verdict name: sha256 of the rendered YAML, 16 hex digits."""
+    return hashlib.sha256(config.encode()).hexdigest()[:16]
+
+
+def image_key(image_id: str) -> str:
+    """The image half of a verdict name: the image id (`sha256:...`) without its prefix, 12 hex digits."""
+    return image_id.removeprefix("sha256:")[:12]
+
+
+def verdict_name(config: str, image_id: str) -> str:
+    return f"{config_key(config)}-{image_key(image_id)}"
+
+
+def host_command(host_name: str, data_dir: str, config_path: str, config: str, image: str, gpus: bool) -> str:
+    """The shell command the release step runs: resolve the image id on the host (it may have been pulled in this
+    run), skip when a verdict exists, else run the container, keep its last line and cache an OK."""
+    q = shlex.quote
+    vdir = f"{data_dir}/{VERDICT_DIR}"
+    refused = f"{host_name}: extra_llm_api_options: refused by {image}'s own TensorRT-LLM: "
+    docker = (["docker", "run", "--rm", "--network", "none"] + (["--gpus=all"] if gpus else [])
+              + ["--entrypoint", "python3", "-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image, "-c", SCRIPT])
+    return (
+        f"id=$(docker image inspect --format '{{{{.Id}}}}' {q(image)}) || exit 1; "
+        f"v={q(vdir + '/' + config_key(config))}-$(printf '%s' \"${{id#sha256:}}\" | cut -c1-12); "
+        f"[ -e \"$v\" ] && exit 0; "
+        f"out=$({' '.join(q(a) for a in docker)} 2>&1); rc=$?; "
+        f"line=$(printf '%s\\n' \"$out\" | tail -n 1); "
+        f"if [ \"$rc\" = 0 ] && [ \"$line\" = OK ]; then mkdir -p {q(vdir)} && touch \"$v\"; "
+        f"else echo {q(refused)}\"${{line:-exit $rc, no output}}\" >&2; exit 1; fi"
+    )
