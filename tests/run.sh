@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run every test tier: unit (seconds), stand-ins, and the VM tier (a 3-guest QEMU fleet, ~15-20 min on
-# 2 cores). The VM fleet is always torn down, also when tests fail. Extra args go to pytest.
+# Run every test tier: unit (seconds), stand-ins, and the VM tier (a 3-guest QEMU fleet on 2 cores; what CI
+# runs). `--full` adds the heaviest VM scenarios (tests marked `full`). The VM fleet is always torn down,
+# also when tests fail or the run gets SIGTERM. Extra args go to pytest; the slowest tests are listed last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/install-deps.sh
-exec python3 -m pytest -p no:cacheprovider -o junit_family=xunit2 tests "$@"
+exec python3 -m pytest -p no:cacheprovider -o junit_family=xunit2 --durations=30 tests "$@"

@@ -143,6 +143,7 @@ def test_controller_killed_mid_fetch_rerun_attaches_to_the_running_job(vm_fleet,
     the re-run says it attached (a condition, not a race)."""
     guest = vm_fleet.guests[0]
     guest.ssh(f"rm -rf {DATA}/hf/hub/models--nvidia--Llama-3.3-70B-Instruct-FP4 {DATA}/hf/hub/models--nvidia--Llama-3.1-8B-Instruct-FP4")
+    jobs_before = set(guest.ssh(f"ls {DATA}/jobs", check=False).stdout.split())
     hub.reset_log()
     hub.set_throttle(48 * 1024)
     try:
@@ -162,8 +163,9 @@ def test_controller_killed_mid_fetch_rerun_attaches_to_the_running_job(vm_fleet,
         hub.set_throttle(None)
     assert rerun.returncode == 0, rerun.output()[-3000:]
     assert f"attached to job {job[0]}" in rerun.output(), rerun.output()[-3000:]
-    keys = guest.ssh(f"cat {DATA}/jobs/*/job.json").stdout
-    assert keys.count(f"fetch:{LLAMA}@") == 1, "one fetch job for the target, not two"
+    new_jobs = sorted(set(guest.ssh(f"ls {DATA}/jobs").stdout.split()) - jobs_before - {"active"})
+    keys = guest.ssh(" ; ".join(f"cat {DATA}/jobs/{j}/job.json" for j in new_jobs)).stdout
+    assert keys.count(f"fetch:{LLAMA}@") == 1, f"one fetch job for the target in this test, not two: {new_jobs}"
     served = sum(n for p, n in hub.bytes_served().items() if LLAMA in p and "/resolve/" in p)
     full = HubStandin.repo_size(LLAMA)
     figure("controller SIGKILLed mid-fetch: target bytes served / repo bytes", f"{served:,} / {full:,} = {served / full:.2f}")
