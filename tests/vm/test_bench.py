@@ -13,7 +13,7 @@ import pytest
 
 from tests.vm import lab
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.full]  # minutes of switching on 3 guests: the --full tier
 
 
 def current(fleet) -> dict[str, str]:

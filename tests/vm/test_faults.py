@@ -2,8 +2,8 @@
 the guest or the Hub stand-in, never a fixed sleep), then checks what the host serves afterwards.
 
 Runs after the CI sequence (which ends with cleanup) and before the rollout scenarios; tests run in file
-order and share STATE. Every scenario works on the first guest only (`--limit`), so the other guests keep
-their state for the rollout tests."""
+order and share STATE. The heaviest are marked `full` (tests/run.sh --full); CI runs the others. Every
+scenario works on the first guest only (`--limit`), so the other guests keep their state for the rollout tests."""
 
 from __future__ import annotations
 
@@ -174,6 +174,7 @@ def test_controller_killed_mid_fetch_rerun_attaches_to_the_running_job(vm_fleet,
     assert st["profile"] == "draft_target" and st["gate"]["result"] == "passed" and st["text"], st
 
 
+@pytest.mark.full
 def test_disk_full_during_a_fetch_keeps_serving_and_rerun_completes(vm_fleet, lab_inventory, hub):
     guest = vm_fleet.guests[0]
     before = serving(guest)
@@ -205,6 +206,7 @@ def test_disk_full_during_a_fetch_keeps_serving_and_rerun_completes(vm_fleet, la
     assert st["profile"] == "eagle3" and st["gate"]["result"] == "passed" and st["text"], st
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("status", [429, 500])
 def test_hub_failing_for_a_while_is_retried(vm_fleet, lab_inventory, hub, status):
     guest = vm_fleet.guests[0]
@@ -242,7 +244,7 @@ def test_two_converges_at_once_the_second_is_refused(vm_fleet, lab_inventory, hu
     assert st["gate"]["result"] == "passed" and st["text"]
 
 
-@pytest.mark.parametrize("how", ["_sudo data", "--sudo flag"])
+@pytest.mark.parametrize("how", ["_sudo data", pytest.param("--sudo flag", marks=pytest.mark.full)])
 def test_token_under_sudo_never_leaves_the_secrets_dir(vm_fleet, lab_inventory, how):
     """Converge as the operator `spark` through sudo with a new token: afterwards the token is found in exactly
     one file on the guest, /etc/specfleet/hf_token (root 0600)."""
@@ -266,6 +268,7 @@ def test_token_under_sudo_never_leaves_the_secrets_dir(vm_fleet, lab_inventory, 
     assert serving(guest)["text"]
 
 
+@pytest.mark.full
 def test_guest_without_the_nvidia_toolkit_is_refused_and_keeps_serving(vm_fleet, lab_inventory):
     """The stand-in NVIDIA container toolkit taken off spark-1 (docker's `nvidia` runtime dropped from daemon.json,
     the prestart hook moved away): a converge is refused by the preflight with one line naming the host, nothing on
