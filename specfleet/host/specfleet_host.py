@@ -117,7 +117,10 @@ class Host:
         path = self.releases / rid / "release.json"
         if not path.exists():
             raise Fail(f"release {rid} not found on this host ({path} missing)")
-        return json.loads(path.read_text())
+        record = read_json(path)
+        if record is None:  # e.g. cut short by a power loss right after it was written
+            raise Fail(f"release {rid} is damaged ({path} is not valid JSON); the next converge rewrites it")
+        return record
 
     def current(self) -> str | None:
         try:

@@ -69,7 +69,14 @@ class Want:
             return found[1] == self.target
         if tuple(found[1:4]) != (self.mode, self.user, self.group):
             return False
-        return self.sha256 is None or found[4] == self.sha256
+        if self.sha256 is None:
+            # content not known in advance (release.json records its creation time): it must at least not be
+            # empty, as a file is after a power loss right after it was written
+            return self.kind != "file" or (len(found) > 4 and found[4] != EMPTY_SHA256)
+        return found[4] == self.sha256
+
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def sha256(content: bytes | str) -> str:

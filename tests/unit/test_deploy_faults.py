@@ -179,3 +179,21 @@ def test_rollback_to_from_the_pyinfra_command_line_is_used_and_validated(fleet_f
     cmds = executed(state)["spark-01"]
     assert any("activate r-0123456789ab --revert" in c for c in cmds), cmds
     assert not any("r-cccccccccccc --revert" in c for c in cmds)
+
+
+def test_a_release_file_emptied_by_a_power_loss_is_written_again():
+    """release.json's content is not known in advance (it records its creation time), but an empty one (a guest
+    powered off right after the stage) is damaged: the next run writes it again instead of switching to it."""
+    from specfleet.steps._common import EMPTY_SHA256, wanted_files
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    rj = f"{plan.paths.releases}/{plan.release_id}/release.json"
+    assert rj in wanted_files(plan)
+    lines = converged_responses(plan, current="r-000000000000")
+    status_key = next(k for k in lines if not isinstance(k, str) and "export DATA" in k.pattern)
+    lines[status_key] = [ln for ln in lines[status_key] if not ln.endswith("\t" + rj)] + [f"file\tfile|644|root|root|{EMPTY_SHA256}\t{rj}"]
+    state = run_deploy({"spark-01": plan}, converge, "eagle3", responses=lambda p: lines)
+    assert any(name.endswith("release.json") for name in _op_names(state)), _op_names(state)
+
+
+def _op_names(state):
+    return [", ".join(state.get_op_meta(h).names) for h in state.get_op_order()]

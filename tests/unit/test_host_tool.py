@@ -239,3 +239,10 @@ def test_the_controllers_job_start_command_parses_as_intended():
     assert (args.cmd, args.job_cmd, args.key) == ("job", "start", "fetch:org/m@abc")
     assert args.env == ["HF_ENDPOINT=http://h:1", "HF_TOKEN_PATH=/etc/specfleet/hf_token"]
     assert sfh.job_argv(args) == argv
+
+
+def test_a_damaged_release_json_is_a_clear_failure_not_a_traceback(host):
+    (host.data / "releases" / "r-bbbbbbbbbbbb" / "release.json").write_text("")
+    with pytest.raises(sfh.Fail, match="release r-bbbbbbbbbbbb is damaged .* the next converge rewrites it"):
+        host.h.activate("r-bbbbbbbbbbbb", revert=True)
+    assert host.h.current() == "r-aaaaaaaaaaaa", "nothing switched"

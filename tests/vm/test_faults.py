@@ -212,7 +212,7 @@ def test_hub_failing_for_a_while_is_retried(vm_fleet, lab_inventory, hub, status
     guest = vm_fleet.guests[0]
     before = serving(guest)
     snap = guest.ssh(f"ls -d {DATA}/hf/hub/models--openai--gpt-oss-120b/snapshots/*/").stdout.strip()
-    guest.ssh(f"rm -f {snap}config.json")
+    guest.ssh(f"rm -f \"$(readlink -f {snap}config.json)\" {snap}config.json")  # blob and link: a real download
     hub.reset_log()
     hub.fail_next(status, 5)
     run = converge(lab_inventory, json_out=False)
@@ -227,7 +227,8 @@ def test_hub_failing_for_a_while_is_retried(vm_fleet, lab_inventory, hub, status
 def test_two_converges_at_once_the_second_is_refused(vm_fleet, lab_inventory, hub):
     guest = vm_fleet.guests[0]
     snap = guest.ssh(f"ls -d {DATA}/hf/hub/models--openai--gpt-oss-120b/snapshots/*/").stdout.strip()
-    guest.ssh(f"rm -f {snap}model-00001-of-00002.safetensors")
+    shard = f"{snap}model-00001-of-00002.safetensors"
+    guest.ssh(f"rm -f \"$(readlink -f {shard})\" {shard}")  # the blob too: the fetch must download it
     hub.set_throttle(8 * 1024)  # until the second converge has been refused
     try:
         first = lab.start_pyinfra(lab_inventory, "eagle3", "--limit", "spark-1")
@@ -259,7 +260,9 @@ def test_token_under_sudo_never_leaves_the_secrets_dir(vm_fleet, lab_inventory, 
     run = converge(inv, "eagle3", *extra, env={"HF_TOKEN": token}, json_out=False)
     assert run.returncode == 0, run.output()[-3000:]
     assert token not in run.output()
-    found = guest.ssh(f"grep -rlF {token} /etc /tmp /var/tmp /var/log /home /root /run {DATA} 2>/dev/null; true").stdout.split()
+    # the token goes to grep on stdin: on grep's command line sudo would log it to the journal itself
+    found = guest.ssh(f"grep -rlF -f - /etc /tmp /var/tmp /var/log /home /root /run {DATA} 2>/dev/null; true",
+                      input=token.encode()).stdout.split()
     assert found == ["/etc/specfleet/hf_token"], found
     assert guest.ssh("stat -c '%U %G %a' /etc/specfleet/hf_token").stdout.split() == ["root", "root", "600"]
     # back to the lab's token, for the tests that follow
