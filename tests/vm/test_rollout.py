@@ -107,6 +107,7 @@ def test_bad_release_is_rolled_back_on_the_canary_and_halts(vm_fleet, lab_invent
     assert lab.guest_curl_completion(vm_fleet.guests[0])["choices"][0]["text"].strip()
 
 
+@pytest.mark.full  # two reboots' worth of minutes: the --full tier
 def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, lab_inventory):
     inv_c = lab.with_vars(lab_inventory, vm_fleet.workdir / "release-c.yml",
                           extra_llm_api_options={"speculative_config": {"max_draft_len": 2}})
@@ -143,10 +144,12 @@ def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, lab_i
     assert rerun.returncode == 0 and "result: SUCCESS" in rerun.stdout, rerun.stdout + rerun.stderr[-2000:]
     final = current(vm_fleet)
     assert len(set(final.values())) == 1 and final[canary.name] == now[canary.name]
+    STATE["serving_inventory"] = inv_c
 
 
 def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, lab_inventory):
-    inv_c = vm_fleet.workdir / "release-c.yml"
+    # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
+    inv_c = STATE.get("serving_inventory", lab_inventory)
     first = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c, background=True)
     guest = vm_fleet.guests[0]
     deadline = time.monotonic() + 300
