@@ -113,6 +113,75 @@ DPKG_OPTS = (
 DISK_SIZE = "6G"
 KERNEL_CMDLINE = ("root=/dev/vda rw console=ttyS0 net.ifnames=0 mitigations=off tsc=reliable")
 
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+    """What differs between guest architectures: the Debian architecture and kernel package of the image,
+    the QEMU binary and machine, the serial console. A guest's arch is one of ARCHES' keys."""
+    name: str  # "x86_64" / "arm64" (also the `--arch` spelling)
+    debian: str  # dpkg architecture: amd64 / arm64
+    machine: str  # `uname -m` in the guest: x86_64 / aarch64
+    kernel_package: str
+    qemu: str  # the qemu-system binary
+    qemu_package: str  # the Debian package that has it
+    machine_args: tuple  # -M ...
+    tcg_cpu: str
+    cmdline: str  # kernel command line (root, console, ...)
+
+
+ARCHES: dict = {
+    "x86_64": Arch("x86_64", "amd64", "x86_64", "linux-image-cloud-amd64", "qemu-system-x86_64",
+                   "qemu-system-x86", (), "max", KERNEL_CMDLINE),
+    # arm64: `-M virt` boots Debian's vmlinuz (a plain ARM64 Image) directly, no firmware. There is no cloud
+    # kernel flavour for arm64. `-cpu max,pauth-impdef=on`: the architected pointer-authentication algorithm
+    # (QARMA5) is very slow to emulate under TCG; the IMPDEF one is cheap and the guest cannot tell.
+    "arm64": Arch("arm64", "arm64", "aarch64", "linux-image-arm64", "qemu-system-aarch64",
+                  "qemu-system-arm", ("-M", "virt"), "max,pauth-impdef=on",
+                  "root=/dev/vda rw console=ttyAMA0 net.ifnames=0 mitigations=off"),
+}
+_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64",
+                 "arm64": "arm64", "aarch64": "arm64"}
+DEFAULT_ARCH = "x86_64"
+
+
+def parse_arch(value) -> str:
+    """A guest architecture name (x86_64/amd64, arm64/aarch64) -> its ARCHES key; VMError otherwise."""
+    arch = _ARCH_ALIASES.get(str(value).strip().lower())
+    if arch is None:
+        raise VMError(f"unknown guest architecture {value!r}: use one of {', '.join(ARCHES)} "
+                      f"(aliases: amd64, aarch64)")
+    return arch
+
+
+def parse_arches(spec) -> list:
+    """`x86_64,arm64` (or a list) -> one ARCHES key per entry, in order. None -> [DEFAULT_ARCH]."""
+    if spec is None:
+        return [DEFAULT_ARCH]
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    items = [str(i).strip() for i in items]
+    if not items or any(not i for i in items):
+        raise VMError(f"--arch: expected a comma-separated list of {', '.join(ARCHES)}, got {spec!r}")
+    return [parse_arch(i) for i in items]
+
+
+def guest_arches(count, arch) -> list:
+    """The arch of each guest: one arch for all `count` guests (default 3), or one arch per guest."""
+    arches = parse_arches(arch)
+    if len(arches) == 1:
+        n = 3 if count is None else count
+        if n < 1:
+            raise VMError("count must be >= 1")
+        return arches * n
+    if count is not None and count != len(arches):
+        raise VMError(f"--count {count} does not match the {len(arches)} architectures given with --arch "
+                      f"{','.join(arches)} (one per guest)")
+    return arches
+
+
+def host_arch() -> str:
+    import platform
+    return _ARCH_ALIASES.get(platform.machine().lower(), platform.machine())
+
 #: mmdebstrap customize hook: $1 = rootfs, $2 = public key to authorize.
 CUSTOMIZE_HOOK = r"""#!/bin/sh
 set -eu
@@ -215,22 +284,60 @@ chroot "$R" systemctl enable systemd-networkd.service ssh.service docker.service
 """
 
 
-def recipe() -> dict:
-    """Everything that determines the image; its hash keys the cache."""
-    return {
+#: mmdebstrap essential hook of images built under emulation (qemu-user via binfmt_misc): runs after the
+#: Essential:yes packages and BEFORE the kernel package is configured. mkinitramfs with the default
+#: MODULES=most forks thousands of emulated processes (20+ min measured); MODULES=list with the few modules
+#: a `-M virt` guest needs to mount its root (virtio PCI/MMIO, virtio-blk, ext4) and gzip cut that down.
+#: Nothing here is a dpkg conffile (initramfs-tools ships conf.d/ and hooks/ empty).
+INITRAMFS_HOOK = r"""#!/bin/sh
+set -eu
+R="$1"
+mkdir -p "$R/etc/initramfs-tools/conf.d" "$R/etc/initramfs-tools/hooks"
+printf 'MODULES=list\nCOMPRESS=gzip\n' > "$R/etc/initramfs-tools/conf.d/specfleet-vm.conf"
+cat > "$R/etc/initramfs-tools/hooks/specfleet-virtio" <<'EOF'
+#!/bin/sh
+# specfleet VM fleet: the modules a QEMU -M virt guest needs to mount its virtio root disk (MODULES=list)
+case "${1:-}" in prereqs) exit 0 ;; esac
+. /usr/share/initramfs-tools/hook-functions
+for m in virtio_pci virtio_mmio virtio_blk virtio_net ext4 crc32c_generic; do
+  manual_add_modules "$m"
+done
+for m in virtio_pci virtio_mmio virtio_blk ext4; do
+  force_load "$m"
+done
+EOF
+chmod 755 "$R/etc/initramfs-tools/hooks/specfleet-virtio"
+"""
+
+
+def packages(arch: str = DEFAULT_ARCH) -> list:
+    """The image's packages for `arch`: PACKAGES with that arch's kernel package."""
+    kernel = ARCHES[parse_arch(arch)].kernel_package
+    return [kernel if p == ARCHES[DEFAULT_ARCH].kernel_package else p for p in PACKAGES]
+
+
+def recipe(arch: str = DEFAULT_ARCH) -> dict:
+    """Everything that determines the image; its hash keys the cache. The x86_64 recipe has no `arch` key
+    (it is the recipe from before arm64 guests existed, so its cached images stay valid); any other
+    architecture's recipe names its Debian arch and adds the initramfs hook its emulated build needs."""
+    arch = parse_arch(arch)
+    r = {
         "recipe_version": RECIPE_VERSION,
         "suite": SUITE,
         "variant": "minbase",
         "mirrors": list(MIRRORS),
-        "packages": list(PACKAGES),
+        "packages": packages(arch),
         "dpkg_opts": list(DPKG_OPTS),
         "customize_hook": CUSTOMIZE_HOOK,
         "disk_size": DISK_SIZE,
     }
+    if arch != DEFAULT_ARCH:
+        r.update(arch=ARCHES[arch].debian, essential_hook=INITRAMFS_HOOK)
+    return r
 
 
-def recipe_hash() -> str:
-    blob = json.dumps(recipe(), sort_keys=True, separators=(",", ":")).encode()
+def recipe_hash(arch: str = DEFAULT_ARCH) -> str:
+    blob = json.dumps(recipe(arch), sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -387,6 +494,7 @@ class ImageInfo:
     cached: bool  # found in the cache
     seconds: float  # time spent in build_image (build or cache lookup)
     size_bytes: int  # allocated bytes of the sparse disk image
+    arch: str = DEFAULT_ARCH
 
     @property
     def pubkey(self) -> Path:
@@ -396,7 +504,7 @@ class ImageInfo:
 _IMAGE_FILES = ("disk.img", "vmlinuz", "initrd", "id_ed25519", "id_ed25519.pub", "recipe.json")
 
 
-def _image_info(d: Path, h: str, built: bool, seconds: float) -> ImageInfo:
+def _image_info(d: Path, h: str, built: bool, seconds: float, arch: str = DEFAULT_ARCH) -> ImageInfo:
     key = d / "id_ed25519"
     with contextlib.suppress(OSError):
         if key.stat().st_mode & 0o077:
@@ -405,7 +513,7 @@ def _image_info(d: Path, h: str, built: bool, seconds: float) -> ImageInfo:
     return ImageInfo(
         dir=d, disk=disk, kernel=d / "vmlinuz", initrd=d / "initrd", key=key,
         recipe_hash=h, built=built, cached=not built, seconds=seconds,
-        size_bytes=disk.stat().st_blocks * 512,
+        size_bytes=disk.stat().st_blocks * 512, arch=arch,
     )
 
 
@@ -413,23 +521,36 @@ def _image_complete(d: Path) -> bool:
     return all((d / f).is_file() for f in _IMAGE_FILES)
 
 
-def build_image(cache_dir=None) -> ImageInfo:
-    """Build (or find in the cache) the guest image for the current recipe."""
+def _check_emulation(arch: str) -> None:
+    """A foreign-arch image is configured through qemu-user: binfmt_misc must know the interpreter."""
+    if arch == host_arch():
+        return
+    machine = ARCHES[arch].machine
+    entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{machine}"
+    if not entry.exists():
+        raise VMError(f"building an {arch} image on this {host_arch()} host needs qemu-user through binfmt_misc "
+                      f"({entry} is missing): mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc; "
+                      f"apt-get install qemu-user-static binfmt-support (tests/install-deps.sh does both)")
+
+
+def build_image(cache_dir=None, arch: str = DEFAULT_ARCH) -> ImageInfo:
+    """Build (or find in the cache) the guest image of `arch` for the current recipe."""
     t0 = time.monotonic()
+    arch = parse_arch(arch)
     cache = _resolve(cache_dir, default_cache_dir)
     images = cache / "images"
     images.mkdir(parents=True, exist_ok=True)
-    h = recipe_hash()
+    h = recipe_hash(arch)
     target = images / h
     if _image_complete(target):
         log.info("image cached: %s", target)
-        return _image_info(target, h, built=False, seconds=time.monotonic() - t0)
+        return _image_info(target, h, built=False, seconds=time.monotonic() - t0, arch=arch)
 
     with open(images / f".{h}.lock", "w") as lockf:
         fcntl.flock(lockf, fcntl.LOCK_EX)  # one builder per recipe; others wait and reuse
         if _image_complete(target):
             log.info("image cached: %s (built concurrently)", target)
-            return _image_info(target, h, built=False, seconds=time.monotonic() - t0)
+            return _image_info(target, h, built=False, seconds=time.monotonic() - t0, arch=arch)
         for stale in images.glob(f".build-{h[:16]}-*"):  # leftovers of interrupted builds
             log.info("removing stale partial build %s", stale)
             _safe_rmtree(stale)
@@ -441,21 +562,22 @@ def build_image(cache_dir=None) -> ImageInfo:
         for tool in ("mmdebstrap", "mkfs.ext4", "ssh-keygen"):
             if not shutil.which(tool):
                 raise VMError(f"{tool} not found; install mmdebstrap e2fsprogs openssh-client")
+        _check_emulation(arch)
 
-        log.info("building guest image %s (Debian %s, %d packages)", h[:12], SUITE, len(PACKAGES))
+        log.info("building %s guest image %s (Debian %s, %d packages)", arch, h[:12], SUITE, len(PACKAGES))
         tmp = Path(tempfile.mkdtemp(prefix=f".build-{h[:16]}-", dir=images))
         try:
-            _build_into(tmp, lock_fd=lockf.fileno())
+            _build_into(tmp, lock_fd=lockf.fileno(), arch=arch)
             (tmp / "disk.img").chmod(0o444)  # backing file of every overlay: never write it
             tmp.chmod(0o755)  # mkdtemp made it 0700; the private key itself stays 0600
             seconds = time.monotonic() - t0
-            meta = dict(recipe(), recipe_hash=h, build_seconds=round(seconds, 1),
+            meta = dict(recipe(arch), recipe_hash=h, guest_arch=arch, build_seconds=round(seconds, 1),
                         built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             (tmp / "recipe.json").write_text(json.dumps(meta, indent=2) + "\n")
             os.rename(tmp, target)  # atomic: a half-built image never has the final name
         finally:
             _safe_rmtree(tmp)
-    info = _image_info(target, h, built=True, seconds=time.monotonic() - t0)
+    info = _image_info(target, h, built=True, seconds=time.monotonic() - t0, arch=arch)
     log.info("image built in %.0f s: %s (%.0f MiB allocated)", info.seconds, target,
              info.size_bytes / 2**20)
     return info
@@ -470,17 +592,25 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _build_into(tmp: Path, lock_fd: int) -> None:
+def _build_into(tmp: Path, lock_fd: int, arch: str = DEFAULT_ARCH) -> None:
     _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "specfleet-vm",
           "-f", tmp / "id_ed25519"], capture_output=True)
     hook = tmp / "customize.sh"
     hook.write_text(CUSTOMIZE_HOOK)
     hook.chmod(0o755)
     rootfs = tmp / "rootfs"
+    extra = []
+    essential = recipe(arch).get("essential_hook")
+    if essential:
+        ehook = tmp / "essential.sh"
+        ehook.write_text(essential)
+        ehook.chmod(0o755)
+        extra.append(f"--essential-hook=sh {shlex.quote(str(ehook))} \"$1\"")
     argv = ["mmdebstrap", "--variant=minbase", "--format=directory",
-            "--include=" + ",".join(PACKAGES),
+            f"--architectures={ARCHES[arch].debian}",
+            "--include=" + ",".join(packages(arch)),
             '--aptopt=Acquire::Retries "5"',
-            *(f"--dpkgopt={o}" for o in DPKG_OPTS),
+            *(f"--dpkgopt={o}" for o in DPKG_OPTS), *extra,
             f"--customize-hook=sh {shlex.quote(str(hook))} \"$1\" "
             f"{shlex.quote(str(tmp / 'id_ed25519.pub'))}",
             SUITE, rootfs, *MIRRORS]
@@ -528,20 +658,23 @@ def _build_into(tmp: Path, lock_fd: int) -> None:
     log.info("mkfs.ext4 -d: %.0f s", time.monotonic() - t0)
     _safe_rmtree(rootfs)
     hook.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        (tmp / "essential.sh").unlink()
     build_log.unlink()
 
 
 # --------------------------------------------------------------------------- accel
 
 
-def _qemu_binary() -> str:
-    q = shutil.which("qemu-system-x86_64")
+def _qemu_binary(arch: str = DEFAULT_ARCH) -> str:
+    a = ARCHES[parse_arch(arch)]
+    q = shutil.which(a.qemu)
     if not q:
-        raise VMError("qemu-system-x86_64 not found; install qemu-system-x86 qemu-utils")
+        raise VMError(f"{a.qemu} not found; install {a.qemu_package} qemu-utils (tests/install-deps.sh)")
     return q
 
 
-def default_smp(count: int) -> int:
+def default_smp(count: int, arch: str = DEFAULT_ARCH) -> int:
     """vCPUs per guest: host cores // guests, at least 1, at most 2.
 
     Measured on the 2-core CI machine under TCG, boot until SSH answers and
@@ -551,8 +684,11 @@ def default_smp(count: int) -> int:
       3 guests: -smp 1 81 s, -smp 2 93 s
     More vCPU threads than host cores only add contention (MTTCG pays for cross-vCPU
     IPIs, TLB flushes and atomics); one guest on two cores does use both.
+    The same rule holds for arm64 guests (always TCG on an x86 host): an emulated aarch64
+    vCPU is one host thread like an x86 one, and oversubscribing the host costs the same.
     Override with SPECFLEET_VM_SMP or up(smp=...).
     """
+    parse_arch(arch)
     env = os.environ.get("SPECFLEET_VM_SMP")
     if env:
         return max(1, int(env))
@@ -563,13 +699,16 @@ def default_smp(count: int) -> int:
 KVM_PROBE_TIMEOUT = 25.0
 
 
-def _qemu_version() -> str:
-    out = _run([_qemu_binary(), "--version"], capture_output=True, text=True).stdout
+def _qemu_version(arch: str = DEFAULT_ARCH) -> str:
+    out = _run([_qemu_binary(arch), "--version"], capture_output=True, text=True).stdout
     return out.splitlines()[0] if out else "?"
 
 
 def choose_accel(image: ImageInfo, cache_dir=None) -> str:
-    """'tcg' or 'kvm'. KVM only if a probe boot proved it works on this host (cached)."""
+    """'tcg' or 'kvm'. KVM only if a probe boot proved it works on this host (cached). A guest of
+    another architecture than the host's (arm64 on x86_64) is always TCG: there is nothing to probe."""
+    if image.arch != host_arch():
+        return "tcg"
     forced = (os.environ.get("SPECFLEET_VM_ACCEL") or "auto").lower()
     if forced in ("tcg", "kvm"):
         return forced
@@ -577,7 +716,7 @@ def choose_accel(image: ImageInfo, cache_dir=None) -> str:
         return "tcg"
     cache = _resolve(cache_dir, default_cache_dir)
     verdict_file = cache / "kvm-probe.json"
-    key = {"qemu": _qemu_version(), "host_kernel": os.uname().release,
+    key = {"qemu": _qemu_version(image.arch), "host_kernel": os.uname().release,
            "recipe_hash": image.recipe_hash}
     with contextlib.suppress(OSError, ValueError):
         v = json.loads(verdict_file.read_text())
@@ -605,7 +744,7 @@ def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
               overlay], capture_output=True)
         port = _free_port()
         guest = Guest(name="kvm-probe", port=port, overlay=overlay, pidfile=td / "probe.pid",
-                      console_log=td / "console.log", key_path=image.key, argv=[])
+                      console_log=td / "console.log", key_path=image.key, argv=[], arch=image.arch)
         argv = _qemu_argv(guest, image.kernel, image.initrd, memory_mb=1024, smp=1,
                           accel="kvm", hostname="kvm-probe", daemonize=False)
         errf = open(td / "stderr.log", "wb")
@@ -645,19 +784,20 @@ def _qesc(path) -> str:
 
 def _qemu_argv(g: "Guest", kernel: Path, initrd: Path, memory_mb: int, smp: int, accel: str,
                hostname: str, daemonize: bool = True) -> list[str]:
+    a = ARCHES[parse_arch(g.arch)]
     if accel == "kvm":
         accel_args = ["-accel", "kvm", "-cpu", "host"]
     else:
-        accel_args = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        accel_args = ["-accel", "tcg,thread=multi", "-cpu", a.tcg_cpu]
     argv = [
-        _qemu_binary(), "-name", g.name, *accel_args,
+        _qemu_binary(a.name), "-name", g.name, *a.machine_args, *accel_args,
         "-smp", str(smp), "-m", str(memory_mb),
         "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none",
         # append: a guest booted again after poweroff() keeps the earlier boots' console
         "-chardev", f"file,id=con0,path={_qesc(g.console_log)},append=on",
         "-serial", "chardev:con0",
         "-kernel", str(kernel), "-initrd", str(initrd),
-        "-append", f"{KERNEL_CMDLINE} systemd.hostname={hostname}",
+        "-append", f"{a.cmdline} systemd.hostname={hostname}",
         "-drive", f"file={_qesc(g.overlay)},format=qcow2,if=virtio",
         "-netdev", f"user,id=n0,hostname={hostname},hostfwd=tcp:127.0.0.1:{g.port}-:22",
         "-device", "virtio-net-pci,netdev=n0",
@@ -700,6 +840,7 @@ class Guest:
     argv: list[str]  # the QEMU command line; boot() reuses it (same overlay, same port)
     host: str = "127.0.0.1"
     boot_timeout: float = 900.0
+    arch: str = DEFAULT_ARCH  # an ARCHES key (wheelhouse.guest_arch reads it)
 
     # -- state
     @property
@@ -714,14 +855,15 @@ class Guest:
         return {"name": self.name, "port": self.port, "pidfile": str(self.pidfile),
                 "overlay": str(self.overlay), "console_log": str(self.console_log),
                 "key_path": str(self.key_path), "argv": self.argv,
-                "boot_timeout": self.boot_timeout}
+                "boot_timeout": self.boot_timeout, "arch": self.arch}
 
     @classmethod
     def from_json(cls, d: dict) -> "Guest":
         return cls(name=d["name"], port=int(d["port"]), overlay=Path(d["overlay"]),
                    pidfile=Path(d["pidfile"]), console_log=Path(d["console_log"]),
                    key_path=Path(d["key_path"]), argv=list(d.get("argv", [])),
-                   boot_timeout=float(d.get("boot_timeout", 900.0)))
+                   boot_timeout=float(d.get("boot_timeout", 900.0)),
+                   arch=parse_arch(d.get("arch") or DEFAULT_ARCH))
 
     # -- remote access
     def _ssh_base(self, connect_timeout: int = 20) -> list[str]:
@@ -891,10 +1033,12 @@ class Fleet:
     def ssh_all(self, cmd: str, **kw) -> dict[str, subprocess.CompletedProcess]:
         return self._parallel(lambda g: g.ssh(cmd, **kw))
 
-    def load_image(self, tarball: Path, tag: str, changes: Sequence[str] = ()) -> dict[str, float]:
-        """Stream a rootfs tarball into `docker import - TAG` on every guest (in parallel), over the
-        operator's SSH session through sudo (one pass: no copy of the tarball on the guest's disk),
-        with `--change` instructions. Returns seconds per guest."""
+    def load_image(self, tarball: Path, tag: str, changes: Sequence[str] = (),
+                   guests: Sequence[Guest] | None = None) -> dict[str, float]:
+        """Stream a rootfs tarball into `docker import - TAG` on every guest (or on `guests`; a tarball
+        holds one architecture's binaries) in parallel, over the operator's SSH session through sudo (one
+        pass: no copy of the tarball on the guest's disk), with `--change` instructions. Returns seconds
+        per guest."""
         tarball = Path(tarball)
         import_cmd = " ".join(["docker import", *(f"--change {shlex.quote(c)}" for c in changes),
                                "-", shlex.quote(tag)])
@@ -913,7 +1057,7 @@ class Fleet:
                               f"{p.stderr.decode('utf-8', 'replace').strip()[-2000:]}")
             return time.monotonic() - t0
 
-        return self._parallel(one)
+        return self._parallel(one, guests)
 
 
 def _fleet_json(workdir: Path) -> Path:
@@ -921,10 +1065,12 @@ def _fleet_json(workdir: Path) -> Path:
 
 
 def _write_fleet_json(workdir: Path, guests: Sequence[Guest], key: Path, timings: dict,
-                      image: ImageInfo | None = None) -> None:
+                      image: ImageInfo | None = None, images: dict | None = None) -> None:
+    images = images or ({image.arch: image} if image else {})
     data = {"workdir": str(workdir), "key_path": str(key),
             "inventory_path": str(workdir / "inventory.yml"),
             "image": str(image.dir) if image else None,
+            "images": {arch: str(info.dir) for arch, info in images.items()},
             "guests": [g.to_json() for g in guests], "timings": timings}
     tmp = _fleet_json(workdir).with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -932,12 +1078,20 @@ def _write_fleet_json(workdir: Path, guests: Sequence[Guest], key: Path, timings
 
 
 def write_inventory(path: Path, guests: Sequence[Guest], key: Path) -> None:
+    """The fleet's inventory: every guest in group vm_fleet, and in vm_<arch> (vm_x86_64, vm_arm64) for
+    its architecture, so a run can be limited to one arch (`--limit vm_arm64`). No per-host data beyond
+    the connection: the deploy reads a host's architecture from the host itself, as on real Sparks."""
+    children: dict = {"vm_fleet": {"hosts": {
+        g.name: {"ssh_hostname": g.host, "ssh_port": g.port} for g in guests}}}
+    for arch in ARCHES:
+        names = [g.name for g in guests if g.arch == arch]
+        if names:
+            children[f"vm_{arch}"] = {"hosts": {n: {} for n in names}}
     inv = {"all": {
         # as on DGX OS: an operator account with password-less sudo, no root SSH
         "vars": {"ssh_user": OPERATOR, "_sudo": True, "ssh_key": str(key),
                  "ssh_known_hosts_file": "/dev/null", "ssh_strict_host_key_checking": "no"},
-        "children": {"vm_fleet": {"hosts": {
-            g.name: {"ssh_hostname": g.host, "ssh_port": g.port} for g in guests}}},
+        "children": children,
     }}
     tmp = path.with_suffix(".yml.tmp")
     tmp.write_text(yaml.safe_dump(inv, sort_keys=False, default_flow_style=False))
@@ -956,11 +1110,15 @@ def load(workdir=None) -> Fleet:
                  timings=data.get("timings", {}))
 
 
-def up(count: int = 3, workdir=None, cache_dir=None, memory_mb: int = 2048,
-       smp: int | None = None, accel: str | None = None) -> Fleet:
-    """Build/reuse the image, boot `count` guests, wait for SSH + systemd, write the inventory."""
-    if count < 1:
-        raise VMError("count must be >= 1")
+def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 2048,
+       smp: int | None = None, accel: str | None = None, arch=None) -> Fleet:
+    """Build/reuse the image(s), boot the guests, wait for SSH + systemd, write the inventory.
+
+    `arch`: one architecture for all `count` guests (default x86_64, count default 3), or a list /
+    comma-separated string with one architecture per guest (`"x86_64,arm64"`). One image per
+    architecture; all guests use the same SSH key (the first image's)."""
+    arches = guest_arches(count, arch)
+    count = len(arches)
     workdir = _resolve(workdir, default_workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if _fleet_json(workdir).exists():
@@ -972,39 +1130,56 @@ def up(count: int = 3, workdir=None, cache_dir=None, memory_mb: int = 2048,
         down(workdir)  # stale files of a dead fleet
 
     timings: dict = {}
-    image = build_image(cache_dir)
-    timings["image_cached"] = image.cached
-    timings["image_build_s" if image.built else "image_lookup_s"] = round(image.seconds, 1)
-    timings["image_size_bytes"] = image.size_bytes
+    images: dict[str, ImageInfo] = {}
+    for a in dict.fromkeys(arches):  # each architecture once, in the order given
+        images[a] = build_image(cache_dir, arch=a)
+    first = images[arches[0]]
+    timings["image_cached"] = all(i.cached for i in images.values())
+    built = sum(i.seconds for i in images.values() if i.built)
+    timings["image_build_s" if built else "image_lookup_s"] = round(
+        built or sum(i.seconds for i in images.values()), 1)
+    timings["image_size_bytes"] = sum(i.size_bytes for i in images.values())
+    if len(images) > 1 or first.arch != DEFAULT_ARCH:
+        timings["images"] = {a: {"cached": i.cached, "seconds": round(i.seconds, 1), "dir": str(i.dir)}
+                             for a, i in images.items()}
     t0 = time.monotonic()
-    accel = accel or choose_accel(image, cache_dir)
+    accels = {a: (accel or choose_accel(i, cache_dir)) for a, i in images.items()}
     timings["accel_choice_s"] = round(time.monotonic() - t0, 1)
-    smp = smp or default_smp(count)
-    timings.update(accel=accel, smp=smp, count=count, memory_mb=memory_mb)
-    log.info("booting %d guest(s): accel=%s smp=%d memory=%d MiB", count, accel, smp, memory_mb)
+    smps = {a: smp or default_smp(count, a) for a in images}
+    timings.update(accel=accels[first.arch] if len(set(accels.values())) == 1 else accels,
+                   smp=smps[first.arch] if len(set(smps.values())) == 1 else smps,
+                   count=count, memory_mb=memory_mb)
+    if len(images) > 1 or first.arch != DEFAULT_ARCH:
+        timings["arches"] = list(arches)
+    log.info("booting %d guest(s) (%s): accel=%s smp=%s memory=%d MiB", count, ",".join(arches),
+             timings["accel"], timings["smp"], memory_mb)
 
+    # one key for the fleet (each image has its own; the guests of other arches get it authorized)
+    key = first.key
     guests: list[Guest] = []
     used: set[int] = set()
-    for i in range(1, count + 1):
+    for i, a in enumerate(arches, start=1):
         name = f"spark-{i}"
         overlay = workdir / f"{name}.qcow2"
         with contextlib.suppress(FileNotFoundError):
             overlay.unlink()
-        _run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", image.disk, "-F", "raw",
+        _run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", images[a].disk, "-F", "raw",
               overlay], capture_output=True)
         g = Guest(name=name, port=0, overlay=overlay, pidfile=workdir / f"{name}.pid",
-                  console_log=workdir / f"{name}.console.log", key_path=image.key, argv=[])
+                  console_log=workdir / f"{name}.console.log", key_path=images[a].key, argv=[], arch=a)
         with contextlib.suppress(FileNotFoundError):
             g.console_log.unlink()
         guests.append(g)
-    _write_fleet_json(workdir, guests, image.key, timings, image)
+    _write_fleet_json(workdir, guests, key, timings, first, images)
 
     t_boot = time.monotonic()
+    per_guest: dict[str, float] = {}
     try:
         for g in guests:
+            img = images[g.arch]
             for attempt in range(5):  # a port may be grabbed between probe and bind
                 g.port = _free_port(avoid=used)
-                g.argv = _qemu_argv(g, image.kernel, image.initrd, memory_mb, smp, accel,
+                g.argv = _qemu_argv(g, img.kernel, img.initrd, memory_mb, smps[g.arch], accels[g.arch],
                                     hostname=g.name)
                 try:
                     g.start()
@@ -1014,26 +1189,40 @@ def up(count: int = 3, workdir=None, cache_dir=None, memory_mb: int = 2048,
                     if not port_clash or attempt == 4:
                         raise
             used.add(g.port)
-            _write_fleet_json(workdir, guests, image.key, timings, image)
-        states = _wait_all(guests)
+            _write_fleet_json(workdir, guests, key, timings, first, images)
+        states = _wait_all(guests, seconds=per_guest)
+        if len({g.key_path for g in guests}) > 1:
+            _unify_keys(guests, key)
     except BaseException:
         log.error("bringing up the fleet failed; tearing down (console logs kept in %s)", workdir)
         with contextlib.suppress(Exception):
             down(workdir)
         raise
     timings["boot_s"] = round(time.monotonic() - t_boot, 1)
+    timings["boot_s_per_guest"] = {n: round(v, 1) for n, v in per_guest.items()}
     timings["states"] = states
     log.info("%d guest(s) up in %.0f s: %s", count, timings["boot_s"],
-             ", ".join(f"{g.name}=127.0.0.1:{g.port}" for g in guests))
+             ", ".join(f"{g.name}({g.arch})=127.0.0.1:{g.port}" for g in guests))
 
     inventory = workdir / "inventory.yml"
-    write_inventory(inventory, guests, image.key)
-    _write_fleet_json(workdir, guests, image.key, timings, image)
+    write_inventory(inventory, guests, key)
+    _write_fleet_json(workdir, guests, key, timings, first, images)
     return Fleet(guests=guests, workdir=workdir, inventory_path=inventory,
-                 key_path=image.key, timings=timings)
+                 key_path=key, timings=timings)
 
 
-def _wait_all(guests: Sequence[Guest]) -> dict[str, str]:
+def _unify_keys(guests: Sequence[Guest], key: Path) -> None:
+    """A mixed fleet: authorize the fleet key (the first image's) for the operator on the guests of the
+    other images, and switch them to it, so that the inventory has a single ssh_key."""
+    pub = Path(str(key) + ".pub").read_bytes()
+    for g in guests:
+        if g.key_path != key:
+            g.ssh(f"cat >> ~{OPERATOR}/.ssh/authorized_keys", user=OPERATOR, input=pub)
+            g.key_path = key
+            g.ssh("true", user=OPERATOR)
+
+
+def _wait_all(guests: Sequence[Guest], seconds: dict | None = None) -> dict[str, str]:
     results: dict[str, str] = {}
     errors: list[str] = []
     lock = threading.Lock()
@@ -1044,7 +1233,9 @@ def _wait_all(guests: Sequence[Guest]) -> dict[str, str]:
             state = g.wait_ready()
             with lock:
                 results[g.name] = state
-            log.info("%s ready (%s) after %.0f s", g.name, state, time.monotonic() - t0)
+                if seconds is not None:
+                    seconds[g.name] = time.monotonic() - t0
+            log.info("%s (%s) ready (%s) after %.0f s", g.name, g.arch, state, time.monotonic() - t0)
         except Exception as e:  # noqa: BLE001 - collected and re-raised below
             with lock:
                 errors.append(str(e))
@@ -1116,25 +1307,44 @@ _cache_opt = click.option(
 cli = click.Group("vm", help="A fleet of QEMU VMs standing in for DGX Spark hosts (CI).")
 
 
+def _arch_option(ctx, param, value):
+    """--arch: one architecture, or a comma-separated list (one per guest); bad input is one line."""
+    if value is None:
+        return None
+    try:
+        return parse_arches(value)
+    except VMError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @cli.command("up")
-@click.option("--count", type=click.IntRange(1, 16), default=3, show_default=True)
+@click.option("--count", type=click.IntRange(1, 16), default=None,
+              help="Number of guests [default: 3, or one per --arch entry].")
+@click.option("--arch", "arch", default=None, callback=_arch_option, metavar="ARCH[,ARCH...]",
+              help="Guest architecture: x86_64 (default) or arm64 (TCG-emulated, qemu-system-aarch64 "
+                   "-M virt); a comma-separated list gives one architecture per guest, e.g. x86_64,arm64.")
 @_workdir_opt
 @click.option("--memory", "memory_mb", type=click.IntRange(256), default=2048,
               show_default=True, help="Memory per guest in MiB.")
 @_cache_opt
 @click.option("--smp", type=click.IntRange(1, 64), default=None,
               help="vCPUs per guest (default: chosen from host cores and --count).")
-def up_cmd(count: int, workdir: Path, memory_mb: int, cache_dir: Path, smp: int | None) -> None:
+def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, cache_dir: Path,
+           smp: int | None) -> None:
     """Boot COUNT guests and write WORKDIR/inventory.yml."""
     _setup_logging()
+    try:
+        arches = guest_arches(count, arch)
+    except VMError as e:
+        raise click.UsageError(str(e)) from None
     _exit_on_sigterm()
     try:
-        fleet = up(count=count, workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
-                   memory_mb=memory_mb, smp=smp)
+        fleet = up(count=len(arches), workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
+                   memory_mb=memory_mb, smp=smp, arch=arches)
     except VMError as e:
         raise click.ClickException(str(e)) from None
     for g in fleet.guests:
-        click.echo(f"{g.name}\t127.0.0.1:{g.port}")
+        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}")
     click.echo(f"inventory: {fleet.inventory_path}")
     click.echo(f"log in:    {fleet.guests[0].login_command()}   (operator {OPERATOR}; sudo -i for root)")
 
@@ -1152,15 +1362,18 @@ def down_cmd(workdir: Path) -> None:
 
 @cli.command("build-image")
 @_cache_opt
-def build_image_cmd(cache_dir: Path) -> None:
-    """Build (or find cached) the guest image and print its directory."""
+@click.option("--arch", "arch", default=None, callback=_arch_option, metavar="ARCH[,ARCH...]",
+              help="x86_64 (default) and/or arm64; one image per architecture.")
+def build_image_cmd(cache_dir: Path, arch: list | None) -> None:
+    """Build (or find cached) the guest image(s) and print the directory of each."""
     _setup_logging()
     _exit_on_sigterm()
     try:
-        info = build_image(Path(cache_dir).expanduser())
+        for a in dict.fromkeys(arch or [DEFAULT_ARCH]):
+            info = build_image(Path(cache_dir).expanduser(), arch=a)
+            click.echo(str(info.dir))
     except VMError as e:
         raise click.ClickException(str(e)) from None
-    click.echo(str(info.dir))
 
 
 @cli.command("status")
@@ -1173,4 +1386,4 @@ def status_cmd(workdir: Path) -> None:
         raise click.ClickException(str(e)) from None
     for g in fleet.guests:
         state = f"running (pid {g.pid})" if g.is_running() else "stopped"
-        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{state}")
+        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}\t{state}")

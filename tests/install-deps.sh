@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
 # Everything the tests and the local try-it fleet need, on a fresh Debian/Ubuntu machine (run as root).
+# arm64 guests (specfleet vm up --arch arm64, tests/vm/test_arm64.py): qemu-system-aarch64 boots them, and their
+# images (and the arm64 trtllm-serve stand-in) are built by mmdebstrap through qemu-user, which needs
+# binfmt_misc mounted and qemu-aarch64 registered (qemu-user-static + binfmt-support).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "install-deps: run as root (apt-get, qemu, mmdebstrap)" >&2; exit 1; fi
+if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
 need=()
-for pkg in qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client curl ca-certificates; do
+for pkg in qemu-system-x86 qemu-system-arm qemu-user-static binfmt-support qemu-utils mmdebstrap e2fsprogs \
+           openssh-client curl ca-certificates; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ "$(uname -m)" != aarch64 ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  # the package's postinst registers it when binfmt_misc is mounted; without systemd, do it here
+  update-binfmts --enable qemu-aarch64 2>/dev/null || true
+  if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    echo "install-deps: qemu-aarch64 is not registered in binfmt_misc; arm64 images cannot be built" >&2
+    exit 1
+  fi
 fi
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"

@@ -22,6 +22,11 @@ from tests.vm.phases import PhaseClock
 FIGURES: list[tuple[str, str]] = []
 PHASES = PhaseClock()
 HERE = Path(__file__).resolve().parent
+#: arch -> lab.Prebuild: the guest image + stand-in tar of another architecture than the session fleet's, built in
+#: the background from the start of the session (pytest_collection_finish) while the x86_64 modules run.
+PREBUILDS: dict = {}
+#: The modules that boot guests of another architecture, and that architecture.
+ARCH_MODULES = {"test_arm64.py": "arm64"}
 
 
 def figure(name: str, value: str) -> None:
@@ -155,5 +160,27 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_collection_modifyitems(items):
     """The fleet up/down test brings up its own guests: run it before the session fleet boots; the bench
-    converges and switches the fleet itself: run it after the CI sequence, faults and rollouts."""
-    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2}.get(item.path.name, 1))
+    converges and switches the fleet itself: run it after the CI sequence, faults and rollouts. The arm64
+    module comes last: its image and stand-in are built in the background meanwhile (PREBUILDS)."""
+    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2}.get(item.path.name, 1)
+               + (10 if item.path.name in ARCH_MODULES else 0))
+
+
+def pytest_collection_finish(session):
+    """Start the background build of each other architecture a selected (not skipped) test will boot."""
+    wanted = {ARCH_MODULES[item.path.name] for item in session.items
+              if item.path.name in ARCH_MODULES and not item.get_closest_marker("skip")}
+    for arch in sorted(wanted - set(PREBUILDS)):
+        start_prebuild(arch, session.config)
+
+
+def start_prebuild(arch: str, config):
+    workdir = Path(config._tmp_path_factory.getbasetemp()) / "prebuild" if hasattr(config, "_tmp_path_factory") \
+        else Path("/tmp") / f"specfleet-prebuild-{os.getpid()}"
+    PREBUILDS[arch] = lab.Prebuild(arch, cache_dir(), workdir)
+    return PREBUILDS[arch]
+
+
+def pytest_sessionfinish(session):
+    for prebuild in PREBUILDS.values():  # interrupted before its module joined it: remove its partial build
+        prebuild.stop()

@@ -106,9 +106,24 @@ def configure_guest_pip(fleet, index_url: str | None, cert: bool, guests=None) -
     return [g.name for g in guests]
 
 
-def load_standin_image(fleet, cache_dir: Path, mode: str = "ok", load_delay_s: float = 4.0, tag: str = STANDIN_TAG) -> dict:
-    tarball = standin_image.build_rootfs_tarball(cache_dir, mode=mode, load_delay_s=load_delay_s)
-    return fleet.load_image(tarball, tag, standin_image.docker_import_changes())
+def standin_tarball(cache_dir: Path, arch: str = "x86_64", mode: str = "ok", load_delay_s: float = 4.0) -> Path:
+    """The stand-in rootfs tar for guests of `arch` (a guest's arch: x86_64/arm64), built unless cached."""
+    return standin_image.build_rootfs_tarball(cache_dir, mode=mode, load_delay_s=load_delay_s,
+                                              arch=standin_image.debian_arch(arch))
+
+
+def load_standin_image(fleet, cache_dir: Path, mode: str = "ok", load_delay_s: float = 4.0, tag: str = STANDIN_TAG,
+                       guests=None) -> dict:
+    """Build (per guest architecture) and stream the stand-in image into every guest (or `guests`)."""
+    guests = list(fleet.guests if guests is None else guests)
+    by_arch: dict[str, list] = {}
+    for g in guests:
+        by_arch.setdefault(getattr(g, "arch", None) or "x86_64", []).append(g)
+    seconds: dict = {}
+    for arch, members in by_arch.items():
+        tarball = standin_tarball(cache_dir, arch, mode=mode, load_delay_s=load_delay_s)
+        seconds.update(fleet.load_image(tarball, tag, standin_image.docker_import_changes(), guests=members))
+    return seconds
 
 
 @dataclass
@@ -286,3 +301,69 @@ def availability_per_second(polls: dict[str, list[tuple[float, int]]], start: fl
         counts.append(up)
         t += 1
     return counts
+
+
+# --------------------------------------------------------------------------- background builds (other arches)
+
+
+class Prebuild:
+    """A guest image + the stand-in rootfs tar of one architecture (arm64: built under qemu-user, the slowest
+    part of the lab), built by a background process started when the session begins, so that it overlaps the
+    other modules; the module that boots guests of that arch joins it. stop() ends it (SIGTERM: the build
+    removes its partial files), e.g. when the session is interrupted."""
+
+    def __init__(self, arch: str, cache_dir: Path, workdir: Path):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.arch = arch
+        self.log_path = workdir / f"prebuild-{arch}.log"
+        self.result_path = workdir / f"prebuild-{arch}.json"
+        self.started = time.monotonic()
+        self.waited_s: float | None = None
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "import sys; from tests.vm import lab; sys.exit(lab.prebuild_main(sys.argv[1:]))",
+                 arch, str(cache_dir), str(self.result_path)],
+                cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def join(self, timeout: float | None = None) -> dict:
+        """Wait for the build; its figures (seconds per part, cold or cached). RuntimeError if it failed."""
+        t0 = time.monotonic()
+        rc = self.proc.wait(timeout=timeout)
+        if self.waited_s is None:
+            self.waited_s = time.monotonic() - t0
+        if rc != 0:
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"background {self.arch} build failed (rc={rc}); {self.log_path}:\n{tail}")
+        return json.loads(self.result_path.read_text())
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        import signal
+        self.proc.send_signal(signal.SIGTERM)  # vm.build_image removes its partial build
+        try:
+            self.proc.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def prebuild_main(argv: list[str]) -> int:
+    """The Prebuild process: ARCH CACHE_DIR RESULT_JSON. Image first (the long pole), then the stand-in."""
+    import logging
+    from specfleet import vm
+    arch, cache_dir, result_path = argv[0], Path(argv[1]), Path(argv[2])
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s prebuild: %(message)s", datefmt="%H:%M:%S")
+    vm._exit_on_sigterm()
+    t0 = time.monotonic()
+    image = vm.build_image(cache_dir, arch=arch)
+    t1 = time.monotonic()
+    standin_key = standin_image.base_recipe_key(standin_image.debian_arch(arch))
+    base_cached = any(cache_dir.glob(f"debian-*-{standin_key[:16]}.tar"))
+    tar = standin_tarball(cache_dir, arch)
+    t2 = time.monotonic()
+    result = {"arch": arch, "image_dir": str(image.dir), "image_built": image.built, "image_s": round(t1 - t0, 1),
+              "standin_tar": str(tar), "standin_built": not base_cached, "standin_s": round(t2 - t1, 1)}
+    result_path.write_text(json.dumps(result) + "\n")
+    print(json.dumps(result), flush=True)
+    return 0

@@ -85,9 +85,21 @@ def _native_arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
+_DEBIAN_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def debian_arch(arch: str | None = None) -> str:
+    """dpkg's name of an architecture (x86_64 -> amd64, aarch64 -> arm64); None: the controller's."""
+    if arch is None:
+        return _native_arch()
+    return _DEBIAN_ARCH.get(arch, arch)
+
+
 def mmdebstrap_args(arch: str | None = None, mirror: str | None = None) -> list[str]:
-    """The mmdebstrap command line for the base rootfs (output path appended by the caller)."""
-    arch = arch or _native_arch()
+    """The mmdebstrap command line for the base rootfs (output path appended by the caller). `arch`: the
+    guests' architecture (x86_64/amd64, aarch64/arm64; default the controller's); a foreign one is built
+    through qemu-user (binfmt_misc, tests/install-deps.sh)."""
+    arch = debian_arch(arch)
     mirror = mirror or os.environ.get("SPECFLEET_DEBIAN_MIRROR", DEFAULT_MIRROR)
     args = [
         "mmdebstrap",
@@ -287,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=MODES, default="ok")
     p.add_argument("--load-delay-s", type=float, default=5.0)
     p.add_argument("--version", default="1.2.0rc6")
-    p.add_argument("--arch", default=None)
+    p.add_argument("--arch", default=None, help="amd64/x86_64 or arm64/aarch64 (default: this machine's)")
     a = p.parse_args(argv)
     t0 = time.monotonic()
     out = build_rootfs_tarball(a.cache_dir, a.mode, a.load_delay_s, a.version, arch=a.arch)
