@@ -88,6 +88,9 @@ from . import status as _status  # noqa: E402
 
 main.add_command(_status.status, "status")
 main.add_command(_status.logs, "logs")
+from . import mirror as _mirror  # noqa: E402
+
+main.add_command(_mirror.cli, "mirror")
 main.add_command(_project.init, "init"); main.add_command(_project.vars_, "vars")  # noqa: E702
 
 if __name__ == "__main__":

@@ -19,13 +19,23 @@ extra_llm_api_options = {}  # TRT-LLM options deep-merged over the profile's ext
 # --- models --------------------------------------------------------------------------------------
 target_revision = "main"  # branch, tag or commit of the target model; resolved once to a commit on the controller
 draft_revision = "main"  # branch, tag or commit of the draft model / EAGLE-3 head; resolved like target_revision
-hub_endpoint = "https://huggingface.co"  # Hugging Face Hub (or a Hub-compatible mirror) the hosts download from
+hub_endpoint = "https://huggingface.co"  # Hugging Face Hub (or a Hub-compatible mirror) the hosts download from; a hub_mirror host's upstream; with a hub_mirror group the other hosts default to the mirror
 controller_hub_endpoint = None  # Hub address the controller uses to resolve commits and sizes; None means hub_endpoint
 hf_token_required = True  # refuse to deploy without a Hugging Face token (HF_TOKEN or hf_token_file) on the controller
 hf_token_file = None  # controller path of a file holding the HF token; None reads the HF_TOKEN environment variable
 fetch_workers = 8  # parallel file downloads per model on each host
 hub_client_requirement = "huggingface_hub==2.4.0"  # pip requirement installed in the host's fetch virtualenv
 pip_index_url = None  # PyPI mirror for the host's fetch virtualenv; None uses pip's default index
+
+# --- Hub mirror (hosts of the inventory group `hub_mirror`; deploys/hub_mirror.py) --------------------
+mirror_port = 8090  # TCP port of the fleet's Hub mirror (olah); the other hosts' hub_endpoint defaults to http://<mirror>:<port>
+mirror_bind = "0.0.0.0"  # address the mirror's filtering socket binds on its host (an IP address)
+mirror_engine_port = 18090  # loopback port olah itself listens on, behind the filtering socket (systemd-socket-proxyd)
+mirror_allowed_networks = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]  # networks (CIDR) that may reach the mirror: IPAddressDeny=any + IPAddressAllow= on its systemd socket, enforced by the kernel
+mirror_address = None  # address the fleet hosts reach the mirror at; None: the mirror host's ansible_host/ssh_hostname, else its inventory name
+mirror_cache_dir = "/var/lib/specfleet-mirror"  # mirror host directory for olah's cache, config, logs and virtualenv
+mirror_requirement = "olah==0.5.4"  # pip requirement of the mirror engine, installed in its own virtualenv from pip_index_url
+mirror_python = "python3"  # interpreter (Python >= 3.10) the mirror's virtualenv is made with
 
 # --- tiktoken encodings (gpt-oss / Harmony) ------------------------------------------------------
 tiktoken_base_url = "https://openaipublic.blob.core.windows.net/encodings"  # where hosts fetch the tiktoken files (point at a mirror if needed)

@@ -40,6 +40,9 @@ class Inventory:
     hosts: list[str] = field(default_factory=list)  # in file order (rollouts rely on it)
     groups: dict[str, list[str]] = field(default_factory=dict)  # group -> hosts (all ancestors included)
     host_vars: dict[str, dict[str, Any]] = field(default_factory=dict)  # merged, Ansible precedence
+    # per host: the vars set above the `all` level (by a group other than all, or for the host itself); what a
+    # fleet-derived default (e.g. hub_endpoint -> the hub_mirror group's mirror) must not override
+    explicit: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -171,6 +174,8 @@ def load_inventory(path: str | Path) -> Inventory:
             if host in groups[g].hosts:
                 merged = _merge_vars(merged, groups[g].hosts[host])
         inv.host_vars[host] = merged
+        inv.explicit[host] = {k for g in membership[host] if g != "all" for k in groups[g].vars} | \
+            {k for g in membership[host] if host in groups[g].hosts for k in groups[g].hosts[host]}
     return inv
 
 

@@ -20,7 +20,7 @@ from .lockfile import pins_from_lock
 from .inventory import Inventory, InventoryError, load_inventory
 from .render import HostPaths, config_yaml, rendered_files, smoke_request, unit_text
 from .project import project_dir, use_project
-from .settings import Problem, Settings, build_fleet, split_vars
+from .settings import MIRROR_GROUP, Problem, Settings, build_fleet, split_vars
 
 DEFAULT_INVENTORY = "inventory/fleet.yml"
 EXIT_INVALID = 2
@@ -40,6 +40,12 @@ class HostPlan:
     connection: dict
     pins: dict[str, ModelPin] = field(default_factory=dict)
     image_digest: str | None = None  # the lock's registry digest of the image (None: not in a registry, run by tag)
+    is_mirror: bool = False  # a host of the hub_mirror group: runs the fleet's Hub mirror, serves no model
+    mirror_url: str | None = None  # the hub_mirror group's (first) mirror; hosts whose hub_endpoint it is wait for its warm-up
+
+    @property
+    def uses_mirror(self) -> bool:
+        return self.is_mirror or (self.mirror_url is not None and self.settings.hub_endpoint == self.mirror_url)
 
     @property
     def paths(self) -> HostPaths:
@@ -118,11 +124,20 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     files and gated access as of now: `specfleet check --hub`).
     `overrides` (pyinfra's `--data key=value`) beat every inventory level and are validated like them."""
     if overrides:
-        inventory = dataclasses.replace(inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()})
+        inventory = dataclasses.replace(inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()},
+                                        explicit={h: set(inventory.explicit.get(h, ())) | set(overrides) for h in inventory.hosts})
     fleet, problems = build_fleet(inventory, profile)
     if problems:
         raise PlanError([str(p) for p in problems])
-    plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0]) for h, s in fleet.items()}
+    mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
+    plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0], is_mirror=h in mirrors)
+             for h, s in fleet.items()}
+    first = next((h for h in inventory.hosts if h in mirrors), None)
+    if first is not None:
+        from .mirror import advertised_url
+        url = advertised_url(plans[first].settings, plans[first].connection)
+        for plan in plans.values():
+            plan.mirror_url = url
     if resolve and profile is not None:
         if live:
             pins, problems = resolve_pins(fleet)

@@ -26,6 +26,7 @@ from .project import use_project
 from .plan import EXIT_INVALID, HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail
 from .steps import lock, stage, switch, unlock
 from .steps._common import current_plan
+from .steps.mirror import warm_phase
 
 EXIT_OK, EXIT_HALTED, EXIT_PARTIAL, EXIT_REFUSED = 0, 1, 3, 4
 
@@ -153,12 +154,13 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
             raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); roll out eagle3/draft_target/baseline"])
         use_project(inventory_file)
         inventory = load_inventory_or_fail()
-        targets = select(inventory.hosts, inventory.groups, limit)
+        plans = build_plans(inventory, profile, resolve=True)
+        # hub_mirror hosts serve no model: they are warmed before the stage, never switched
+        targets = [h for h in select(inventory.hosts, inventory.groups, limit) if not plans[h].is_mirror]
         if not targets:
-            raise PlanError([f"--limit {limit}: matches no host of the inventory"])
+            raise PlanError([f"--limit {limit}: matches no serving host of the inventory"])
         sizes = parse_batches(batches, len(targets))
         tolerated = parse_max_fail(max_fail, len(targets))
-        plans = build_plans(inventory, profile, resolve=True)
     except (PlanError, ValueError) as exc:
         for line in getattr(exc, "lines", [str(exc)]):
             click.echo(line, err=True)
@@ -187,9 +189,22 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
         before = read_statuses(plans, locked)
         for h in locked:
             outcomes[h].old = before.get(h, {}).get("current") or "(none)"
-        # 1. stage everywhere in parallel: nothing that serves changes
-        _log(f"stage on {len(locked)} host(s): preflight, encodings, models, release files")
-        stage_failed = run_on(plans, locked, stage)
+        # 1a. the fleet's Hub mirror first: set up and warmed with what the hosts that download from it still need
+        mirrors = [h for h in inventory.hosts if plans[h].is_mirror]
+        users = [h for h in locked if plans[h].uses_mirror]
+        mirror_failed: set[str] = set()
+        if mirrors and users:
+            _log(f"hub mirror {', '.join(mirrors)}: set up and warm it for {len(users)} host(s)")
+            if set(mirrors) & run_on(plans, mirrors + users, warm_phase):
+                url = plans[users[0]].mirror_url
+                for h in users:
+                    outcomes[h].result = f"failed to stage: hub mirror {mirrors[0]} ({url}) failed to warm (still serving its old release)"
+                    failures.add(h)
+                    mirror_failed.add(h)
+        # 1b. stage everywhere in parallel: nothing that serves changes
+        staging = [h for h in locked if h not in mirror_failed]
+        _log(f"stage on {len(staging)} host(s): preflight, encodings, models, release files")
+        stage_failed = run_on(plans, staging, stage)
         for h in stage_failed:
             outcomes[h].result = "failed to stage (still serving its old release)"
             failures.add(h)

@@ -190,6 +190,25 @@ REQUIREMENT_RULE = ("allowed: huggingface_hub[extras] with one version specifier
                     "version of letters, digits and '.', e.g. huggingface_hub==2.4.0")
 _REQUIREMENT = re.compile(r"huggingface_hub(?:\[[A-Za-z0-9_-]+(?:,[A-Za-z0-9_-]+)*\])? ?(?:==|~=|>=|<=|!=|>|<) ?[A-Za-z0-9.]+")
 
+MIRROR_REQUIREMENT_RULE = "allowed: olah with one version specifier and a version of letters, digits and '.', e.g. olah==0.5.4"
+_MIRROR_REQUIREMENT = re.compile(r"olah ?(?:==|~=|>=|<=|!=|>|<) ?[A-Za-z0-9.]+")
+_REQUIREMENTS = {"hub_client_requirement": (_REQUIREMENT, "a huggingface_hub", REQUIREMENT_RULE),
+                 "mirror_requirement": (_MIRROR_REQUIREMENT, "an olah", MIRROR_REQUIREMENT_RULE)}
+_PYTHON = re.compile(r"(?:/[A-Za-z0-9._-]+)+|python3(?:\.[0-9]{1,2})?")
+
+
+def _address_problem(value: str) -> str | None:
+    """A host name or IP address the fleet hosts can put in a URL (mirror_address)."""
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    if len(value) > 253 or not _HOSTNAME.fullmatch(value):
+        return f"{show(value)} is not a host name or IP address (allowed: letters, digits, '-' and '.', or an IPv4/IPv6 address)"
+    return None
+
+
 # Rules of the fields still checked by a pydantic `pattern`, for the message (by top-level field name).
 PATTERN_RULES = {
     "operator_users": "allowed: an existing user name: lowercase letters, digits, '_', '-', starting with a letter "
@@ -230,6 +249,14 @@ class Settings(BaseModel):
     controller_hub_endpoint: str | None
     hf_token_required: bool
     hf_token_file: str | None
+    mirror_port: Annotated[int, Field(ge=1, le=65535)]
+    mirror_bind: str
+    mirror_engine_port: Annotated[int, Field(ge=1, le=65535)]
+    mirror_allowed_networks: list[str]
+    mirror_address: str | None
+    mirror_cache_dir: str
+    mirror_requirement: str
+    mirror_python: str
     fetch_workers: Annotated[int, Field(ge=1, le=64)]
     hub_client_requirement: str
     pip_index_url: str | None
@@ -261,7 +288,47 @@ class Settings(BaseModel):
     def _v_urls(cls, v: str | None) -> str | None:
         return _url(v)
 
-    @field_validator("data_dir", "secrets_dir")
+    @field_validator("mirror_bind")
+    @classmethod
+    def _v_mirror_bind(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{show(v)} is not an IP address to bind (0.0.0.0 for all interfaces, or one of the host's addresses)") from None
+        return v
+
+    @field_validator("mirror_allowed_networks")
+    @classmethod
+    def _v_mirror_networks(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("is empty, so no host could reach the mirror (allowed: a list of networks in CIDR form, e.g. [\"10.0.0.0/8\"])")
+        out = []
+        for net in v:
+            try:
+                out.append(str(ipaddress.ip_network(net, strict=False)))
+            except ValueError:
+                raise ValueError(f"{show(net)} is not a network in CIDR form (allowed: e.g. 10.0.0.0/8, 192.168.1.20/32, fd00::/8)") from None
+        return out
+
+    @field_validator("mirror_address")
+    @classmethod
+    def _v_mirror_address(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        problem = _address_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("mirror_python")
+    @classmethod
+    def _v_mirror_python(cls, v: str) -> str:
+        if not _PYTHON.fullmatch(v) or ".." in v:
+            raise ValueError(f"{show(v)} is not an interpreter name or absolute path (allowed: e.g. python3, python3.12, "
+                             "/usr/bin/python3: letters, digits, '.', '_', '-', '/')")
+        return v
+
+    @field_validator("data_dir", "secrets_dir", "mirror_cache_dir")
     @classmethod
     def _v_dirs(cls, v: str) -> str:
         return _abs_dir(v)
@@ -295,11 +362,12 @@ class Settings(BaseModel):
             raise ValueError(f"{show(v)} is not a valid git ref name ({REVISION_RULE})")
         return v
 
-    @field_validator("hub_client_requirement")
+    @field_validator("hub_client_requirement", "mirror_requirement")
     @classmethod
-    def _v_requirement(cls, v: str) -> str:
-        if not _REQUIREMENT.fullmatch(v):
-            raise ValueError(f"{show(v)} is not a huggingface_hub requirement ({REQUIREMENT_RULE})")
+    def _v_requirement(cls, v: str, info) -> str:
+        pattern, package, rule = _REQUIREMENTS[info.field_name]
+        if not pattern.fullmatch(v):
+            raise ValueError(f"{show(v)} is not {package} requirement ({rule})")
         return v
 
     @field_validator("hf_token_file")
@@ -475,13 +543,49 @@ def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[st
     if problems:
         return {}, problems
     defaults = {**load_defaults(), **overrides}
+    host_vars = {**inventory.host_vars, **mirror_endpoints(inventory, defaults)}
     out: dict[str, Settings] = {}
     for host in inventory.hosts:
-        settings, host_problems = build_settings(host, inventory.host_vars[host], profile_name, defaults)
+        settings, host_problems = build_settings(host, host_vars[host], profile_name, defaults)
+        if settings is not None and host in inventory.groups.get(MIRROR_GROUP, ()):
+            upstream = settings.hub_endpoint.split("://", 1)[1]
+            if "/" in upstream:
+                host_problems.append(Problem(host, "hub_endpoint", f"{show(settings.hub_endpoint)} has a path; the mirror "
+                                             "(olah) proxies a whole Hub host (allowed on hub_mirror hosts: http(s)://host[:port])"))
         problems += host_problems
-        if settings is not None:
+        if settings is not None and not host_problems:
             out[host] = settings
     return out, problems
+
+
+MIRROR_GROUP = "hub_mirror"  # inventory group whose hosts run the fleet's Hub mirror (deploys/hub_mirror.py)
+
+
+def mirror_url(mirror_vars: dict[str, Any], connection: dict[str, Any], name: str) -> str:
+    """http://<address>:<port> at which the fleet hosts reach a mirror host (its merged vars and connection data)."""
+    address = mirror_vars.get("mirror_address") or connection.get("ssh_hostname") or name
+    address = f"[{address}]" if ":" in str(address) else address
+    return f"http://{address}:{mirror_vars.get('mirror_port')}"
+
+
+def mirror_endpoints(inventory: Inventory, defaults: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """With a hub_mirror group: the vars of every other host whose hub_endpoint is not set above the `all` level,
+    pointed at the (first) mirror; the controller keeps asking the upstream Hub (controller_hub_endpoint).
+    Validation of the result happens with everything else (an unusable address is one line)."""
+    mirrors = inventory.groups.get(MIRROR_GROUP) or []
+    if not mirrors:
+        return {}
+    connection, mirror_vars = split_vars(inventory.host_vars[mirrors[0]])
+    url = mirror_url({**defaults, **mirror_vars}, connection, mirrors[0])
+    out: dict[str, dict[str, Any]] = {}
+    for host in inventory.hosts:
+        if host in mirrors or "hub_endpoint" in inventory.explicit.get(host, ()):
+            continue
+        own = inventory.host_vars[host]
+        upstream = own.get("hub_endpoint", defaults.get("hub_endpoint"))
+        out[host] = {**own, "hub_endpoint": url,
+                     "controller_hub_endpoint": own.get("controller_hub_endpoint", defaults.get("controller_hub_endpoint")) or upstream}
+    return out
 
 
 def _loc(loc: tuple) -> str:

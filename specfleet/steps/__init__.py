@@ -13,6 +13,7 @@ from .cleanup import cleanup
 from .docker_access import docker_access
 from .encodings import encodings
 from .lock import CONVERGE_ID, lock, unlock
+from .mirror import mirror_setup, mirror_warm
 from .models import models
 from .preflight import preflight
 from .release import release
@@ -22,7 +23,7 @@ from .token import token
 from .tools import tools
 
 __all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
-           "token", "tools", "encodings", "models", "release", "activate"]
+           "token", "tools", "encodings", "models", "release", "activate", "mirror_setup", "mirror_warm"]
 
 
 def _check_profile(profile: str) -> None:
@@ -42,13 +43,17 @@ def converge(profile: str) -> None:
 def _converge() -> None:
     # A host with something to change is locked for this run (the lock a rollout takes): a second converge
     # or a rollout started meanwhile is refused instead of interleaving. A converged host is only read.
-    preflight()
+    # A hub_mirror host serves no model: its converge sets up and warms the mirror (_stage_steps), nothing else.
+    plan = current_plan()
+    if not plan.is_mirror:
+        preflight()
     _count_restarts()
-    work = pending(current_plan())
+    work = pending(plan) if not plan.is_mirror else []
     if work:
         lock(CONVERGE_ID, kind="converge")
-    _stage_steps(preflight_done=True)
-    activate()
+    _stage_steps(preflight_done=True)  # one call site for every host (the mirror warm-up is a shared operation)
+    if not plan.is_mirror:
+        activate()
     if work:
         unlock(CONVERGE_ID, kind="converge")
 
@@ -61,10 +66,13 @@ def _count_restarts() -> None:
     operation), say how many SERVING hosts this converge restarts at once: they all go down together, which
     `specfleet rollout` avoids (it switches in batches behind a gate)."""
     plan = current_plan()
-    st = host_status(plan)
+    st = host_status(plan) if not plan.is_mirror else None
     state = ctx_state.get()
     seen = _RESTARTS.setdefault(state, {})
-    seen[host.name] = st.active == "active" and st.container_running and bool(changes(plan).restart)
+    if plan.is_mirror:
+        seen[host.name] = False
+    else:
+        seen[host.name] = st.active == "active" and st.container_running and bool(changes(plan).restart)
     if len(seen) == len(list(state.inventory.get_active_hosts())):
         restarting = [h for h, yes in seen.items() if yes]
         if len(restarting) > 1:
@@ -73,12 +81,19 @@ def _count_restarts() -> None:
 
 
 def _stage_steps(preflight_done: bool = False) -> None:
-    if not preflight_done:
-        preflight()
-    docker_access()
-    token()
-    tools()
-    encodings()
+    mirror = current_plan().is_mirror
+    if mirror:
+        mirror_setup()
+    else:
+        if not preflight_done:
+            preflight()
+        docker_access()
+        token()
+        tools()
+        encodings()
+    mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (steps/mirror.py)
+    if mirror:
+        return
     models()
     release()
 
@@ -92,4 +107,6 @@ def stage() -> None:
 @deploy("Switch")
 def switch(health_timeout_sec: int | None = None) -> None:
     """Make the staged release current, restart, and gate it (reverting on failure)."""
+    if current_plan().is_mirror:
+        return
     activate(health_timeout_sec)

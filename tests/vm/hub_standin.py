@@ -14,6 +14,7 @@ It implements exactly the HTTP surface that huggingface_hub 2.4.0 (``HF_HUB_DISA
     GET  /api/models/{repo}/auth-check[/write]                               access check
     HEAD /{repo}/resolve/{rev}/{path}                                        file metadata
     GET  /{repo}/resolve/{rev}/{path}            (Range: bytes=...)          file content
+    POST /api/models/{repo}/paths-info/{rev}     form paths=...              entries of the named paths (olah asks)
     GET  /encodings/{o200k_base,cl100k_base}.tiktoken                        synthetic tiktoken files
     GET  /_standin/log   POST /_standin/reset   POST /_standin/throttle?bps=N  (test control)
     POST /_standin/fail?status=S&count=N[&paths=resolve|api|all]                (test control: Hub errors)
@@ -639,8 +640,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._log_path = unquote(split.path)
         self._method = method
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)  # keep the keep-alive stream in sync
+        self._body = self.rfile.read(length) if length else b""  # read it all: keeps the keep-alive stream in sync
         query = parse_qs(split.query, keep_blank_values=True)
         try:
             if split.path.startswith("/_standin/"):
@@ -649,6 +649,8 @@ class _Handler(BaseHTTPRequestHandler):
             if failure is not None:
                 raise _HubError(failure, None, _FAIL_MESSAGES.get(failure, f"Simulated Hub error {failure} (stand-in)"),
                                 {"Retry-After": "1"} if failure == 429 else None)
+            if method == "POST" and self._paths_info_post(split.path):
+                return
             if method == "POST":
                 raise _HubError(405, None, "Method not allowed on the Hub stand-in")
             segs = split.path.lstrip("/").split("/")
@@ -921,6 +923,25 @@ class _Handler(BaseHTTPRequestHandler):
             out.append(e)
         # directories first then files, each sorted by path (what the Hub does)
         return out
+
+    # -- POST /api/models/{repo}/paths-info/{rev} (form: paths=a&paths=b[&expand=true]) -------------------------
+    # What Hub mirrors (olah) ask before proxying a file: the entries of the named paths, as the tree lists them.
+
+    def _paths_info_post(self, path: str) -> bool:
+        segs = path.lstrip("/").split("/")
+        if segs[:2] != ["api", "models"] or "paths-info" not in segs[3:5]:
+            return False
+        repo_id, rest = self._split_repo(segs[2:])
+        if rest[:1] != ["paths-info"] or len(rest) != 2:
+            return False
+        idx = self._revision_or_404(repo_id, unquote(rest[1]))
+        self._check_access(repo_id)
+        form = parse_qs(self._body.decode("utf-8", "replace"), keep_blank_values=True)
+        wanted = {p.strip("/") for p in form.get("paths", []) + form.get("paths[]", [])}
+        entries = [e for e in self._tree(repo_id, idx, "", {"recursive": ["true"], "expand": form.get("expand", ["false"])})
+                   if e["path"] in wanted]
+        self._send_json(entries)
+        return True
 
     # -- /{repo}/resolve/{rev}/{path} ----------------------------------------------------------------------------
 

@@ -1,0 +1,266 @@
+"""The fleet's Hub mirror: set up olah on hub_mirror hosts, and warm it before the other hosts stage.
+
+`mirror_setup` (deploys/hub_mirror.py, and the converge of a hub_mirror host): preflight (Python >= 3.10, disk),
+service user, directories, olah pinned in its own virtualenv, config + units, service and filtering socket
+running, olah answering. Every decision comes from one status read (MirrorStatus); a converged mirror is only
+read.
+
+`mirror_warm` is ONE operation at ONE place in the converge/stage, shared by every host of the run (pyinfra
+orders operations by where they are called, and runs each on all its hosts before the next): on the mirror it
+reads every needed file once through the mirror (so olah fetches it upstream once), on the other hosts it waits
+for that and refuses to stage when the warm-up failed. The other hosts' model fetches come after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from weakref import WeakKeyDictionary
+
+import gevent
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import python, server
+
+from ..mirror import NAME, USER, WARM, MirrorPaths, MirrorStatus, advertised_url, mirror_files
+from ._common import current_plan, refuse, sha256
+from .jobs import _follow, _say, run_on_host
+
+GB = 1_000_000_000
+DPKG_LOCK_TIMEOUT_SEC = 600
+_MIRROR_STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: MirrorState}
+_WARMED: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: (ok, url)}
+_WARM_OPS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: op hash of its warm-up}
+
+
+def mirror_status(plan):
+    from pyinfra.context import ctx_state
+
+    per_run = _MIRROR_STATUS.setdefault(ctx_state.get(), {})
+    if host.name not in per_run:
+        s, p = plan.settings, MirrorPaths(plan.settings.mirror_cache_dir)
+        files = tuple(mirror_files(s, plan.connection)) + (plan.paths.host_tool,)
+        dirs = (p.cache_dir, p.repos, p.logs, s.data_dir, plan.paths.bin)
+        per_run[host.name] = host.get_fact(MirrorStatus, cache_dir=s.mirror_cache_dir, python=s.mirror_python,
+                                           files=files, dirs=dirs)
+    return per_run[host.name]
+
+
+def fleet_bytes(state) -> int:
+    """Bytes of every distinct file the run's other hosts need (their pins), for the mirror's disk preflight."""
+    seen: dict[tuple[str, str, str], int] = {}
+    for other in state.inventory:
+        plan = other.data.get("specfleet")
+        if plan is None or plan.is_mirror:
+            continue
+        for pin in plan.pins.values():
+            for name, size in pin.files:
+                seen[(pin.repo, pin.commit, name)] = size
+    return sum(seen.values())
+
+
+def problems_of(plan, st, need_bytes: int) -> list[str]:
+    s = plan.settings
+    problems = []
+    if not st.python:
+        problems.append(f"{s.mirror_python} not found (mirror_python; olah needs Python >= 3.10)")
+    elif tuple(int(x) for x in st.python.split(".")) < (3, 10):
+        problems.append(f"{s.mirror_python} is Python {st.python}; olah needs >= 3.10 (set mirror_python)")
+    missing = max(0, need_bytes - st.cached_bytes)
+    if need_bytes and st.free_bytes < missing + s.disk_headroom_gb * GB:
+        problems.append(f"not enough disk under {s.mirror_cache_dir}: {missing / GB:.1f} GB of the fleet's models not yet "
+                        f"cached + {s.disk_headroom_gb} GB headroom (disk_headroom_gb), {st.free_bytes / GB:.1f} GB free")
+    return problems
+
+
+def _write_file(state, host, path: str, content: str, mode: str) -> bool:
+    """Write a root-owned file atomically from stdin (no temp upload outside its directory)."""
+    tmp = f"{path}.specfleet-tmp"
+    script = (f"umask 022 && cat > {shlex.quote(tmp)} && chown root:root {shlex.quote(tmp)} && "
+              f"chmod {mode} {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+    ok, _, err = run_on_host(state, host, f"sh -c {shlex.quote(script)}", stdin=content)
+    if not ok:
+        _say(host, f"writing {path} failed: {' '.join(err[-1:])}", error=True)
+    return ok
+
+
+_PROBE = """
+import sys, time, urllib.error, urllib.request
+for _ in range(60):
+    try:
+        urllib.request.urlopen(sys.argv[1], timeout=5)
+        sys.exit(0)
+    except urllib.error.HTTPError:
+        sys.exit(0)  # any HTTP answer: olah is up
+    except OSError:
+        time.sleep(1)
+sys.exit(1)
+"""
+
+
+def _wait_ready(state, host, port: int, cache_dir: str) -> bool:
+    """olah answers on its loopback port (a Type=exec unit that dies after starting is not caught by systemctl)."""
+    probe = [MirrorPaths(cache_dir).python, "-c", _PROBE, f"http://127.0.0.1:{port}/"]
+    ok, _, _ = run_on_host(state, host, " ".join(shlex.quote(a) for a in probe))
+    if not ok:
+        _, out, _ = run_on_host(state, host, f"journalctl -u {NAME}.service -n 15 --no-pager")
+        _say(host, f"hub mirror: olah does not answer on 127.0.0.1:{port}; its journal:", error=True)
+        for line in out[-15:]:
+            _say(host, f"    {line}", error=True)
+    return ok
+
+
+@deploy("Hub mirror")
+def mirror_setup():
+    from pyinfra.context import ctx_state
+
+    plan = current_plan()
+    if not plan.is_mirror:
+        return
+    s, p = plan.settings, MirrorPaths(plan.settings.mirror_cache_dir)
+    st = mirror_status(plan)
+    url = advertised_url(s, plan.connection)
+    logger.info(f"    [{host.name}] hub mirror {url} (upstream {s.hub_endpoint}): olah {st.olah or 'not installed'}, "
+                f"service {st.service or '-'}, {st.cached_bytes / GB:.2f} GB cached, {st.free_bytes / GB:.1f} GB free")
+    problems = problems_of(plan, st, fleet_bytes(ctx_state.get()))
+    if problems:
+        refuse(name="Hub mirror preflight", message=f"{host.name}: hub mirror preflight: " + "; ".join(problems))
+        return
+    if not st.user:
+        server.shell(name=f"Mirror service user {USER}",
+                     commands=[f"useradd --system --no-create-home --home-dir {shlex.quote(p.cache_dir)} "
+                               f"--shell /usr/sbin/nologin {USER}"])
+    wanted_dirs = {p.cache_dir: "755|root|root", p.repos: f"750|{USER}|{USER}", p.logs: f"750|{USER}|{USER}",
+                   s.data_dir: "755|root|root", plan.paths.bin: "755|root|root"}
+    for path, want in wanted_dirs.items():
+        if st.dirs.get(path) != want:
+            mode, user, group = want.split("|")
+            server.shell(name=f"Directory {path}",
+                         commands=[f"install -d -m {mode} -o {user} -g {group} {shlex.quote(path)}"])
+    # the host tool: the warm-up runs as a host job (detached from SSH, attachable, one at a time)
+    from importlib import resources
+    tool = (resources.files("specfleet.host") / "specfleet_host.py").read_text(encoding="utf-8")
+    if st.sha.get(plan.paths.host_tool) != sha256(tool):
+        python.call(name=f"Install {plan.paths.host_tool}", function=_write_file, path=plan.paths.host_tool,
+                    content=tool, mode="755")
+    pinned = re.fullmatch(r"olah ?== ?([A-Za-z0-9.]+)", s.mirror_requirement)
+    install = not (pinned and st.olah == pinned.group(1))
+    if install:
+        if not st.venv_module:
+            server.shell(name=f"python3-venv for the mirror's virtualenv (waits up to {DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
+                         commands=["DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                                   f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC} python3-venv"])
+        index = f" --index-url {shlex.quote(s.pip_index_url)}" if s.pip_index_url else ""
+        server.shell(name=f"{s.mirror_requirement} in the mirror's virtualenv {p.venv}",
+                     commands=[f"{shlex.quote(s.mirror_python)} -m venv {shlex.quote(p.venv)}",
+                               f"{shlex.quote(p.venv)}/bin/pip install -q --disable-pip-version-check{index} "
+                               f"{shlex.quote(s.mirror_requirement)}"])
+    changed = []
+    for path, content in mirror_files(s, plan.connection).items():
+        if st.sha.get(path) != sha256(content):
+            changed.append(path)
+            python.call(name=f"Write {path}", function=_write_file, path=path, content=content, mode="644")
+    units = [c for c in changed if c.startswith("/etc/systemd/")]
+    if units:
+        server.shell(name="systemd daemon-reload (mirror units changed)", commands=["systemctl daemon-reload"])
+    if changed or install or st.service != "active" or st.socket != "active" or st.enabled != ("enabled", "enabled"):
+        server.shell(name=f"Start {NAME} (olah) and its filtering socket",
+                     commands=[f"systemctl enable {NAME}.service {NAME}-proxy.socket",
+                               f"systemctl restart {NAME}.service" if (changed or install) else f"systemctl start {NAME}.service",
+                               # a changed socket (port, bind, allowed networks) takes effect only when re-created
+                               f"systemctl stop {NAME}-proxy.service {NAME}-proxy.socket; systemctl start {NAME}-proxy.socket"
+                               if changed else f"systemctl start {NAME}-proxy.socket"])
+        python.call(name="olah answers", function=_wait_ready, port=s.mirror_engine_port, cache_dir=p.cache_dir)
+
+
+# ---- warm-up: the shared operation ---------------------------------------------------------------------------
+def needed_files(state) -> list[tuple[str, str, str, int]]:
+    """(repo, commit, file, size) that some non-mirror host of this run still has to fetch, from the status each
+    of them read (the same decision its models step makes); each file once."""
+    from ._common import _STATUS, missing
+
+    statuses = _STATUS.get(state, {})
+    out: dict[tuple[str, str, str], int] = {}
+    for other in state.inventory:
+        plan = other.data.get("specfleet")
+        if plan is None or plan.is_mirror or other.name not in statuses:
+            continue
+        for role, pin in plan.pins.items():
+            todo = {path for path, _ in missing(plan, statuses[other.name], role)}
+            snap = plan.paths.snapshot(pin.repo, pin.commit)
+            for name, size in pin.files:
+                if f"{snap}/{name}" in todo:
+                    out[(pin.repo, pin.commit, name)] = size
+    return [(repo, commit, name, size) for (repo, commit, name), size in sorted(out.items())]
+
+
+def _warm_or_wait(state, host) -> bool:
+    plan = host.data.get("specfleet")
+    done = _WARMED.setdefault(state, {})
+    if plan.is_mirror:
+        s = plan.settings
+        files = needed_files(state)
+        url = advertised_url(s, plan.connection)
+        if not files:
+            done[host.name] = (True, url)
+            return True
+        argv = [MirrorPaths(s.mirror_cache_dir).python, "-c", WARM, f"http://127.0.0.1:{s.mirror_engine_port}"]
+        for repo, commit, name, size in files:
+            argv += [repo, commit, name, str(size)]
+        key = "warm:" + hashlib.sha256("\n".join(argv[3:]).encode()).hexdigest()[:16]
+        _say(host, f"hub mirror: warming {len(files)} file(s), {sum(f[3] for f in files) / 1e6:.1f} MB, "
+                   f"through {url} (one upstream fetch each)")
+        ok = _follow(state, host, key, argv, {})
+        done[host.name] = (ok, url)
+        return ok
+    # The mirror hosts' warm-up: in a CLI run (`pyinfra inventory.py deploys/...`) operations are identified by where
+    # they are called, so the warm-up and this wait are ONE operation, running now on the mirror: wait for its result.
+    # Under pyinfra's Python API (operations identified by their index per host) the mirror's warm-up may be an
+    # earlier operation (its result is known) or a later one: then nothing can be waited for here (`specfleet
+    # rollout` warms in a phase of its own before it stages).
+    warm_ops = _WARM_OPS.get(state, {})
+    mirrors = [h for h in state.inventory if h.name in warm_ops]
+    while any(warm_ops[m.name] == host.executing_op_hash and m.name not in done and m not in state.failed_hosts
+              for m in mirrors):
+        gevent.sleep(0.5)
+    for m in mirrors:
+        ok, url = done.get(m.name, (m not in state.failed_hosts, advertised_url(m.data.get("specfleet").settings,
+                                                                              m.data.get("specfleet").connection)))
+        if not ok:
+            _say(host, f"hub mirror {m.data.get('specfleet').settings.host} ({url}) failed to warm; not staging from it (hub_endpoint "
+                       f"{plan.settings.hub_endpoint}); this host keeps serving its current release", error=True)
+            return False
+    return True
+
+
+def mirror_warm() -> None:
+    """The shared warm-up operation (see the module docstring). Added on the mirror hosts and on every host that
+    downloads from the mirror (hub_endpoint = the mirror's URL) and has models to fetch."""
+    from ._common import changes
+
+    plan = current_plan()
+    if not plan.uses_mirror or plan.settings.profile is None:
+        return
+    if not plan.is_mirror and not changes(plan).fetches:
+        return
+    python.call(name="Hub mirror: warm it with the files the fleet needs (the other hosts stage from it afterwards)",
+                function=_warm_or_wait)
+    if plan.is_mirror:
+        from pyinfra.context import ctx_state
+        _WARM_OPS.setdefault(ctx_state.get(), {})[host.name] = host.op_hash_order[-1]
+
+
+@deploy("Hub mirror warm-up")
+def warm_phase():
+    """`specfleet rollout`'s phase before it stages: the mirror set up and warmed with what the hosts that download
+    from it still need (each of them only reads its status here)."""
+    from ._common import host_status
+
+    plan = current_plan()
+    if plan.is_mirror:
+        mirror_setup()
+        mirror_warm()
+    else:
+        host_status(plan)

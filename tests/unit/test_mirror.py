@@ -1,0 +1,255 @@
+"""The fleet's Hub mirror (issue 10): vars and their validation, the hub_endpoint default, the rendered units and
+olah config, and whole deploys on pyinfra's @fake connector (fresh mirror, converged mirror, warm-up order)."""
+
+import re
+
+import pytest
+
+from specfleet.mirror import NAME, MirrorPaths, mirror_files, parse_mirror_state
+from specfleet.plan import PlanError, build_plans, load_inventory_or_fail
+from specfleet.steps import converge, mirror_setup
+from specfleet.steps._common import sha256
+from tests.unit.fakehost import converged_responses, changed_ops, executed, run_deploy
+
+FLEET = """
+all:
+  vars: {{hub_endpoint: "http://hub.lab:8999", hf_token_required: false, pip_index_url: "http://pypi.lab/simple"}}
+  children:
+    hub_mirror:
+      hosts:
+        mirror-01: {{ansible_host: 10.1.0.5{mirror}}}
+    sparks:
+      hosts:
+        spark-01: {{operator_users: [nvidia]}}
+        spark-02: {{hub_endpoint: "https://huggingface.co"}}
+      {extra}
+"""
+
+
+def _plans(fleet_file, mirror="", extra="", profile="eagle3"):
+    fleet_file(FLEET.format(mirror=mirror, extra=extra))
+    return build_plans(load_inventory_or_fail(), profile, resolve=profile is not None)
+
+
+def _problems(fleet_file, **kw):
+    with pytest.raises(PlanError) as exc:
+        _plans(fleet_file, **kw)
+    return exc.value.lines
+
+
+# ---- hub_endpoint defaults to the mirror -------------------------------------------------------------------
+def test_other_hosts_default_to_the_mirror_and_the_controller_keeps_the_hub(fleet_file):
+    plans = _plans(fleet_file)
+    m, s1, s2 = plans["mirror-01"], plans["spark-01"], plans["spark-02"]
+    assert m.is_mirror and not s1.is_mirror and s1.uses_mirror and not plans["spark-02"].uses_mirror
+    assert m.settings.hub_endpoint == "http://hub.lab:8999"  # the mirror's upstream
+    assert s1.settings.hub_endpoint == "http://10.1.0.5:8090"  # the mirror, from its ansible_host and mirror_port
+    assert s1.settings.controller_endpoint == "http://hub.lab:8999"  # lookups still go upstream
+    assert s2.settings.hub_endpoint == "https://huggingface.co"  # a host's own hub_endpoint wins
+
+
+def test_mirror_address_and_port_and_group_override(fleet_file):
+    plans = _plans(fleet_file, mirror=", mirror_address: mirror.lab, mirror_port: 9000",
+                   extra='vars: {hub_endpoint: "http://other.lab:1"}')
+    assert plans["spark-01"].settings.hub_endpoint == "http://other.lab:1"  # set by the group sparks
+    plans = _plans(fleet_file, mirror=", mirror_address: mirror.lab, mirror_port: 9000")
+    assert plans["spark-01"].settings.hub_endpoint == "http://mirror.lab:9000"
+
+
+def test_no_mirror_group_changes_nothing(fleet_file):
+    fleet_file("all:\n  hosts:\n    spark-01: {hf_token_required: false}\n")
+    plans = build_plans(load_inventory_or_fail(), "eagle3")
+    assert plans["spark-01"].settings.hub_endpoint == "https://huggingface.co"
+    assert not plans["spark-01"].uses_mirror and plans["spark-01"].mirror_url is None
+
+
+# ---- validation: one line per problem ------------------------------------------------------------------------
+@pytest.mark.parametrize("var, value, expect", [
+    ("mirror_port", "70000", "mirror-01: mirror_port: "),
+    ("mirror_bind", "'all'", "mirror-01: mirror_bind: 'all' is not an IP address"),
+    ("mirror_allowed_networks", "['10.0.0.0/33']", "mirror-01: mirror_allowed_networks: '10.0.0.0/33' is not a network in CIDR form"),
+    ("mirror_allowed_networks", "[]", "mirror-01: mirror_allowed_networks: is empty"),
+    ("mirror_requirement", "'olah; rm -rf /'", "mirror-01: mirror_requirement: "),
+    ("mirror_python", "'python3 -c x'", "mirror-01: mirror_python: "),
+    ("mirror_cache_dir", "'relative/dir'", "mirror-01: mirror_cache_dir: "),
+    ("mirror_address", "'bad host$(x)'", "mirror-01: mirror_address: "),
+    ("hub_endpoint", "'https://artifactory.lab/api/huggingfaceml/hf'", "mirror-01: hub_endpoint: "),
+])
+def test_bad_mirror_vars_are_one_line(fleet_file, var, value, expect):
+    lines = _problems(fleet_file, mirror=f", {var}: {value}", profile=None)
+    assert any(line.startswith(expect) for line in lines), lines
+    assert all("\n" not in line and "Traceback" not in line for line in lines)
+
+
+def test_cli_check_exits_2_with_the_line(fleet_file, tmp_path):
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+    fleet_file(FLEET.format(mirror=", mirror_allowed_networks: [nonsense]", extra=""))
+    inv = tmp_path / "inventory.py"
+    inv.write_text("")
+    deploy = tmp_path / "eagle3.py"
+    deploy.write_text('PROFILE = "eagle3"\n')
+    result = CliRunner().invoke(main, ["check", str(inv), str(deploy)])
+    assert result.exit_code == 2
+    assert "mirror-01: mirror_allowed_networks: 'nonsense' is not a network in CIDR form" in result.output
+    assert "Traceback" not in result.output
+
+
+# ---- rendered files --------------------------------------------------------------------------------------------
+def test_rendered_units_and_config(fleet_file):
+    plan = _plans(fleet_file, mirror=", mirror_allowed_networks: ['10.1.0.0/16', 192.168.7.9]", profile=None)["mirror-01"]
+    files = mirror_files(plan.settings, plan.connection)
+    p = MirrorPaths("/var/lib/specfleet-mirror")
+    socket, service, config = files[p.socket], files[p.service], files[p.config]
+    assert "ListenStream=0.0.0.0:8090" in socket
+    assert "IPAddressDeny=any\n" in socket and "IPAddressAllow=10.1.0.0/16 192.168.7.9/32\n" in socket
+    assert "IPAddressDeny" not in service  # olah itself must reach the upstream Hub
+    assert re.search(r"^ExecStart=/var/lib/specfleet-mirror/venv/bin/python -m olah.server --config "
+                     r"/var/lib/specfleet-mirror/olah.toml --log-path /var/lib/specfleet-mirror/logs$", service, re.M)
+    assert "User=specfleet-mirror" in service and "ReadWritePaths=/var/lib/specfleet-mirror/repos /var/lib/specfleet-mirror/logs" in service
+    assert "127.0.0.1:18090" in files[p.proxy]
+    assert 'host = "127.0.0.1"' in config and "port = 18090" in config
+    assert 'hf-scheme = "http"' in config and 'hf-netloc = "hub.lab:8999"' in config and 'hf-lfs-netloc = "hub.lab:8999"' in config
+    assert 'mirror-netloc = "10.1.0.5:8090"' in config and "xet-passthrough = false" in config
+
+
+def test_upstream_huggingface_uses_its_lfs_host(fleet_file):
+    fleet_file("all:\n  vars: {hf_token_required: false}\n  children:\n    hub_mirror:\n      hosts:\n        m1:\n")
+    plan = build_plans(load_inventory_or_fail(), None, resolve=False)["m1"]
+    config = mirror_files(plan.settings, plan.connection)[MirrorPaths(plan.settings.mirror_cache_dir).config]
+    assert 'hf-scheme = "https"' in config and 'hf-netloc = "huggingface.co"' in config
+    assert 'hf-lfs-netloc = "cdn-lfs.huggingface.co"' in config and 'mirror-netloc = "m1:8090"' in config
+
+
+# ---- @fake deploys ---------------------------------------------------------------------------------------------
+MIRROR_FACT = "export C="
+
+
+def _mirror_lines(plan, converged: bool, free: int = 500 * 10**9, python: str = "3.11") -> list[str]:
+    s, p = plan.settings, MirrorPaths(plan.settings.mirror_cache_dir)
+    lines = [f"python\t{python}", "venv_module\tyes", f"free\t{free}"]
+    if converged:
+        from importlib import resources
+        tool = (resources.files("specfleet.host") / "specfleet_host.py").read_text()
+        lines += ["olah\t0.5.4", "user\t998", "active\tactive\tactive", "enabled\tenabled\tenabled",
+                  f"sha\t{sha256(tool)}\t{plan.paths.host_tool}"]
+        lines += [f"sha\t{sha256(c)}\t{path}" for path, c in mirror_files(s, plan.connection).items()]
+        lines += [f"dir\t755|root|root\t{d}" for d in (p.cache_dir, s.data_dir, plan.paths.bin)]
+        lines += [f"dir\t750|specfleet-mirror|specfleet-mirror\t{d}" for d in (p.repos, p.logs)]
+    return lines
+
+
+def test_parse_mirror_state():
+    st = parse_mirror_state(["python\t3.12", "olah\t0.5.4", "active\tactive\tinactive", "free\t123",
+                             "commit\t1000\topenai/gpt-oss-120b/resolve/" + "a" * 40, "user\t"])
+    assert st.python == "3.12" and st.olah == "0.5.4" and (st.service, st.socket) == ("active", "inactive")
+    assert st.free_bytes == 123 and st.cached_bytes == 1000 and not st.user
+
+
+def _mirror_only(fleet_file, responses):
+    plans = _plans(fleet_file, profile=None)
+    state = run_deploy({"mirror-01": plans["mirror-01"]}, mirror_setup, responses=responses)
+    return plans["mirror-01"], state, executed(state)["mirror-01"]
+
+
+def test_fresh_mirror_gets_olah_units_and_a_running_service(fleet_file):
+    plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, converged=False)})
+    text = "\n".join(cmds)
+    assert not state.failed_hosts
+    for needle in ("useradd --system", "install -d -m 750 -o specfleet-mirror -g specfleet-mirror /var/lib/specfleet-mirror/repos",
+                   "python3 -m venv /var/lib/specfleet-mirror/venv",
+                   "/var/lib/specfleet-mirror/venv/bin/pip install -q --disable-pip-version-check --index-url http://pypi.lab/simple olah==0.5.4",
+                   "systemctl daemon-reload", f"systemctl enable {NAME}.service {NAME}-proxy.socket",
+                   f"systemctl restart {NAME}.service", "/etc/systemd/system/specfleet-hub-mirror-proxy.socket"):
+        assert needle in text, needle
+    assert "http://127.0.0.1:18090/" in text  # olah must answer before the deploy calls it done
+
+
+def test_converged_mirror_only_reads_its_status(fleet_file):
+    plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, converged=True)})
+    assert not state.failed_hosts and changed_ops(state)["mirror-01"] == []
+    assert len(cmds) == 1 and cmds[0].startswith(MIRROR_FACT)
+
+
+def test_changed_allowed_networks_recreates_the_socket(fleet_file):
+    plans = _plans(fleet_file, profile=None)
+    old = _mirror_lines(plans["mirror-01"], converged=True)
+    plans = _plans(fleet_file, mirror=", mirror_allowed_networks: [10.1.0.0/16]", profile=None)
+    state = run_deploy({"mirror-01": plans["mirror-01"]}, mirror_setup, responses=lambda p: {MIRROR_FACT: old})
+    text = "\n".join(executed(state)["mirror-01"])
+    assert "pip install" not in text and "useradd" not in text
+    assert f"systemctl stop {NAME}-proxy.service {NAME}-proxy.socket; systemctl start {NAME}-proxy.socket" in text
+
+
+@pytest.mark.parametrize("python, free, expect", [
+    ("3.9", 500 * 10**9, "olah needs >= 3.10"),
+    ("", 500 * 10**9, "python3 not found"),
+])
+def test_mirror_preflight_refuses_with_one_line(fleet_file, python, free, expect):
+    plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, False, free, python)})
+    assert any(expect in c for c in cmds) and not any("pip install" in c for c in cmds)
+
+
+def test_mirror_disk_preflight_counts_the_fleets_models(fleet_file):
+    plans = _plans(fleet_file)
+    need = sum(size for pin in plans["spark-01"].pins.values() for _, size in pin.files)
+    responses = lambda p: ({MIRROR_FACT: _mirror_lines(p, False, free=need)} if p.is_mirror else converged_responses(p))  # noqa: E731
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    cmds = executed(state)["mirror-01"]
+    assert any("hub mirror preflight: not enough disk under /var/lib/specfleet-mirror" in c for c in cmds)
+
+
+def _fresh_spark(plan):
+    return converged_responses(plan, sizes={path: -1 for paths in __import__("specfleet.steps._common", fromlist=["x"])
+                                            .model_paths(plan).values() for path, _ in paths})
+
+
+def test_converge_warms_the_mirror_before_any_host_fetches(fleet_file):
+    plans = _plans(fleet_file)
+    responses = lambda p: {MIRROR_FACT: _mirror_lines(p, converged=True)} if p.is_mirror else _fresh_spark(p)  # noqa: E731
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    assert not state.failed_hosts
+    mirror = executed(state)["mirror-01"]
+    warm = [c for c in mirror if "job start" in c]
+    assert len(warm) == 1 and "warm:" in warm[0] and "http://127.0.0.1:18090" in warm[0]
+    # exactly the pinned files (each once), nothing else
+    pins = {(pin.repo, pin.commit, name, size) for plan in plans.values() if not plan.is_mirror
+            for pin in plan.pins.values() for name, size in pin.files}
+    for repo, commit, name, size in pins:
+        assert f" {repo} {commit} {name} {size}" in warm[0]
+    assert warm[0].count(" config.json ") == len({(r, c) for r, c, _, _ in pins})
+    # the warm-up operation comes before every fetch in the run's operation order
+    order = [state.get_op_meta(h).names for h in state.get_op_order()]
+    warm_at = next(i for i, n in enumerate(order) if any("Hub mirror: warm" in x for x in n))
+    fetch_at = [i for i, n in enumerate(order) if any("| Fetch " in x for x in n)]
+    assert fetch_at and warm_at < min(fetch_at)
+    # the mirror serves nothing: no trtllm unit, no docker, no activate
+    assert not [c for c in mirror if "docker" in c or " activate " in c or "fetch-model" in c]
+    # the sparks download from the mirror (spark-02 set its own hub_endpoint)
+    assert any("HF_ENDPOINT=http://10.1.0.5:8090" in c for c in executed(state)["spark-01"])
+
+
+def test_converged_fleet_with_mirror_warms_nothing(fleet_file):
+    plans = _plans(fleet_file)
+    responses = lambda p: {MIRROR_FACT: _mirror_lines(p, converged=True)} if p.is_mirror else converged_responses(p)  # noqa: E731
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    assert not state.failed_hosts
+    assert len(executed(state)["mirror-01"]) == 1  # its status read
+    for spark in ("spark-01", "spark-02"):
+        assert changed_ops(state)[spark] == []
+
+
+def test_failed_warm_fails_the_stage_with_a_line_naming_the_mirror(fleet_file, caplog):
+    plans = _plans(fleet_file)
+
+    def responses(p):
+        if p.is_mirror:
+            return {MIRROR_FACT: _mirror_lines(p, converged=True),
+                    "job status": '{"id": "j1", "key": "warm", "state": "failed", "exit": 1, "message": "upstream 503"}'}
+        return _fresh_spark(p)
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    failed = {h.name.removeprefix("@fake/") for h in state.failed_hosts}
+    assert failed == {"mirror-01", "spark-01"}  # spark-02 downloads from the Hub itself (its own hub_endpoint)
+    assert not [c for c in executed(state)["spark-01"] if "fetch-model --repo" in c or " activate " in c]
+    assert "hub mirror mirror-01 (http://10.1.0.5:8090) failed to warm; not staging from it" in caplog.text
