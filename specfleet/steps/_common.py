@@ -40,6 +40,11 @@ def model_paths(plan: HostPlan) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
+def blob_path(plan: HostPlan, pin, blob: str) -> str:
+    """Where the Hugging Face cache keeps a file's content (snapshots link to it): blobs/<etag>."""
+    return f"{plan.paths.repo_dir(pin.repo)}/blobs/{blob}"
+
+
 _STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host name: HostStatus}
 
 
@@ -125,6 +130,8 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
 def _read_status(plan: HostPlan) -> HostStatus:
     s = plan.settings
     sizes = tuple(path for paths in model_paths(plan).values() for path, _ in paths)
+    if plan.mirror_url is not None:  # the mirror warms only what no host has: blobs a new commit shares are not fetched
+        sizes += tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs)
     files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
     return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
                          image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users),

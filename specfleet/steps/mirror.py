@@ -179,7 +179,7 @@ def mirror_setup():
 def needed_files(state) -> list[tuple[str, str, str, int]]:
     """(repo, commit, file, size) that some non-mirror host of this run still has to fetch, from the status each
     of them read (the same decision its models step makes); each file once."""
-    from ._common import _STATUS, missing
+    from ._common import _STATUS, blob_path, missing
 
     statuses = _STATUS.get(state, {})
     out: dict[tuple[str, str, str], int] = {}
@@ -188,11 +188,16 @@ def needed_files(state) -> list[tuple[str, str, str, int]]:
         if plan is None or plan.is_mirror or other.name not in statuses:
             continue
         for role, pin in plan.pins.items():
-            todo = {path for path, _ in missing(plan, statuses[other.name], role)}
+            st = statuses[other.name]
+            todo = {path for path, _ in missing(plan, st, role)}
             snap = plan.paths.snapshot(pin.repo, pin.commit)
-            for name, size in pin.files:
-                if f"{snap}/{name}" in todo:
-                    out[(pin.repo, pin.commit, name)] = size
+            blobs = pin.blobs if len(pin.blobs) == len(pin.files) else (None,) * len(pin.files)
+            for (name, size), blob in zip(pin.files, blobs):
+                if f"{snap}/{name}" not in todo:
+                    continue
+                if blob and st.sizes.get(blob_path(plan, pin, blob)) == size:
+                    continue  # its content is in the host's cache already (an unchanged file of a new commit)
+                out[(pin.repo, pin.commit, name)] = size
     return [(repo, commit, name, size) for (repo, commit, name), size in sorted(out.items())]
 
 

@@ -64,6 +64,14 @@ def hub_client_requirement() -> str:
     return load_defaults()["hub_client_requirement"]
 
 
+def mirror_requirement() -> str:
+    """The pinned Hub mirror engine (olah) the hub_mirror deploy installs on a mirror host (specfleet's defaults):
+    `prepare(cache_dir, mirror_requirement(), arches=...)` makes its wheelhouse (its whole dependency closure)."""
+    from specfleet.settings import load_defaults
+
+    return load_defaults()["mirror_requirement"]
+
+
 def guest_arch(guest) -> str:
     """A guest's architecture in wheel-tag spelling (x86_64 unless the guest says otherwise)."""
     arch = str(getattr(guest, "arch", None) or "x86_64")
