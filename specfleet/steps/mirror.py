@@ -88,7 +88,7 @@ def _write_file(state, host, path: str, content: str, mode: str) -> bool:
 
 _PROBE = """
 import sys, time, urllib.error, urllib.request
-for _ in range(60):
+for _ in range(300):  # olah imports fastapi, pydantic and huggingface_hub: slow on a small or emulated host
     try:
         urllib.request.urlopen(sys.argv[1], timeout=5)
         sys.exit(0)

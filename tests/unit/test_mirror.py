@@ -253,3 +253,73 @@ def test_failed_warm_fails_the_stage_with_a_line_naming_the_mirror(fleet_file, c
     assert failed == {"mirror-01", "spark-01"}  # spark-02 downloads from the Hub itself (its own hub_endpoint)
     assert not [c for c in executed(state)["spark-01"] if "fetch-model --repo" in c or " activate " in c]
     assert "hub mirror mirror-01 (http://10.1.0.5:8090) failed to warm; not staging from it" in caplog.text
+
+
+def test_warm_skips_files_whose_content_the_host_has(fleet_file):
+    """A new commit's unchanged file (same blob) is linked from the host's cache: the mirror does not fetch it."""
+    from specfleet.steps._common import blob_path, model_paths
+    plans = _plans(fleet_file)
+    spark = plans["spark-01"]
+    pin = spark.pins["draft"]
+    kept = dict(zip((n for n, _ in pin.files), pin.blobs))["config.json"]
+
+    def responses(p):
+        if p.is_mirror:
+            return {MIRROR_FACT: _mirror_lines(p, converged=True)}
+        out = _fresh_spark(p)
+        if p is spark:  # spark-01 lacks the draft's snapshot files but has config.json's content (its blob)
+            from tests.unit.fakehost import SPECFLEET_FACT
+            out[SPECFLEET_FACT] = out[SPECFLEET_FACT] + [f"size\t100\t{blob_path(p, pin, kept)}"]
+        return out
+    for h in ("spark-02",):
+        del plans[h]
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    warm = next(c for c in executed(state)["mirror-01"] if "job start" in c)
+    assert f" {pin.repo} {pin.commit} config.json " not in warm
+    assert f" {pin.repo} {pin.commit} model-00001-of-00002.safetensors " in warm
+    assert model_paths(spark)  # (the fetch itself still links config.json into the new snapshot)
+
+
+class _Rollout:
+    """specfleet rollout with run_on recorded (no hosts): which deploy ran on which hosts, in order."""
+
+    def __init__(self, monkeypatch, fail: dict | None = None):
+        from specfleet import rollout
+        self.calls: list[tuple[str, list[str]]] = []
+        self.fail = fail or {}
+        monkeypatch.setattr(rollout, "run_on", self.run_on)
+
+    def run_on(self, plans, hosts, fn, *args):
+        name = getattr(fn, "__name__", str(fn))
+        self.calls.append((name, list(hosts)))
+        return set(self.fail.get(name, ())) & set(hosts)
+
+
+def _rollout(fleet_file, tmp_path, monkeypatch, fail=None):
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+    fleet_file(FLEET.format(mirror="", extra=""))
+    (tmp_path / "inventory.py").write_text("")
+    (tmp_path / "eagle3.py").write_text('PROFILE = "eagle3"\n')
+    rec = _Rollout(monkeypatch, fail)
+    result = CliRunner().invoke(main, ["rollout", str(tmp_path / "inventory.py"), str(tmp_path / "eagle3.py")])
+    return rec, result
+
+
+def test_rollout_warms_the_mirror_before_it_stages_and_never_switches_it(fleet_file, tmp_path, monkeypatch):
+    rec, result = _rollout(fleet_file, tmp_path, monkeypatch)
+    names = [n for n, _ in rec.calls]
+    assert names.index("warm_phase") < names.index("stage"), rec.calls
+    assert dict(rec.calls)["warm_phase"] == ["mirror-01", "spark-01"]  # spark-02 downloads from its own hub_endpoint
+    for name, hosts in rec.calls:
+        if name != "warm_phase":
+            assert "mirror-01" not in hosts, (name, hosts)
+    assert "mirror-01" not in result.output.split("rollout ")[-1]  # not in the summary table
+
+
+def test_rollout_with_a_failed_warm_stages_only_the_hosts_that_do_not_use_the_mirror(fleet_file, tmp_path, monkeypatch):
+    rec, result = _rollout(fleet_file, tmp_path, monkeypatch, fail={"warm_phase": {"mirror-01"}})
+    assert dict(rec.calls)["stage"] == ["spark-02"]
+    assert "spark-01" in result.output and "hub mirror mirror-01 (http://10.1.0.5:8090) failed to warm" in result.output
+    assert result.exit_code == 1  # one failure > --max-fail 0: halted, nothing switched
