@@ -38,8 +38,12 @@ image carries a documented stand-in that does nothing and says so:
 
 CI-only differences (kept short on purpose)
 -------------------------------------------
-* x86_64 Debian 12 instead of aarch64 DGX OS 7 (Ubuntu 24.04); no GPU (the NVIDIA
-  container toolkit is the stand-in above).
+* Debian 12 instead of DGX OS 7 (Ubuntu 24.04); no GPU (the NVIDIA container toolkit is
+  the stand-in above). Guests are x86_64 by default; ``up(arch="arm64")`` (CLI ``--arch
+  arm64``, or ``x86_64,arm64`` for one arch per guest) gives aarch64 guests like a Spark:
+  an arm64 image (``linux-image-arm64``; its own recipe hash, cached side by side), built
+  by mmdebstrap through qemu-user (binfmt_misc) with a MODULES=list initramfs, booted by
+  ``qemu-system-aarch64 -M virt`` (always TCG on an x86_64 host; console ttyAMA0).
 * QEMU user-mode networking: each guest is 10.0.2.15, reaches the controller at
   10.0.2.2, uses slirp's DNS 10.0.2.3 (static /etc/resolv.conf), and is reached by
   the controller through a per-guest SSH port forward on 127.0.0.1.

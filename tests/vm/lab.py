@@ -349,10 +349,13 @@ class Prebuild:
 
 
 def prebuild_main(argv: list[str]) -> int:
-    """The Prebuild process: ARCH CACHE_DIR RESULT_JSON. Image first (the long pole), then the stand-in."""
+    """The Prebuild process: ARCH CACHE_DIR RESULT_JSON. Image first (the long pole), then the stand-in. It runs
+    at nice 10 (inherited by mmdebstrap and its emulated dpkg): the modules running meanwhile keep the CPU they
+    need, and the build takes what is left (it has the whole x86_64 part of the session to finish)."""
     import logging
     from specfleet import vm
     arch, cache_dir, result_path = argv[0], Path(argv[1]), Path(argv[2])
+    os.nice(int(os.environ.get("SPECFLEET_PREBUILD_NICE", "10")))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s prebuild: %(message)s", datefmt="%H:%M:%S")
     vm._exit_on_sigterm()
     t0 = time.monotonic()

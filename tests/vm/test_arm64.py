@@ -49,7 +49,7 @@ def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
     workdir = tmp_path_factory.mktemp(f"fleet-{ARCH}")
     start = time.monotonic()
     try:
-        fleet = vm.up(arch=arches, workdir=workdir, cache_dir=cache_dir())
+        fleet = vm.up(count=len(arches), arch=arches, workdir=workdir, cache_dir=cache_dir())
     except BaseException:
         vm.down(workdir)
         raise
@@ -72,13 +72,6 @@ def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
         yield fleet, inventory
     finally:
         vm.down(workdir)
-
-
-def by_arch(fleet) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for g in fleet.guests:
-        out.setdefault(g.arch, []).append(g)
-    return out
 
 
 def test_the_guests_are_arm64_with_an_arm64_standin(arm64_fleet):
@@ -114,6 +107,7 @@ def test_idempotence(arm64_fleet):
               for g in fleet.guests}
     run = lab.run_pyinfra(inventory, "eagle3")
     assert run.returncode == 0, run.output()[-4000:]
+    assert run.result is not None, "no pyinfra JSON result: cannot tell what changed"
     assert run.changed == {}, f"second converge changed: {run.changed}"
     after = {g.name: g.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip()
              for g in fleet.guests}
