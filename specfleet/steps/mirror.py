@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from urllib.parse import urlsplit
 from weakref import WeakKeyDictionary
 
 import gevent
@@ -153,6 +154,8 @@ def mirror_setup():
                          commands=["DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                                    f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC} python3-venv"])
         index = f" --index-url {shlex.quote(s.pip_index_url)}" if s.pip_index_url else ""
+        if s.pip_index_url and s.pip_index_url.startswith("http://"):  # pip ignores a plain-HTTP index unless trusted
+            index += f" --trusted-host {shlex.quote(urlsplit(s.pip_index_url).netloc)}"
         server.shell(name=f"{s.mirror_requirement} in the mirror's virtualenv {p.venv}",
                      commands=[f"{shlex.quote(s.mirror_python)} -m venv {shlex.quote(p.venv)}",
                                f"{shlex.quote(p.venv)}/bin/pip install -q --disable-pip-version-check{index} "

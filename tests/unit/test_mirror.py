@@ -107,6 +107,7 @@ def test_rendered_units_and_config(fleet_file):
     assert "IPAddressDeny" not in service  # olah itself must reach the upstream Hub
     assert re.search(r"^ExecStart=/var/lib/specfleet-mirror/venv/bin/python -m olah.server --config "
                      r"/var/lib/specfleet-mirror/olah.toml --log-path /var/lib/specfleet-mirror/logs$", service, re.M)
+    assert "Environment=GIT_PYTHON_REFRESH=quiet" in service  # olah starts on a host without git
     assert "User=specfleet-mirror" in service and "ReadWritePaths=/var/lib/specfleet-mirror/repos /var/lib/specfleet-mirror/logs" in service
     assert "127.0.0.1:18090" in files[p.proxy]
     assert 'host = "127.0.0.1"' in config and "port = 18090" in config
@@ -159,7 +160,8 @@ def test_fresh_mirror_gets_olah_units_and_a_running_service(fleet_file):
     assert not state.failed_hosts
     for needle in ("useradd --system", "install -d -m 750 -o specfleet-mirror -g specfleet-mirror /var/lib/specfleet-mirror/repos",
                    "python3 -m venv /var/lib/specfleet-mirror/venv",
-                   "/var/lib/specfleet-mirror/venv/bin/pip install -q --disable-pip-version-check --index-url http://pypi.lab/simple olah==0.5.4",
+                   "/var/lib/specfleet-mirror/venv/bin/pip install -q --disable-pip-version-check --index-url http://pypi.lab/simple "
+                   "--trusted-host pypi.lab olah==0.5.4",
                    "systemctl daemon-reload", f"systemctl enable {NAME}.service {NAME}-proxy.socket",
                    f"systemctl restart {NAME}.service", "/etc/systemd/system/specfleet-hub-mirror-proxy.socket"):
         assert needle in text, needle
