@@ -21,6 +21,8 @@ def models():
         host_job(name=f"Pull {s.image}", key=f"pull:{s.image}", argv=["docker", "pull", s.image])
     env = {"HF_HUB_CACHE": p.hub_cache, "HF_ENDPOINT": s.hub_endpoint, "HF_TOKEN_PATH": p.token_file,
            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
+    if plan.uses_mirror:  # a mirror answers after its own upstream round trip (and serves the whole fleet at once)
+        env.update({"HF_HUB_ETAG_TIMEOUT": "120", "HF_HUB_DOWNLOAD_TIMEOUT": "120"})
     for role, pin in sorted(plan.pins.items(), key=lambda kv: kv[0] != "target"):
         todo = missing(plan, st, role)
         if not todo:

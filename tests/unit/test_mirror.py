@@ -229,7 +229,7 @@ def test_converge_warms_the_mirror_before_any_host_fetches(fleet_file):
     # the mirror serves nothing: no trtllm unit, no docker, no activate
     assert not [c for c in mirror if "docker" in c or " activate " in c or "fetch-model" in c]
     # the sparks download from the mirror (spark-02 set its own hub_endpoint)
-    assert any("HF_ENDPOINT=http://10.1.0.5:8090" in c for c in executed(state)["spark-01"])
+    assert any("HF_ENDPOINT=http://10.1.0.5:8090" in c and "HF_HUB_ETAG_TIMEOUT=120" in c for c in executed(state)["spark-01"])
 
 
 def test_converged_fleet_with_mirror_warms_nothing(fleet_file):

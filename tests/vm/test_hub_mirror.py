@@ -95,6 +95,8 @@ def tunnel(mirror_guest, request):
 def _inventory(lab_inventory: Path, out: Path, mirror_guest, port: int, index_url: str, draft_revision: str) -> Path:
     inv = yaml.safe_load(lab_inventory.read_text())
     inv["all"]["vars"]["draft_revision"] = draft_revision
+    # one olah worker on an emulated CPU serves 3 Sparks: 2 parallel files each instead of 8 (fewer timeouts)
+    inv["all"]["vars"]["fetch_workers"] = 2
     inv["all"]["children"]["hub_mirror"] = {"hosts": {MIRROR: {
         "ssh_hostname": mirror_guest.host, "ssh_port": mirror_guest.port,
         "mirror_address": lab.GUEST_SEES_CONTROLLER, "mirror_port": port, "pip_index_url": index_url}}}
