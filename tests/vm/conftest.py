@@ -7,7 +7,9 @@ by the per-phase table (PHASES: each VM-tier module and each piece of session wo
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from tests.vm.hub_standin import HubStandin
 from tests.vm.phases import PhaseClock
 
 FIGURES: list[tuple[str, str]] = []
+SESSION_FLEETS: list = []  # the session fleet once booted (paused_session_fleet stops its guests' CPUs)
 PHASES = PhaseClock()
 HERE = Path(__file__).resolve().parent
 #: arch -> lab.Prebuild: the guest image + stand-in tar of another architecture than the session fleet's, built in
@@ -97,9 +100,11 @@ def _boot_fleet(tmp_path_factory, request):
         vm.down(workdir)
         raise
     figure(f"boot {count} guests to SSH + systemd running", f"{time.monotonic() - start:.1f} s")
+    SESSION_FLEETS.append(fleet)
 
     def down():
         with PHASES.session_work("session teardown: fleet down"):
+            _signal_guests(fleet, signal.SIGCONT)  # a stopped QEMU would not act on down()'s SIGTERM
             vm.down(workdir)
 
     request.addfinalizer(down)
@@ -127,6 +132,34 @@ def _prepare_lab(vm_fleet, hub, wheelhouse):
            ", ".join(f"{name} {s:.1f} s" for name, s in sorted(seconds.items())))
     figure("prepare: build + load stand-in image into every guest", f"{time.monotonic() - start:.1f} s")
     return lab.write_ci_inventory(vm_fleet.inventory_path, hub.port, vm_fleet.workdir / "ci-inventory.yml")
+
+
+def _signal_guests(fleet, sig) -> list[str]:
+    """Send `sig` to the QEMU process of every running guest of `fleet`; the names of those signalled."""
+    done = []
+    for g in fleet.guests:
+        pid = g.pid()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+                done.append(g.name)
+    return done
+
+
+@contextlib.contextmanager
+def paused_session_fleet():
+    """Stop the session fleet's idle guests (SIGSTOP to their QEMU processes) for a module that boots its own
+    fleet and runs last (test_arm64.py): on 2 cores, the emulated arm64 guest gets the CPU time that three idle
+    TCG guests would otherwise burn. Always continued (SIGCONT) afterwards, also when the module fails."""
+    fleets = list(SESSION_FLEETS)
+    paused = [name for f in fleets for name in _signal_guests(f, signal.SIGSTOP)]
+    if paused:
+        figure("session fleet paused while the arm64 module ran (SIGSTOP/SIGCONT)", ", ".join(paused))
+    try:
+        yield paused
+    finally:
+        for f in fleets:
+            _signal_guests(f, signal.SIGCONT)
 
 
 def _in_vm_tier(item) -> bool:

@@ -10,6 +10,7 @@ last and joins it. Boot and converge times per architecture are printed as figur
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -18,7 +19,7 @@ import pytest
 from specfleet import vm
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
-from tests.vm.conftest import PREBUILDS, cache_dir, figure, start_prebuild
+from tests.vm.conftest import PREBUILDS, cache_dir, figure, paused_session_fleet, start_prebuild
 from tests.vm.hub_standin import STANDIN_TOKEN
 
 pytestmark = pytest.mark.vm
@@ -36,6 +37,11 @@ def fleet_arches() -> list[str]:
 @pytest.fixture(scope="module")
 def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
     arches = fleet_arches()
+    # this module runs last: the session's x86_64 guests sit idle meanwhile, so their CPUs are stopped
+    # (resumed at module teardown, also on failure or SIGTERM)
+    pause = contextlib.ExitStack()
+    pause.enter_context(paused_session_fleet())
+    request.addfinalizer(pause.close)
     prebuild = PREBUILDS.get(ARCH) or start_prebuild(ARCH, request.config)
     built = prebuild.join()
     figure(f"{ARCH}: guest image build " + ("(cold, background)" if built["image_built"] else "(cached)"),

@@ -101,6 +101,7 @@ def test_gate_not_passed_is_not_converged(vm_fleet, lab_inventory):
     assert guest.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip() == started
 
 
+@pytest.mark.full  # CI keeps the unit test of the same revert (test_failed_restart_reverts_like_a_failed_gate)
 def test_docker_down_at_restart_reverts_to_the_previous_release(vm_fleet, lab_inventory):
     """Stage a new release, then take docker down so that it fails to start exactly once, then switch: the
     restart fails, the host switches back to the previous release (docker starts then) and gates it."""

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.vm
 NOWHERE = "http://127.0.0.1:9"  # nothing listens there (discard port)
 
 
+@pytest.mark.full  # CI keeps the unit tests of the lock; this VM scenario runs with --full
 def test_converged_fleet_reconverges_with_the_hub_unreachable(vm_fleet, lab_inventory, hub: HubStandin):
     first = lab.run_pyinfra(lab_inventory, "eagle3")
     assert first.returncode == 0, first.output()[-4000:]

@@ -147,6 +147,7 @@ def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, lab_i
     STATE["serving_inventory"] = inv_c
 
 
+@pytest.mark.full  # the lock refusal itself stays in CI: test_faults.py::test_two_converges_at_once
 def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, lab_inventory):
     # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
     inv_c = STATE.get("serving_inventory", lab_inventory)

@@ -194,6 +194,7 @@ def test_inventory_and_fleet_json(fleet):
     assert again.guests[1].ssh("hostname").stdout.strip() == "spark-2"
 
 
+@pytest.mark.full  # a second boot of a guest; CI boots guests enough times already
 def test_poweroff_and_boot_again(fleet):
     g = fleet.guests[1]
     machine_id = g.ssh("cat /etc/machine-id").stdout.strip()
@@ -226,6 +227,7 @@ def test_down_is_complete_and_idempotent(fleet, workdir):
         vm.load(workdir)
 
 
+@pytest.mark.full  # the cached-image path: every CI guest after the first build boots from the cache anyway
 def test_second_up_reuses_cached_image(cache_dir, tmp_path, request):
     wd = tmp_path / "fleet2"
     try:
