@@ -219,14 +219,11 @@ def status(inventory_file: str) -> None:
     from pyinfra import host
     from pyinfra.api import deploy
 
-    from .plan import EXIT_INVALID, PlanError, build_plans, load_inventory_or_fail
-    from .project import use_project
+    from .plan import EXIT_INVALID, PlanError, fleet_plans
     from .rollout import run_on
 
     try:
-        use_project(inventory_file)
-        inventory = load_inventory_or_fail()
-        plans = build_plans(inventory, None, resolve=False)
+        inventory, plans = fleet_plans(inventory_file)
     except PlanError as exc:
         for line in exc.lines:
             click.echo(line, err=True)

@@ -115,6 +115,14 @@ def load_inventory_or_fail(path: Path | None = None) -> Inventory:
         raise PlanError([str(exc)]) from None
 
 
+def fleet_plans(inventory_file: str, profile: str | None = None, resolve: bool = False) -> tuple[Inventory, dict[str, HostPlan]]:
+    """What every read-only command starts from: the project of `inventory_file`, its fleet file and one validated
+    plan per host (pins from the lock unless `resolve`). Bad input raises PlanError (one line per problem)."""
+    use_project(inventory_file)
+    inventory = load_inventory_or_fail()
+    return inventory, build_plans(inventory, profile, resolve=resolve)
+
+
 def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
                 overrides: dict | None = None, live: bool = False) -> dict[str, HostPlan]:
     """Validate every host (all problems at once), then pin models on the controller.

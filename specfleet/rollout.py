@@ -22,8 +22,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 
 from .facts import ReleaseStatus
-from .project import use_project
-from .plan import EXIT_INVALID, HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail
+from .plan import EXIT_INVALID, HostPlan, PlanError, deploy_profile, fleet_plans
 from .steps import lock, stage, switch, unlock
 from .steps._common import current_plan
 from .steps.mirror import warm_phase
@@ -152,9 +151,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
     try:
         if profile is None:
             raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); roll out eagle3/draft_target/baseline"])
-        use_project(inventory_file)
-        inventory = load_inventory_or_fail()
-        plans = build_plans(inventory, profile, resolve=True)
+        inventory, plans = fleet_plans(inventory_file, profile, resolve=True)
         # hub_mirror hosts serve no model: they are warmed before the stage, never switched
         targets = [h for h in select(inventory.hosts, inventory.groups, limit) if not plans[h].is_mirror]
         if not targets:
@@ -270,9 +267,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
 def releases(inventory_file: str, limit: str | None) -> None:
     """List each host's releases (newest first); * marks the current one, with its readiness gate result."""
     try:
-        use_project(inventory_file)
-        inventory = load_inventory_or_fail()
-        plans = build_plans(inventory, None, resolve=False)
+        inventory, plans = fleet_plans(inventory_file)
     except PlanError as exc:
         for line in exc.lines:
             click.echo(line, err=True)

@@ -16,8 +16,7 @@ import click
 from pyinfra import host
 from pyinfra.api import FactBase, deploy
 
-from .plan import EXIT_INVALID, PlanError, build_plans, load_inventory_or_fail
-from .project import use_project
+from .plan import EXIT_INVALID, PlanError, fleet_plans
 
 EXIT_OK, EXIT_UNHEALTHY = 0, 1
 
@@ -208,12 +207,6 @@ def table(rs: list[dict]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
 
 
-def _plans(inventory_file: str):
-    use_project(inventory_file)
-    inventory = load_inventory_or_fail()
-    return inventory, build_plans(inventory, None, resolve=False)
-
-
 @click.command()
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed), as in pyinfra.")
@@ -228,7 +221,7 @@ def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool)
     from .rollout import run_on, select
 
     try:
-        inventory, plans = _plans(inventory_file)
+        inventory, plans = fleet_plans(inventory_file)
         hosts = select(inventory.hosts, inventory.groups, limit)
         if not hosts:
             raise PlanError([f"--limit {limit}: matches no host of the inventory"])
@@ -279,7 +272,7 @@ def ssh_argv(name: str, connection: dict, remote: str) -> list[str]:
 def logs(host_name: str, inventory_file: str, follow: bool, lines: int) -> None:
     """Print (or follow) the serving unit's journal on HOST (journalctl -u <service_name>) over SSH."""
     try:
-        inventory, plans = _plans(inventory_file)
+        inventory, plans = fleet_plans(inventory_file)
         if host_name not in plans:
             raise PlanError([f"{host_name}: not in the inventory (hosts: {', '.join(plans)})"])
         plan = plans[host_name]
