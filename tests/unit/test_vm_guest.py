@@ -1,6 +1,10 @@
 """The VM fleet's guest recipe and access, without booting anything: an operator with sudo and no root SSH,
 and the documented stand-in for the NVIDIA container toolkit (executed here as plain scripts)."""
 
+import sys
+import time
+import types
+from pathlib import Path
 import json
 import re
 import subprocess
@@ -109,3 +113,29 @@ def test_fleet_inventory_connects_as_the_operator_with_sudo(tmp_path):
     v = yaml.safe_load(inv.read_text())["all"]["vars"]
     assert v["ssh_user"] == "spark" and v["_sudo"] is True
     assert "ssh -i" in _guest(tmp_path).login_command() and "spark@127.0.0.1" in _guest(tmp_path).login_command()
+
+
+def test_paused_session_fleet_stops_and_continues_the_guests_qemu(tmp_path, monkeypatch):
+    """The arm64 module pauses the idle session fleet: SIGSTOP to each guest's QEMU, SIGCONT afterwards (also when
+    the body fails). A stand-in process whose command line looks like the guest's QEMU plays the QEMU."""
+    from tests.vm import conftest as vmconf
+    g = _guest(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "qemu-system-x86_64",
+                             f"file={g.overlay},format=qcow2"])
+    try:
+        g.pidfile.write_text(f"{proc.pid}\n")
+        deadline = time.monotonic() + 10
+        while g.pid is None and time.monotonic() < deadline:  # until the child has exec'd (its cmdline is set)
+            time.sleep(0.05)
+        state = lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]  # noqa: E731
+        monkeypatch.setattr(vmconf, "SESSION_FLEETS", [types.SimpleNamespace(guests=[g])])
+        with pytest.raises(RuntimeError):
+            with vmconf.paused_session_fleet() as paused:
+                time.sleep(0.2)
+                assert paused == ["spark-1"] and state() == "T"
+                raise RuntimeError("the module failed")
+        time.sleep(0.2)
+        assert state() in ("S", "R")
+    finally:
+        proc.kill()
+        proc.wait()

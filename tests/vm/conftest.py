@@ -104,8 +104,10 @@ def _boot_fleet(tmp_path_factory, request):
 
     def down():
         with PHASES.session_work("session teardown: fleet down"):
-            _signal_guests(fleet, signal.SIGCONT)  # a stopped QEMU would not act on down()'s SIGTERM
-            vm.down(workdir)
+            try:
+                _signal_guests(fleet, signal.SIGCONT)  # a stopped QEMU would not act on down()'s SIGTERM
+            finally:
+                vm.down(workdir)  # whatever happened above
 
     request.addfinalizer(down)
     return fleet
@@ -138,7 +140,7 @@ def _signal_guests(fleet, sig) -> list[str]:
     """Send `sig` to the QEMU process of every running guest of `fleet`; the names of those signalled."""
     done = []
     for g in fleet.guests:
-        pid = g.pid()
+        pid = g.pid  # a property: the pidfile's pid, None when not running
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
