@@ -219,15 +219,10 @@ def status(inventory_file: str) -> None:
     from pyinfra import host
     from pyinfra.api import deploy
 
-    from .plan import EXIT_INVALID, PlanError, fleet_plans
+    from .plan import EXIT_INVALID, fleet_plans_or_exit
     from .rollout import run_on
 
-    try:
-        inventory, plans = fleet_plans(inventory_file)
-    except PlanError as exc:
-        for line in exc.lines:
-            click.echo(line, err=True)
-        sys.exit(EXIT_INVALID)
+    inventory, plans = fleet_plans_or_exit(inventory_file)
     mirrors = [h for h, plan in plans.items() if plan.is_mirror]
     if not mirrors:
         click.echo("the inventory has no hub_mirror group", err=True)

@@ -123,6 +123,16 @@ def fleet_plans(inventory_file: str, profile: str | None = None, resolve: bool =
     return inventory, build_plans(inventory, profile, resolve=resolve)
 
 
+def fleet_plans_or_exit(inventory_file: str) -> tuple[Inventory, dict[str, HostPlan]]:
+    """fleet_plans for a command line: bad input prints one line per problem on stderr and exits 2."""
+    try:
+        return fleet_plans(inventory_file)
+    except PlanError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        raise SystemExit(EXIT_INVALID) from None
+
+
 def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
                 overrides: dict | None = None, live: bool = False) -> dict[str, HostPlan]:
     """Validate every host (all problems at once), then pin models on the controller.

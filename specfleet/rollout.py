@@ -22,7 +22,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 
 from .facts import ReleaseStatus
-from .plan import EXIT_INVALID, HostPlan, PlanError, deploy_profile, fleet_plans
+from .plan import EXIT_INVALID, HostPlan, PlanError, deploy_profile, fleet_plans, fleet_plans_or_exit
 from .steps import lock, stage, switch, unlock
 from .steps._common import current_plan
 from .steps.mirror import warm_phase
@@ -266,12 +266,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
 @click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed).")
 def releases(inventory_file: str, limit: str | None) -> None:
     """List each host's releases (newest first); * marks the current one, with its readiness gate result."""
-    try:
-        inventory, plans = fleet_plans(inventory_file)
-    except PlanError as exc:
-        for line in exc.lines:
-            click.echo(line, err=True)
-        sys.exit(EXIT_INVALID)
+    inventory, plans = fleet_plans_or_exit(inventory_file)
     hosts = select(inventory.hosts, inventory.groups, limit)
     statuses = read_statuses(plans, hosts)
     for h in hosts:
