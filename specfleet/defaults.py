@@ -36,6 +36,7 @@ mirror_address = None  # address the fleet hosts reach the mirror at; None: the 
 mirror_cache_dir = "/var/lib/specfleet-mirror"  # mirror host directory for olah's cache, config, logs and virtualenv
 mirror_requirement = "olah==0.5.4"  # pip requirement of the mirror engine, installed in its own virtualenv from pip_index_url
 mirror_python = "python3"  # interpreter (Python >= 3.10) the mirror's virtualenv is made with
+hub_fallback = False  # a host that downloads from the mirror goes to the mirror's upstream Hub directly (with a warning) when the mirror is down or failed to warm; false: it refuses to stage and keeps serving
 
 # --- tiktoken encodings (gpt-oss / Harmony) ------------------------------------------------------
 tiktoken_base_url = "https://openaipublic.blob.core.windows.net/encodings"  # where hosts fetch the tiktoken files (point at a mirror if needed)

@@ -168,20 +168,26 @@ class MirrorStatus(FactBase):
 
 
 # ---- warming the mirror: one GET of each needed file through it, bodies discarded ------------------------------
-# Run on the mirror host with olah's virtualenv Python, as a host job; argv: base URL, then "repo commit path size"
-# quadruples. Each file is read through the mirror (so olah fetches it upstream once and caches it); its size is
-# checked; 429/5xx/connection errors are retried with backoff. No token: gated repos are not warmed (yet).
+# Run on the mirror host with olah's virtualenv Python, as a host job (root); argv: base URL, the token file ("-":
+# none), then "repo commit path size" quadruples. Each file is read through the mirror (so olah fetches it upstream
+# once and caches it), with the token (gated repos: olah checks it with the upstream Hub, then fetches with it);
+# its size is checked; 429/5xx/connection errors are retried with exponential backoff (Retry-After when longer).
 WARM = r"""
 import sys, time, urllib.error, urllib.parse, urllib.request
-base, items = sys.argv[1].rstrip("/"), sys.argv[2:]
+base, token_file, items = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3:]
+headers = {}
+if token_file != "-":
+    with open(token_file, encoding="utf-8") as f:
+        headers["Authorization"] = "Bearer " + f.read().strip()
 todo = [items[i:i + 4] for i in range(0, len(items), 4)]
 total = 0
 for repo, commit, path, size in todo:
     url = f"{base}/{repo}/resolve/{commit}/{urllib.parse.quote(path)}"
     for attempt in range(8):
+        wait = min(2 ** attempt, 30)
         try:
             n = 0
-            with urllib.request.urlopen(url, timeout=120) as r:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=120) as r:
                 while True:
                     chunk = r.read(1 << 20)
                     if not chunk:
@@ -193,13 +199,19 @@ for repo, commit, path, size in todo:
             print(f"warm: {repo}@{commit[:12]} {path}: {n} bytes", flush=True)
             break
         except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403) or (exc.code == 404 and token_file == "-"):
+                sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: HTTP {exc.code} {exc.reason} (a gated repo? "
+                         "the mirror host reads it with the fleet's token: hf_token / HF_TOKEN, with access to the repo)")
             if exc.code != 429 and exc.code < 500:
                 sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: HTTP {exc.code} {exc.reason}")
             why = f"HTTP {exc.code}"
+            retry_after = (exc.headers.get("Retry-After") or "").strip()
+            if retry_after.isdigit():
+                wait = max(wait, min(int(retry_after), 300))
         except OSError as exc:
             why = f"{type(exc).__name__}: {exc}"
-        time.sleep(min(2 ** attempt, 30))
-        print(f"warm: {path}: {why}; retrying", flush=True)
+        print(f"warm: {repo}@{commit[:12]} {path}: {why}; retrying in {wait} s (attempt {attempt + 1} of 8)", flush=True)
+        time.sleep(wait)
     else:
         sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: failed after 8 attempts ({why})")
 print(f"warm: {len(todo)} file(s), {total} bytes through {base}", flush=True)

@@ -42,6 +42,9 @@ class HostPlan:
     image_digest: str | None = None  # the lock's registry digest of the image (None: not in a registry, run by tag)
     is_mirror: bool = False  # a host of the hub_mirror group: runs the fleet's Hub mirror, serves no model
     mirror_url: str | None = None  # the hub_mirror group's (first) mirror; hosts whose hub_endpoint it is wait for its warm-up
+    mirror_name: str | None = None  # that mirror's inventory name
+    hub_upstream: str | None = None  # that mirror's upstream Hub (its hub_endpoint): where hub_fallback goes when it is down
+    mirror_down: bool = False  # set by `specfleet rollout` when the mirror failed its warm-up phase
 
     @property
     def uses_mirror(self) -> bool:
@@ -155,7 +158,7 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
         from .mirror import advertised_url
         url = advertised_url(plans[first].settings, plans[first].connection)
         for plan in plans.values():
-            plan.mirror_url = url
+            plan.mirror_url, plan.mirror_name, plan.hub_upstream = url, first, plans[first].settings.hub_endpoint
     if resolve and profile is not None:
         if live:
             pins, problems = resolve_pins(fleet)

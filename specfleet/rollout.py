@@ -195,6 +195,9 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
             if set(mirrors) & run_on(plans, mirrors + users, warm_phase):
                 url = plans[users[0]].mirror_url
                 for h in users:
+                    if plans[h].settings.hub_fallback:  # stages from the upstream Hub, saying so (steps/mirror.py)
+                        plans[h].mirror_down = True
+                        continue
                     outcomes[h].result = f"failed to stage: hub mirror {mirrors[0]} ({url}) failed to warm (still serving its old release)"
                     failures.add(h)
                     mirror_failed.add(h)

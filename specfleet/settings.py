@@ -257,6 +257,7 @@ class Settings(BaseModel):
     mirror_cache_dir: str
     mirror_requirement: str
     mirror_python: str
+    hub_fallback: bool
     fetch_workers: Annotated[int, Field(ge=1, le=64)]
     hub_client_requirement: str
     pip_index_url: str | None
@@ -471,7 +472,8 @@ def split_vars(host_vars: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 
 
 def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | None,
-                   defaults: dict[str, Any] | None = None) -> tuple[Settings | None, list[Problem]]:
+                   defaults: dict[str, Any] | None = None, mirror: bool = False) -> tuple[Settings | None, list[Problem]]:
+    """`mirror`: a hub_mirror host, which reads the token whenever there is one (its warm-up reads gated repos)."""
     defaults = load_defaults() if defaults is None else defaults
     _, deploy_vars = split_vars(host_vars)
     problems: list[Problem] = []
@@ -512,7 +514,7 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
                                     f"profile {profile_name} has no draft model; {merged['speculative_config']['decoding_type']} needs one"))
 
     token = None
-    if profile is not None or values.get("hf_token_required") is True:
+    if profile is not None or mirror or values.get("hf_token_required") is True:
         token_file = values.get("hf_token_file") if isinstance(values.get("hf_token_file"), str) else None
         file_problem = _token_file_problem(token_file)
         token, token_problem = (None, file_problem) if file_problem else read_token(token_file)
@@ -546,7 +548,8 @@ def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[st
     host_vars = {**inventory.host_vars, **mirror_endpoints(inventory, defaults)}
     out: dict[str, Settings] = {}
     for host in inventory.hosts:
-        settings, host_problems = build_settings(host, host_vars[host], profile_name, defaults)
+        settings, host_problems = build_settings(host, host_vars[host], profile_name, defaults,
+                                                 mirror=host in inventory.groups.get(MIRROR_GROUP, ()))
         if settings is not None and host in inventory.groups.get(MIRROR_GROUP, ()):
             upstream = settings.hub_endpoint.split("://", 1)[1]
             if "/" in upstream:

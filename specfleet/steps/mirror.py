@@ -28,12 +28,14 @@ from pyinfra.operations import python, server
 from ..mirror import NAME, USER, WARM, MirrorPaths, MirrorStatus, advertised_url, mirror_files
 from ._common import current_plan, refuse, sha256
 from .jobs import _follow, _say, run_on_host
+from .token import _write_token
 
 GB = 1_000_000_000
 DPKG_LOCK_TIMEOUT_SEC = 600
 _MIRROR_STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: MirrorState}
 _WARMED: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: (ok, url)}
 _WARM_OPS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: op hash of its warm-up}
+_FALLBACK: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: upstream Hub it fetches from (hub_fallback)}
 
 
 def mirror_status(plan):
@@ -42,8 +44,8 @@ def mirror_status(plan):
     per_run = _MIRROR_STATUS.setdefault(ctx_state.get(), {})
     if host.name not in per_run:
         s, p = plan.settings, MirrorPaths(plan.settings.mirror_cache_dir)
-        files = tuple(mirror_files(s, plan.connection)) + (plan.paths.host_tool,)
-        dirs = (p.cache_dir, p.repos, p.logs, s.data_dir, plan.paths.bin)
+        files = tuple(mirror_files(s, plan.connection)) + (plan.paths.host_tool, plan.paths.token_file)
+        dirs = (p.cache_dir, p.repos, p.logs, s.data_dir, plan.paths.bin, s.secrets_dir)
         per_run[host.name] = host.get_fact(MirrorStatus, cache_dir=s.mirror_cache_dir, python=s.mirror_python,
                                            files=files, dirs=dirs)
     return per_run[host.name]
@@ -134,12 +136,20 @@ def mirror_setup():
                      commands=[f"useradd --system --no-create-home --home-dir {shlex.quote(p.cache_dir)} "
                                f"--shell /usr/sbin/nologin {USER}"])
     wanted_dirs = {p.cache_dir: "755|root|root", p.repos: f"750|{USER}|{USER}", p.logs: f"750|{USER}|{USER}",
-                   s.data_dir: "755|root|root", plan.paths.bin: "755|root|root"}
+                   s.data_dir: "755|root|root", plan.paths.bin: "755|root|root", s.secrets_dir: "700|root|root"}
     for path, want in wanted_dirs.items():
         if st.dirs.get(path) != want:
             mode, user, group = want.split("|")
             server.shell(name=f"Directory {path}",
                          commands=[f"install -d -m {mode} -o {user} -g {group} {shlex.quote(path)}"])
+    # the token: the warm-up reads gated repos with it (olah checks each Spark's own token with the Hub per request)
+    token_file = plan.paths.token_file
+    if s.hf_token is not None:
+        if st.sha.get(token_file) != sha256(s.hf_token.get_secret_value() + "\n"):
+            python.call(name="Hugging Face token (root:root 0600, written from stdin)", function=_write_token,
+                        path=token_file, token=s.hf_token.get_secret_value())
+    elif token_file in st.sha:
+        server.shell(name="Remove the Hugging Face token (no token in the inventory)", commands=[f"rm -f {shlex.quote(token_file)}"])
     # the host tool: the warm-up runs as a host job (detached from SSH, attachable, one at a time)
     from importlib import resources
     tool = (resources.files("specfleet.host") / "specfleet_host.py").read_text(encoding="utf-8")
@@ -214,7 +224,8 @@ def _warm_or_wait(state, host) -> bool:
         if not files:
             done[host.name] = (True, url)
             return True
-        argv = [MirrorPaths(s.mirror_cache_dir).python, "-c", WARM, f"http://127.0.0.1:{s.mirror_engine_port}"]
+        token = plan.paths.token_file if s.hf_token is not None else "-"  # a path; the token itself stays in its file
+        argv = [MirrorPaths(s.mirror_cache_dir).python, "-c", WARM, f"http://127.0.0.1:{s.mirror_engine_port}", token]
         for repo, commit, name, size in files:
             argv += [repo, commit, name, str(size)]
         key = "warm:" + hashlib.sha256("\n".join(argv[3:]).encode()).hexdigest()[:16]
@@ -223,6 +234,8 @@ def _warm_or_wait(state, host) -> bool:
         ok = _follow(state, host, key, argv, {})
         done[host.name] = (ok, url)
         return ok
+    if plan.mirror_down:  # `specfleet rollout`: the mirror failed its warm-up phase
+        return _mirror_unusable(state, host, plan)
     # The mirror hosts' warm-up: in a CLI run (`pyinfra inventory.py deploys/...`) operations are identified by where
     # they are called, so the warm-up and this wait are ONE operation, running now on the mirror: wait for its result.
     # Under pyinfra's Python API (operations identified by their index per host) the mirror's warm-up may be an
@@ -234,13 +247,33 @@ def _warm_or_wait(state, host) -> bool:
               for m in mirrors):
         gevent.sleep(0.5)
     for m in mirrors:
-        ok, url = done.get(m.name, (m not in state.failed_hosts, advertised_url(m.data.get("specfleet").settings,
-                                                                              m.data.get("specfleet").connection)))
+        ok, _ = done.get(m.name, (m not in state.failed_hosts, None))
         if not ok:
-            _say(host, f"hub mirror {m.data.get('specfleet').settings.host} ({url}) failed to warm; not staging from it (hub_endpoint "
-                       f"{plan.settings.hub_endpoint}); this host keeps serving its current release", error=True)
-            return False
+            return _mirror_unusable(state, host, plan)
+    if plan.mirror_name and not mirrors and any(h.name == plan.mirror_name for h in state.inventory) \
+            and any(h.name == plan.mirror_name for h in state.failed_hosts):
+        return _mirror_unusable(state, host, plan)  # the mirror host failed before its warm-up (setup, unreachable)
     return True
+
+
+def _mirror_unusable(state, host, plan) -> bool:
+    """The host's mirror is down or failed to warm: with hub_fallback it fetches from the mirror's upstream Hub
+    (a warning); without, it refuses to stage (and keeps serving what it serves)."""
+    s = plan.settings
+    if s.hub_fallback and plan.hub_upstream:
+        _FALLBACK.setdefault(state, {})[host.name] = plan.hub_upstream
+        logger.warning(f"{host.print_prefix}hub mirror {plan.mirror_name} ({plan.mirror_url}) is down or failed to warm; "
+                       f"hub_fallback: fetching from the Hub directly ({plan.hub_upstream})")
+        return True
+    _say(host, f"hub mirror {plan.mirror_name} ({plan.mirror_url}) failed to warm; not staging from it (hub_endpoint "
+               f"{s.hub_endpoint}; hub_fallback: true would fetch from {plan.hub_upstream} instead); this host keeps "
+               "serving its current release", error=True)
+    return False
+
+
+def fetch_endpoint(state, host, plan) -> str:
+    """Where the host's model fetches go: its hub_endpoint, or the upstream Hub when it fell back (hub_fallback)."""
+    return _FALLBACK.get(state, {}).get(host.name, plan.settings.hub_endpoint)
 
 
 def mirror_warm() -> None:

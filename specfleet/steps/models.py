@@ -7,9 +7,16 @@ The draft is also laid out as hard links at a stable path (drafts/<repo>/<commit
 from __future__ import annotations
 
 from pyinfra.api import deploy
+from pyinfra.operations import python
 
 from ._common import current_plan, host_status, missing
-from .jobs import host_job
+from .jobs import _follow, host_job
+from .mirror import fetch_endpoint
+
+
+def _fetch(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
+    """The fetch host job, with the Hub endpoint decided now: the mirror's warm-up ran just before (hub_fallback)."""
+    return _follow(state, host, key, argv, {**env, "HF_ENDPOINT": fetch_endpoint(state, host, host.data.get("specfleet"))})
 
 
 @deploy("Models")
@@ -34,5 +41,5 @@ def models():
         if role == "draft":
             argv += ["--link-dir", p.draft_dir(pin.repo, pin.commit)]
         fetch_bytes = sum(size for path, size in todo if "/snapshots/" in path)
-        host_job(name=f"Fetch {role} {pin.repo}@{pin.commit[:12]} ({len(todo)} files missing, {fetch_bytes / 1e6:.1f} MB)",
-                 key=f"fetch:{pin.repo}@{pin.commit}", argv=argv, env=env)
+        python.call(name=f"Fetch {role} {pin.repo}@{pin.commit[:12]} ({len(todo)} files missing, {fetch_bytes / 1e6:.1f} MB)",
+                    function=_fetch, key=f"fetch:{pin.repo}@{pin.commit}", argv=argv, env=env)

@@ -74,6 +74,7 @@ def test_no_mirror_group_changes_nothing(fleet_file):
     ("mirror_cache_dir", "'relative/dir'", "mirror-01: mirror_cache_dir: "),
     ("mirror_address", "'bad host$(x)'", "mirror-01: mirror_address: "),
     ("hub_endpoint", "'https://artifactory.lab/api/huggingfaceml/hf'", "mirror-01: hub_endpoint: "),
+    ("hub_fallback", "'maybe'", "mirror-01: hub_fallback: "),
 ])
 def test_bad_mirror_vars_are_one_line(fleet_file, var, value, expect):
     lines = _problems(fleet_file, mirror=f", {var}: {value}", profile=None)
@@ -138,6 +139,9 @@ def _mirror_lines(plan, converged: bool, free: int = 500 * 10**9, python: str = 
         lines += [f"sha\t{sha256(c)}\t{path}" for path, c in mirror_files(s, plan.connection).items()]
         lines += [f"dir\t755|root|root\t{d}" for d in (p.cache_dir, s.data_dir, plan.paths.bin)]
         lines += [f"dir\t750|specfleet-mirror|specfleet-mirror\t{d}" for d in (p.repos, p.logs)]
+        lines += [f"dir\t700|root|root\t{s.secrets_dir}"]
+        if s.hf_token is not None:
+            lines += [f"sha\t{sha256(s.hf_token.get_secret_value() + chr(10))}\t{plan.paths.token_file}"]
     return lines
 
 
@@ -242,19 +246,34 @@ def test_converged_fleet_with_mirror_warms_nothing(fleet_file):
         assert changed_ops(state)[spark] == []
 
 
+def _warm_fails(p):
+    """Responses: a converged mirror whose warm-up job fails; fresh Sparks."""
+    if p.is_mirror:
+        return {MIRROR_FACT: _mirror_lines(p, converged=True),
+                "job status": '{"id": "j1", "key": "warm", "state": "failed", "exit": 1, "message": "upstream 503"}'}
+    return _fresh_spark(p)
+
+
 def test_failed_warm_fails_the_stage_with_a_line_naming_the_mirror(fleet_file, caplog):
     plans = _plans(fleet_file)
-
-    def responses(p):
-        if p.is_mirror:
-            return {MIRROR_FACT: _mirror_lines(p, converged=True),
-                    "job status": '{"id": "j1", "key": "warm", "state": "failed", "exit": 1, "message": "upstream 503"}'}
-        return _fresh_spark(p)
-    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    state = run_deploy(plans, converge, "eagle3", responses=_warm_fails)
     failed = {h.name.removeprefix("@fake/") for h in state.failed_hosts}
     assert failed == {"mirror-01", "spark-01"}  # spark-02 downloads from the Hub itself (its own hub_endpoint)
     assert not [c for c in executed(state)["spark-01"] if "fetch-model --repo" in c or " activate " in c]
     assert "hub mirror mirror-01 (http://10.1.0.5:8090) failed to warm; not staging from it" in caplog.text
+
+
+def test_failed_warm_with_hub_fallback_fetches_from_the_upstream_hub_with_a_warning(fleet_file, caplog):
+    plans = _plans(fleet_file, extra="  spark-03: {hub_fallback: true}")
+    state = run_deploy(plans, converge, "eagle3", responses=_warm_fails)
+    failed = {h.name.removeprefix("@fake/") for h in state.failed_hosts}
+    assert failed == {"mirror-01", "spark-01"}  # spark-01 has no hub_fallback: refuses, as before
+    fetches = [c for c in executed(state)["spark-03"] if "fetch-model" in c and "job start" in c]
+    assert len(fetches) == 2 and all("HF_ENDPOINT=http://hub.lab:8999" in c for c in fetches), fetches
+    assert not [c for c in executed(state)["spark-03"] if "HF_ENDPOINT=http://10.1.0.5:8090" in c]
+    warning = [r for r in caplog.records if "hub_fallback: fetching from the Hub directly (http://hub.lab:8999)" in r.getMessage()]
+    assert warning and warning[0].levelname == "WARNING" and "spark-03" in warning[0].getMessage()
+    assert "hub mirror mirror-01 (http://10.1.0.5:8090) failed to warm; not staging from it" in caplog.text  # spark-01
 
 
 def test_warm_skips_files_whose_content_the_host_has(fleet_file):
@@ -325,3 +344,46 @@ def test_rollout_with_a_failed_warm_stages_only_the_hosts_that_do_not_use_the_mi
     assert dict(rec.calls)["stage"] == ["spark-02"]
     assert "spark-01" in result.output and "hub mirror mirror-01 (http://10.1.0.5:8090) failed to warm" in result.output
     assert result.exit_code == 1  # one failure > --max-fail 0: halted, nothing switched
+
+
+def test_rollout_with_a_failed_warm_stages_hub_fallback_hosts_from_the_upstream_hub(fleet_file, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+    fleet_file(FLEET.format(mirror="", extra="  spark-03: {hub_fallback: true}"))
+    (tmp_path / "inventory.py").write_text("")
+    (tmp_path / "eagle3.py").write_text('PROFILE = "eagle3"\n')
+    seen = {}
+    rec = _Rollout(monkeypatch, fail={"warm_phase": {"mirror-01"}})
+    original = rec.run_on
+
+    def run_on(plans, hosts, fn, *args):
+        if fn.__name__ == "stage":
+            seen.update({h: plans[h].mirror_down for h in hosts})
+        return original(plans, hosts, fn, *args)
+    from specfleet import rollout
+    monkeypatch.setattr(rollout, "run_on", run_on)
+    CliRunner().invoke(main, ["rollout", str(tmp_path / "inventory.py"), str(tmp_path / "eagle3.py")])
+    assert seen == {"spark-02": False, "spark-03": True}  # spark-01 (no hub_fallback) refused; spark-03 stages upstream
+
+
+def test_mirror_host_gets_the_token_root_only_from_stdin_and_the_warm_up_names_only_its_path(fleet_file):
+    from tests.unit.conftest import TOKEN
+    plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, converged=False)})
+    text = "\n".join(cmds)
+    assert not state.failed_hosts
+    assert "install -d -m 700 -o root -g root /etc/specfleet" in text or f"install -d -m 700 -o root -g root {plan.settings.secrets_dir}" in text
+    assert f"chmod 600 {plan.settings.secrets_dir}/.hf_token.tmp" in text
+    assert TOKEN not in text  # on stdin only
+    # converged: the token file matches -> not written again
+    plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, converged=True)})
+    assert not [c for c in cmds if ".hf_token.tmp" in c]
+
+
+def test_warm_up_reads_gated_repos_with_the_token_file(fleet_file):
+    from tests.unit.conftest import TOKEN
+    plans = _plans(fleet_file)
+    responses = lambda p: {MIRROR_FACT: _mirror_lines(p, converged=True)} if p.is_mirror else _fresh_spark(p)  # noqa: E731
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    warm = next(c for c in executed(state)["mirror-01"] if "job start" in c)
+    assert f"http://127.0.0.1:18090 {plans['mirror-01'].paths.token_file} " in warm and TOKEN not in warm

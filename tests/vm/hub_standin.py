@@ -975,6 +975,7 @@ class _Handler(BaseHTTPRequestHandler):
         if m["lfs"]:
             headers["X-Linked-Etag"] = f'"{m["lfs"]["sha256"]}"'
             headers["X-Linked-Size"] = str(m["lfs"]["size"])
+        self.hub._wait_if_held(method, self._log_path)
         self._send_ranged(data, headers)
 
     def _send_ranged(self, data: bytes, headers: dict) -> None:
@@ -1035,6 +1036,8 @@ class HubStandin:
     - ``.fail_next(status, count, paths="resolve")``: the next `count` requests matching `paths` ("resolve", "api"
       or "all") are answered with HTTP `status` (429 with ``Retry-After: 1``), then normal service resumes;
       ``.pending_failures()`` = how many are still to come. Same as ``POST /_standin/fail?status=S&count=N&paths=P``.
+    - ``.hold(path_part)`` / ``.release()`` / ``.held()``: GETs of files whose path contains `path_part` wait before
+      their answer until released (a deterministic "mid-fill" point for fault tests).
     - Static helpers (no server needed): ``commit(repo_id, index=-1)``, ``repo_size(repo_id, commit=None)``,
       ``commits(repo_id)``, ``files(repo_id, commit=None)`` {path: size}, ``file_bytes(repo_id, path, commit=None)``,
       ``file_meta(...)``, ``is_gated(repo_id)``.
@@ -1056,6 +1059,8 @@ class HubStandin:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._fail: tuple[int, int, str] | None = None  # (status, remaining, paths) set by fail_next()
+        self._hold: tuple[str, threading.Event] | None = None  # (path part, released) set by hold()
+        self._held = 0  # GET requests waiting in hold() now
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -1087,6 +1092,7 @@ class HubStandin:
 
     def stop(self) -> None:
         self._stopping.set()  # throttled responses in flight abort at their next chunk
+        self.release()  # held requests end
         if self._server is not None:
             self._server.shutdown()
             self.wait_idle(5)
@@ -1152,6 +1158,38 @@ class HubStandin:
                 return None
             self._fail = (status, remaining - 1, paths) if remaining > 1 else None
             return status
+
+    def hold(self, path_part: str) -> None:
+        """Hold every GET of a file (``/resolve/``) whose path contains `path_part` before anything of its answer is
+        sent, until release(): a fault test's deterministic "in flight" point (whatever fetches it is mid-fill, and
+        everything fetched before it is complete). ``held()`` = how many requests are waiting now."""
+        with self._lock:
+            if self._hold:
+                self._hold[1].set()
+            self._hold = (path_part, threading.Event())
+
+    def release(self) -> None:
+        """Let held requests go on (and stop holding)."""
+        with self._lock:
+            if self._hold:
+                self._hold[1].set()
+            self._hold = None
+
+    def held(self) -> int:
+        with self._lock:
+            return self._held
+
+    def _wait_if_held(self, method: str, path: str) -> None:
+        with self._lock:
+            hold = self._hold
+            if hold is None or method != "GET" or hold[0] not in path:
+                return
+            self._held += 1
+        try:
+            hold[1].wait(timeout=900)
+        finally:
+            with self._lock:
+                self._held -= 1
 
     def bytes_served(self) -> dict[str, int]:
         with self._lock:

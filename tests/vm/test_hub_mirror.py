@@ -13,6 +13,7 @@ the default mirror_allowed_networks allow."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import socket
 import subprocess
@@ -27,13 +28,17 @@ from specfleet.lockfile import lock_path
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure
-from tests.vm.hub_standin import HubStandin
+from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]  # boots a 4th guest and installs olah under TCG: the --full tier
 
 TARGET = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-long-context"
+GATED = "nvidia/Llama-3.3-70B-Instruct-FP4"
 MIRROR = "hub-mirror"
+OLAH = "specfleet-hub-mirror.service"
+DRAFT_ON_SPARK = "/var/lib/specfleet/hf/hub/models--nvidia--gpt-oss-120b-Eagle3-long-context /var/lib/specfleet/drafts"
+OLAH_DRAFT_CACHE = "/var/lib/specfleet-mirror/repos/files/models/nvidia /var/lib/specfleet-mirror/repos/lfs"
 
 
 def _free_port() -> int:
@@ -92,14 +97,17 @@ def tunnel(mirror_guest, request):
     return port
 
 
-def _inventory(lab_inventory: Path, out: Path, mirror_guest, port: int, index_url: str, draft_revision: str) -> Path:
+def _inventory(lab_inventory: Path, out: Path, mirror_guest, port: int, index_url: str, draft_revision: str,
+               mirror_vars: dict | None = None, host_vars: dict | None = None) -> Path:
     inv = yaml.safe_load(lab_inventory.read_text())
     inv["all"]["vars"]["draft_revision"] = draft_revision
     # one olah worker on an emulated CPU serves 3 Sparks: 2 parallel files each instead of 8 (fewer timeouts)
     inv["all"]["vars"]["fetch_workers"] = 2
     inv["all"]["children"]["hub_mirror"] = {"hosts": {MIRROR: {
         "ssh_hostname": mirror_guest.host, "ssh_port": mirror_guest.port,
-        "mirror_address": lab.GUEST_SEES_CONTROLLER, "mirror_port": port, "pip_index_url": index_url}}}
+        "mirror_address": lab.GUEST_SEES_CONTROLLER, "mirror_port": port, "pip_index_url": index_url, **(mirror_vars or {})}}}
+    for name, extra in (host_vars or {}).items():
+        inv["all"]["children"]["vm_fleet"]["hosts"][name].update(extra)
     out.write_text(yaml.safe_dump(inv, sort_keys=False))
     Path(f"{out}.lock").write_text(Path(lock_path(lab_inventory)).read_text())
     return lab.write_lock(out)  # `specfleet lock`: adds the draft's pin at draft_revision
@@ -168,3 +176,156 @@ def test_one_upstream_download_for_the_whole_fleet(vm_fleet, lab_inventory, hub:
     for g in sparks:
         assert lab.guest_curl_completion(g)["choices"], g.name
         assert new_draft in lab.guest_release_json(g), g.name
+
+
+# ---- faults (issue 10, point 4) -----------------------------------------------------------------------------------
+def _stop_mirror(mirror_guest, kill: bool) -> None:
+    """The mirror down and staying down: masked (a converge's `systemctl start` fails), then killed or stopped."""
+    how = f"systemctl kill -s KILL {OLAH}; " if kill else ""
+    mirror_guest.ssh(f"systemctl mask --runtime {OLAH} && {how}systemctl stop {OLAH}; systemctl is-active {OLAH} || true")
+
+
+def _unmask_mirror(mirror_guest) -> None:
+    mirror_guest.ssh(f"systemctl unmask --runtime {OLAH}; systemctl unmask {OLAH}")
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _upstream_files(hub: HubStandin, repo: str, commit: str) -> dict[str, int]:
+    prefix = f"/{repo}/resolve/{commit}/"
+    return {p[len(prefix):]: n for p, n in hub.bytes_served().items() if p.startswith(prefix) and n}
+
+
+def test_mirror_killed_mid_fill_hosts_keep_serving_and_the_next_run_resumes(vm_fleet, lab_inventory, hub: HubStandin,
+                                                                           mirror_guest, olah_index, tunnel, tmp_path):
+    sparks = vm_fleet.guests
+    old_draft, new_draft = HubStandin.commits(DRAFT)[0], HubStandin.commits(DRAFT)[-1]
+    index_url = olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER)
+    inv = _inventory(lab_inventory, tmp_path / "fleet-killed.yml", mirror_guest, tunnel, index_url, old_draft)
+    assert all(new_draft in lab.guest_release_json(g) for g in sparks)  # the first test left them serving new_draft
+    # The Sparks need the old draft again (their copy removed) and the mirror must fetch it upstream (its cache removed).
+    vm_fleet.ssh_all(f"rm -rf {DRAFT_ON_SPARK}")
+    mirror_guest.ssh(f"systemctl stop {OLAH}; rm -rf {OLAH_DRAFT_CACHE}")
+    files = sorted(p for p in HubStandin.files(DRAFT, old_draft))  # the warm-up's order
+    held = files[-1]
+    complete = files[:-1]
+
+    # 1. the warm-up is mid-fill (the stand-in holds the last file's GET; the ones before it are complete): kill olah
+    sizes = HubStandin.files(DRAFT, old_draft)
+    hub.reset_log()
+    hub.hold(f"/{DRAFT}/resolve/{old_draft}/{held}")
+    run = lab.start_pyinfra(inv, "eagle3")
+    try:
+        deadline = time.monotonic() + 900
+        while hub.held() < 1 and run.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        assert hub.held() >= 1, f"the warm-up never reached {held}:\n{run.output()[-4000:]}"
+        _stop_mirror(mirror_guest, kill=True)
+        rc = run.wait(timeout=1800)
+    finally:
+        hub.release()  # after olah died: its held upstream GET finds the connection gone
+        if run.proc.poll() is None:
+            run.proc.kill()
+    out = _plain(run.output())
+    assert rc != 0
+    first = _upstream_files(hub, DRAFT, old_draft)
+    assert {f: first.get(f) for f in complete} == {f: sizes[f] for f in complete}, first
+    assert first.get(held, 0) < sizes[held], first  # cut: not complete
+    for g in sparks:  # each Spark names the mirror, and serves its previous release
+        assert f"[{g.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) failed to warm" in out, g.name
+        assert lab.guest_curl_completion(g)["choices"], g.name
+        assert new_draft in lab.guest_release_json(g), g.name
+
+    # 2. the mirror back: the next converge resumes the fill without fetching the complete files again
+    _unmask_mirror(mirror_guest)
+    hub.reset_log()
+    run2 = lab.run_pyinfra(inv, "eagle3")
+    assert run2.returncode == 0, run2.output()[-6000:]
+    second = _upstream_files(hub, DRAFT, old_draft)
+    figure("hub mirror killed mid-fill: files fetched upstream again by the next run",
+           f"{len(set(second) & set(complete))} of {len(complete)} complete ones ({sorted(second)} fetched: the cut one)")
+    assert sorted(second) == [held], second
+    for g in sparks:
+        assert lab.guest_curl_completion(g)["choices"], g.name
+        assert old_draft in lab.guest_release_json(g), g.name
+
+
+def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_fleet, lab_inventory, hub: HubStandin,
+                                                                       mirror_guest, olah_index, tunnel, tmp_path):
+    sparks = vm_fleet.guests
+    old_draft, new_draft = HubStandin.commits(DRAFT)[0], HubStandin.commits(DRAFT)[-1]
+    fallback, refusing = sparks[0], sparks[1:]
+    inv = _inventory(lab_inventory, tmp_path / "fleet-fallback.yml", mirror_guest, tunnel,
+                     olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER), new_draft,
+                     host_vars={fallback.name: {"hub_fallback": True}})
+    vm_fleet.ssh_all(f"rm -rf {DRAFT_ON_SPARK}")
+    _stop_mirror(mirror_guest, kill=False)
+    try:
+        hub.reset_log()
+        run = lab.run_pyinfra(inv, "eagle3")
+    finally:
+        _unmask_mirror(mirror_guest)
+    out = _plain(run.output())
+    assert run.returncode != 0  # the mirror host and the Sparks without hub_fallback failed
+    assert (f"[{fallback.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) is down or failed to warm; "
+            f"hub_fallback: fetching from the Hub directly (http://{lab.GUEST_SEES_CONTROLLER}:{hub.port})") in out, out[-6000:]
+    assert lab.guest_curl_completion(fallback)["choices"] and new_draft in lab.guest_release_json(fallback)
+    assert _upstream_files(hub, DRAFT, new_draft)  # from the Hub itself
+    for g in refusing:
+        assert f"[{g.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) failed to warm" in out, g.name
+        assert lab.guest_curl_completion(g)["choices"], g.name
+        assert old_draft in lab.guest_release_json(g), g.name  # still serving what it served
+
+
+# ---- gated repos and the allowed networks (issue 10, point 1) ------------------------------------------------------
+_AUTH_GET = ("printf 'Authorization: Bearer %s\\n' \"$(cat /etc/specfleet/hf_token)\" | "  # builtins: not on a command line
+             "curl -sS -o /tmp/gated.out -w '%{{http_code}}' -H @- {url}")
+
+
+def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: HubStandin, mirror_guest, olah_index, tunnel):
+    from specfleet.mirror import WARM
+    commit = HubStandin.commit(GATED)
+    size = HubStandin.files(GATED, commit)["config.json"]
+    # the mirror host has the fleet's token, root-only, and its warm-up reads the gated repo with it (through olah)
+    assert mirror_guest.ssh("stat -c '%a %U' /etc/specfleet/hf_token").stdout.split() == ["600", "root"]
+    mirror_guest.ssh("cat > /root/warm.py", input=WARM.encode())
+    py = "/var/lib/specfleet-mirror/venv/bin/python /root/warm.py http://127.0.0.1:18090"
+    without = mirror_guest.ssh(f"{py} - {GATED} {commit} config.json {size}", check=False)
+    assert without.returncode == 1 and "HTTP 401" in without.stderr, without.stderr
+    hub.reset_log()
+    warmed = mirror_guest.ssh(f"{py} /etc/specfleet/hf_token {GATED} {commit} config.json {size}", check=False)
+    assert warmed.returncode == 0, warmed.stdout + warmed.stderr
+    assert _upstream_files(hub, GATED, commit) == {"config.json": size}
+    # a Spark with the fleet's token gets the cached gated file; without a token it gets a 401 and no file
+    url = f"http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}/{GATED}/resolve/{commit}/config.json"
+    spark = vm_fleet.guests[0]
+    with_token = spark.ssh(_AUTH_GET.format(url=url)).stdout.strip()
+    got = spark.ssh("stat -c %s /tmp/gated.out").stdout.strip()
+    assert with_token == "200" and got == str(size), (with_token, got)
+    no_token = spark.ssh(f"curl -sS -o /tmp/gated.out -w '%{{http_code}}' {url}").stdout.strip()
+    body = spark.ssh("cat /tmp/gated.out").stdout
+    assert no_token in ("401", "403") and len(body) != size, (no_token, body[:200])
+    assert _upstream_files(hub, GATED, commit) == {"config.json": size}  # served from the cache: no second download
+    assert STANDIN_TOKEN not in with_token + body
+
+
+def test_a_peer_outside_the_allowed_networks_is_refused(vm_fleet, lab_inventory, mirror_guest, olah_index, tunnel, tmp_path):
+    """The guest's own address (10.0.2.15, in the default 10.0.0.0/8) reaches the mirror; with only 127.0.0.0/8
+    allowed, the same request is dropped by the socket's filter while the loopback still gets answers."""
+    own = mirror_guest.ssh("python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                           "s.connect(('10.0.2.2', 9)); print(s.getsockname()[0])\"").stdout.strip()
+    probe = "curl -s -o /dev/null -m 8 -w '%{{http_code}}' http://{addr}:{port}/; echo \" rc=$?\""
+    before = mirror_guest.ssh(probe.format(addr=own, port=tunnel), check=False).stdout.strip()
+    assert before.endswith("rc=0") and not before.startswith("000"), before
+    inv = _inventory(lab_inventory, tmp_path / "fleet-loopback-only.yml", mirror_guest, tunnel,
+                     olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER), HubStandin.commits(DRAFT)[0],
+                     mirror_vars={"mirror_allowed_networks": ["127.0.0.0/8"]})
+    run = lab.run_pyinfra(inv, "hub_mirror")
+    assert run.returncode == 0, run.output()[-6000:]
+    after = mirror_guest.ssh(probe.format(addr=own, port=tunnel), check=False).stdout.strip()
+    loopback = mirror_guest.ssh(probe.format(addr="127.0.0.1", port=tunnel), check=False).stdout.strip()
+    figure("hub mirror: request from outside mirror_allowed_networks", f"{own}: {after} (loopback: {loopback})")
+    assert after.startswith("000") and not after.endswith("rc=0"), after
+    assert loopback.endswith("rc=0") and not loopback.startswith("000"), loopback

@@ -519,3 +519,26 @@ def test_fail_next_seen_by_huggingface_hub(fresh_hub, tmp_path):
         http_get(url, f)
     assert getattr(getattr(e.value, "response", None), "status_code", None) == 500
     assert [s for _, _, s in hub.requests()] == [429, 200, 500]
+
+
+def test_hold_keeps_a_file_get_in_flight_until_release(fresh_hub):
+    """The fault tests' "mid-fill" point: a held GET sends nothing until release(); HEAD and other files go on."""
+    import threading
+    sha = HubStandin.commit(EAGLE)
+    held_url = f"{fresh_hub.url}/{EAGLE}/resolve/{sha}/config.json"
+    fresh_hub.hold("/config.json")
+    assert requests.head(held_url, timeout=10).status_code == 200  # metadata is not held
+    other = requests.get(f"{fresh_hub.url}/{EAGLE}/resolve/{sha}/README.md", timeout=10)
+    assert other.status_code == 200 and other.content
+    got: dict = {}
+    t = threading.Thread(target=lambda: got.update(r=requests.get(held_url, timeout=60)))
+    t.start()
+    for _ in range(100):
+        if fresh_hub.held() == 1:
+            break
+        time.sleep(0.05)
+    assert fresh_hub.held() == 1 and not fresh_hub.bytes_served().get(f"/{EAGLE}/resolve/{sha}/config.json")
+    fresh_hub.release()
+    t.join(timeout=30)
+    assert got["r"].status_code == 200 and len(got["r"].content) == HubStandin.files(EAGLE, sha)["config.json"]
+    assert fresh_hub.held() == 0
