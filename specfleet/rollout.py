@@ -203,8 +203,10 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
                     mirror_failed.add(h)
         # 1b. stage everywhere in parallel: nothing that serves changes
         staging = [h for h in locked if h not in mirror_failed]
-        _log(f"stage on {len(staging)} host(s): preflight, encodings, models, release files")
+        _log(f"stage on {len(staging)} host(s) at once: preflight, encodings, models, release files")
+        staged_at = time.monotonic()
         stage_failed = run_on(plans, staging, stage)
+        _log(f"stage done in {time.monotonic() - staged_at:.1f} s ({len(staging) - len(stage_failed)} of {len(staging)} staged)")
         for h in stage_failed:
             outcomes[h].result = "failed to stage (still serving its old release)"
             failures.add(h)

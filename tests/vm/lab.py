@@ -258,7 +258,7 @@ def with_vars(inventory: Path, out: Path, **vars) -> Path:
 
 
 def run_specfleet(*args: str, inventory: Path, timeout: float = 2400, background: bool = False):
-    cmd = [sys.executable, "-m", "specfleet.cli", *args]
+    cmd = [sys.executable, "-m", "specfleet", *args]
     env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN}
     if background:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

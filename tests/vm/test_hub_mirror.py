@@ -238,11 +238,17 @@ def test_mirror_killed_mid_fill_hosts_keep_serving_and_the_next_run_resumes(vm_f
         assert lab.guest_curl_completion(g)["choices"], g.name
         assert new_draft in lab.guest_release_json(g), g.name
 
-    # 2. the mirror back: the next converge resumes the fill without fetching the complete files again
+    # 2. the mirror back: the next converge resumes the fill without fetching the complete files again; on the way the
+    #    upstream answers 429 three times (olah relays them) and the warm-up retries with backoff
     _unmask_mirror(mirror_guest)
     hub.reset_log()
+    hub.fail_next(429, 3)
     run2 = lab.run_pyinfra(inv, "eagle3")
     assert run2.returncode == 0, run2.output()[-6000:]
+    assert [st for _, _, st in hub.requests()].count(429) == 3 and hub.pending_failures() == 0
+    retried = mirror_guest.ssh("cat /var/lib/specfleet/jobs/*/log | grep -c 'HTTP 429; retrying in' || true").stdout.strip()
+    figure("hub mirror: upstream 429s during the warm-up, retried by it", f"3 answered 429, {retried} retries logged, converge ok")
+    assert retried == "3", retried
     second = _upstream_files(hub, DRAFT, old_draft)
     figure("hub mirror killed mid-fill: files fetched upstream again by the next run",
            f"{len(set(second) & set(complete))} of {len(complete)} complete ones ({sorted(second)} fetched: the cut one)")

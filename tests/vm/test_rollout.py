@@ -70,6 +70,8 @@ def test_good_rollout_keeps_the_fleet_available(vm_fleet, lab_inventory, hub):
            ", ".join(f"{h} {d - load_delay:.1f}s" for h, d in downtimes.items()))
     figure("rollout: total time / sum of switch gates", f"{end - start:.1f}s / {sum(downtimes.values()):.1f}s")
     figure("rollout: min hosts answering at any second (N=3, largest batch 1)", str(min(counts)))
+    staged = [line.split("stage done in ", 1)[1] for line in (proc.stdout + proc.stderr).splitlines() if "stage done in " in line]
+    figure(f"rollout: stage of N={n} hosts at once (gevent-patched entry)", staged[0] if staged else "not logged")
 
 
 def test_rollback_restores_the_previous_release_byte_for_byte(vm_fleet, lab_inventory, hub):
