@@ -173,8 +173,9 @@ class MirrorStatus(FactBase):
 # once and caches it), with the token (gated repos: olah checks it with the upstream Hub, then fetches with it);
 # its size is checked; 429/5xx/connection errors are retried with exponential backoff (Retry-After when longer).
 WARM = r"""
-import sys, time, urllib.error, urllib.parse, urllib.request
+import http.client, re, sys, time, urllib.error, urllib.parse, urllib.request
 base, token_file, items = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3:]
+ATTEMPTS = 8
 headers = {}
 if token_file != "-":
     with open(token_file, encoding="utf-8") as f:
@@ -183,8 +184,8 @@ todo = [items[i:i + 4] for i in range(0, len(items), 4)]
 total = 0
 for repo, commit, path, size in todo:
     url = f"{base}/{repo}/resolve/{commit}/{urllib.parse.quote(path)}"
-    for attempt in range(8):
-        wait = min(2 ** attempt, 30)
+    for attempt in range(1, ATTEMPTS + 1):
+        wait = min(2 ** (attempt - 1), 30)
         try:
             n = 0
             with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=120) as r:
@@ -200,20 +201,20 @@ for repo, commit, path, size in todo:
             break
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403) or (exc.code == 404 and token_file == "-"):
-                sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: HTTP {exc.code} {exc.reason} (a gated repo? "
-                         "the mirror host reads it with the fleet's token: hf_token / HF_TOKEN, with access to the repo)")
+                sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: HTTP {exc.code} {exc.reason} (a gated repo? the "
+                         "mirror host reads it with the fleet's token (HF_TOKEN or hf_token_file), which needs access to it)")
             if exc.code != 429 and exc.code < 500:
                 sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: HTTP {exc.code} {exc.reason}")
             why = f"HTTP {exc.code}"
             retry_after = (exc.headers.get("Retry-After") or "").strip()
-            if retry_after.isdigit():
+            if re.fullmatch(r"[0-9]{1,6}", retry_after):
                 wait = max(wait, min(int(retry_after), 300))
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, a body cut short
             why = f"{type(exc).__name__}: {exc}"
-        print(f"warm: {repo}@{commit[:12]} {path}: {why}; retrying in {wait} s (attempt {attempt + 1} of 8)", flush=True)
+        if attempt == ATTEMPTS:
+            sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: failed after {ATTEMPTS} attempts ({why})")
+        print(f"warm: {repo}@{commit[:12]} {path}: {why}; retrying in {wait} s (attempt {attempt} of {ATTEMPTS})", flush=True)
         time.sleep(wait)
-    else:
-        sys.exit(f"hub mirror {base}: {repo}@{commit[:12]} {path}: failed after 8 attempts ({why})")
 print(f"warm: {len(todo)} file(s), {total} bytes through {base}", flush=True)
 """
 

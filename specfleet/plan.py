@@ -137,17 +137,18 @@ def fleet_plans_or_exit(inventory_file: str) -> tuple[Inventory, dict[str, HostP
 
 
 def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
-                overrides: dict | None = None, live: bool = False) -> dict[str, HostPlan]:
+                overrides: dict | None = None, live: bool = False, deploying: bool = False) -> dict[str, HostPlan]:
     """Validate every host (all problems at once), then pin models on the controller.
 
     Pins come from the fleet file's lock (`<fleet>.lock`, written by `specfleet lock`); nothing is contacted,
     and a host needing a model or image the lock lacks is refused. `live` asks the Hub instead (commits,
     files and gated access as of now: `specfleet check --hub`).
-    `overrides` (pyinfra's `--data key=value`) beat every inventory level and are validated like them."""
+    `overrides` (pyinfra's `--data key=value`) beat every inventory level and are validated like them.
+    `deploying`: a pyinfra deploy run (then hub_mirror hosts need the token, as profile runs do)."""
     if overrides:
         inventory = dataclasses.replace(inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()},
                                         explicit={h: set(inventory.explicit.get(h, ())) | set(overrides) for h in inventory.hosts})
-    fleet, problems = build_fleet(inventory, profile)
+    fleet, problems = build_fleet(inventory, profile, deploying=deploying)
     if problems:
         raise PlanError([str(p) for p in problems])
     mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
@@ -242,7 +243,7 @@ def pyinfra_groups(argv: list[str] | None = None, project: str | None = None) ->
     try:
         profile, deploys = profile_from_argv(argv)
         inventory = load_inventory_or_fail()
-        plans = build_plans(inventory, profile, resolve=bool(deploys), overrides=data_overrides(argv))
+        plans = build_plans(inventory, profile, resolve=bool(deploys), overrides=data_overrides(argv), deploying=bool(deploys))
     except PlanError as exc:
         for line in exc.lines:
             print(f"specfleet: {line}", file=sys.stderr)

@@ -473,7 +473,8 @@ def split_vars(host_vars: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 
 def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | None,
                    defaults: dict[str, Any] | None = None, mirror: bool = False) -> tuple[Settings | None, list[Problem]]:
-    """`mirror`: a hub_mirror host, which reads the token whenever there is one (its warm-up reads gated repos)."""
+    """`mirror`: a hub_mirror host in a deploy run: it needs the token like a host of a profile run (its warm-up
+    reads gated repos with it), so it is read and required (hf_token_required) also without a profile."""
     defaults = load_defaults() if defaults is None else defaults
     _, deploy_vars = split_vars(host_vars)
     problems: list[Problem] = []
@@ -520,7 +521,7 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
         token, token_problem = (None, file_problem) if file_problem else read_token(token_file)
         if token_problem:
             problems.append(Problem(host, "hf_token_file", token_problem))
-        elif token is None and values.get("hf_token_required") is True and profile is not None:
+        elif token is None and values.get("hf_token_required") is True and (profile is not None or mirror):
             problems.append(Problem(host, "hf_token", "no Hugging Face token: export HF_TOKEN or set hf_token_file "
                                                        "(or hf_token_required: false for public models)"))
 
@@ -539,8 +540,10 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
     return (None, problems) if problems else (settings, [])
 
 
-def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[str, Settings], list[Problem]]:
-    """Settings for every host of the current project's inventory (project.project_dir())."""
+def build_fleet(inventory: Inventory, profile_name: str | None,
+                deploying: bool = False) -> tuple[dict[str, Settings], list[Problem]]:
+    """Settings for every host of the current project's inventory (project.project_dir()). `deploying`: a deploy run,
+    in which hub_mirror hosts read the token like hosts of a profile run (their warm-up reads gated repos)."""
     overrides, problems = load_overrides()
     if problems:
         return {}, problems
@@ -549,7 +552,7 @@ def build_fleet(inventory: Inventory, profile_name: str | None) -> tuple[dict[st
     out: dict[str, Settings] = {}
     for host in inventory.hosts:
         settings, host_problems = build_settings(host, host_vars[host], profile_name, defaults,
-                                                 mirror=host in inventory.groups.get(MIRROR_GROUP, ()))
+                                                 mirror=deploying and host in inventory.groups.get(MIRROR_GROUP, ()))
         if settings is not None and host in inventory.groups.get(MIRROR_GROUP, ()):
             upstream = settings.hub_endpoint.split("://", 1)[1]
             if "/" in upstream:

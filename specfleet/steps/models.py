@@ -15,8 +15,12 @@ from .mirror import fetch_endpoint
 
 
 def _fetch(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
-    """The fetch host job, with the Hub endpoint decided now: the mirror's warm-up ran just before (hub_fallback)."""
-    return _follow(state, host, key, argv, {**env, "HF_ENDPOINT": fetch_endpoint(state, host, host.data.get("specfleet"))})
+    """The fetch host job, with the Hub endpoint decided now: the mirror's warm-up ran just before (hub_fallback).
+    A fallback fetch has a key of its own: it never attaches to a fetch from the mirror still running on the host."""
+    endpoint = fetch_endpoint(state, host, host.data.get("specfleet"))
+    if endpoint != env["HF_ENDPOINT"]:
+        key = f"{key} from {endpoint}"
+    return _follow(state, host, key, argv, {**env, "HF_ENDPOINT": endpoint})
 
 
 @deploy("Models")

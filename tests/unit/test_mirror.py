@@ -28,7 +28,7 @@ all:
 
 def _plans(fleet_file, mirror="", extra="", profile="eagle3"):
     fleet_file(FLEET.format(mirror=mirror, extra=extra))
-    return build_plans(load_inventory_or_fail(), profile, resolve=profile is not None)
+    return build_plans(load_inventory_or_fail(), profile, resolve=profile is not None, deploying=True)
 
 
 def _problems(fleet_file, **kw):
@@ -270,6 +270,7 @@ def test_failed_warm_with_hub_fallback_fetches_from_the_upstream_hub_with_a_warn
     assert failed == {"mirror-01", "spark-01"}  # spark-01 has no hub_fallback: refuses, as before
     fetches = [c for c in executed(state)["spark-03"] if "fetch-model" in c and "job start" in c]
     assert len(fetches) == 2 and all("HF_ENDPOINT=http://hub.lab:8999" in c for c in fetches), fetches
+    assert all("@" in c and " from http://hub.lab:8999' -- " in c for c in fetches), fetches  # keys of their own
     assert not [c for c in executed(state)["spark-03"] if "HF_ENDPOINT=http://10.1.0.5:8090" in c]
     warning = [r for r in caplog.records if "hub_fallback: fetching from the Hub directly (http://hub.lab:8999)" in r.getMessage()]
     assert warning and warning[0].levelname == "WARNING" and "spark-03" in warning[0].getMessage()
@@ -387,3 +388,13 @@ def test_warm_up_reads_gated_repos_with_the_token_file(fleet_file):
     state = run_deploy(plans, converge, "eagle3", responses=responses)
     warm = next(c for c in executed(state)["mirror-01"] if "job start" in c)
     assert f"http://127.0.0.1:18090 {plans['mirror-01'].paths.token_file} " in warm and TOKEN not in warm
+
+
+def test_mirror_deploy_needs_the_token_like_a_profile_run_and_read_only_commands_do_not(fleet_file, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN")
+    fleet_file(FLEET.format(mirror=", hf_token_required: true", extra=""))
+    with pytest.raises(PlanError) as exc:
+        build_plans(load_inventory_or_fail(), None, resolve=False, deploying=True)  # pyinfra ... deploys/hub_mirror.py
+    assert [line for line in exc.value.lines if line.startswith("mirror-01: hf_token: no Hugging Face token")], exc.value.lines
+    plans = build_plans(load_inventory_or_fail(), None, resolve=False)  # specfleet mirror status, status, logs
+    assert plans["mirror-01"].settings.hf_token is None

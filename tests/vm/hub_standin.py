@@ -648,7 +648,7 @@ class _Handler(BaseHTTPRequestHandler):
             failure = self.hub._take_failure(self._log_path)
             if failure is not None:
                 raise _HubError(failure, None, _FAIL_MESSAGES.get(failure, f"Simulated Hub error {failure} (stand-in)"),
-                                {"Retry-After": "1"} if failure == 429 else None)
+                                {"Retry-After": str(self.hub._retry_after)} if failure == 429 else None)
             if method == "POST" and self._paths_info_post(split.path):
                 return
             if method == "POST":
@@ -1059,6 +1059,7 @@ class HubStandin:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._fail: tuple[int, int, str] | None = None  # (status, remaining, paths) set by fail_next()
+        self._retry_after = 1  # seconds in the Retry-After of a simulated 429 (fail_next)
         self._hold: tuple[str, threading.Event] | None = None  # (path part, released) set by hold()
         self._held = 0  # GET requests waiting in hold() now
 
@@ -1125,9 +1126,9 @@ class HubStandin:
 
     FAIL_PATHS = ("resolve", "api", "all")
 
-    def fail_next(self, status: int, count: int, paths: str = "resolve") -> None:
+    def fail_next(self, status: int, count: int, paths: str = "resolve", retry_after: int = 1) -> None:
         """Answer the next `count` requests matching `paths` ("resolve": /{repo}/resolve/..., "api": /api/...,
-        "all": every non-control request) with HTTP `status` (429 with ``Retry-After: 1``), then serve normally.
+        "all": every non-control request) with HTTP `status` (429 with ``Retry-After: <retry_after>``), then serve normally.
         Replaces any pending rule; count 0 clears it. The failed requests are logged like any response."""
         status, count = int(status), int(count)
         if not 400 <= status <= 599:
@@ -1138,6 +1139,7 @@ class HubStandin:
             raise ValueError(f"paths must be one of {self.FAIL_PATHS}, not {paths!r}")
         with self._lock:
             self._fail = (status, count, paths) if count else None
+            self._retry_after = int(retry_after)
 
     def pending_failures(self) -> int:
         """How many requests are still to be failed by the last fail_next() (0 = normal service)."""

@@ -179,18 +179,25 @@ def test_one_upstream_download_for_the_whole_fleet(vm_fleet, lab_inventory, hub:
 
 
 # ---- faults (issue 10, point 4) -----------------------------------------------------------------------------------
+DOWN = f"/run/systemd/system/{OLAH}.d/zz-test-down.conf"  # (a runtime mask would not beat the unit in /etc)
+
+
 def _stop_mirror(mirror_guest, kill: bool) -> None:
-    """The mirror down and staying down: masked (a converge's `systemctl start` fails), then killed or stopped."""
-    how = f"systemctl kill -s KILL {OLAH}; " if kill else ""
-    mirror_guest.ssh(f"systemctl mask --runtime {OLAH} && {how}systemctl stop {OLAH}; systemctl is-active {OLAH} || true")
+    """The mirror down and staying down: a runtime drop-in makes every start fail (also the converge's and
+    systemd's own Restart=), then olah is killed (SIGKILL) or stopped."""
+    how = f"systemctl kill -s KILL {OLAH}; sleep 1; " if kill else ""
+    mirror_guest.ssh(f"mkdir -p {DOWN.rsplit('/', 1)[0]} && printf '[Service]\\nExecStartPre=/bin/false\\n' > {DOWN} && "
+                     f"systemctl daemon-reload && {how}systemctl stop {OLAH}; systemctl is-active {OLAH} || true")
 
 
 def _unmask_mirror(mirror_guest) -> None:
-    mirror_guest.ssh(f"systemctl unmask --runtime {OLAH}; systemctl unmask {OLAH}")
+    """The mirror back (olah started again)."""
+    mirror_guest.ssh(f"rm -f {DOWN} && systemctl daemon-reload && systemctl reset-failed {OLAH}; systemctl start {OLAH}")
 
 
 def _plain(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+    """pyinfra's output without colours, and host prefixes unpadded ("[spark-1]    x" -> "[spark-1] x")."""
+    return re.sub(r"\] +", "] ", re.sub(r"\x1b\[[0-9;]*m", "", text))
 
 
 def _upstream_files(hub: HubStandin, repo: str, commit: str) -> dict[str, int]:
@@ -315,6 +322,10 @@ def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: Hu
     assert no_token in ("401", "403") and len(body) != size, (no_token, body[:200])
     assert _upstream_files(hub, GATED, commit) == {"config.json": size}  # served from the cache: no second download
     assert STANDIN_TOKEN not in with_token + body
+    # the token is in no log on the mirror host (olah's, its journal, the warm-up jobs'); grep reads it from its file
+    leaks = mirror_guest.ssh(f"{{ journalctl -u {OLAH} --no-pager; cat /var/lib/specfleet/jobs/*/log; "
+                             "cat /var/lib/specfleet-mirror/logs/* 2>/dev/null; } | grep -cF -f /etc/specfleet/hf_token || true").stdout
+    assert leaks.strip() == "0", leaks
 
 
 def test_a_peer_outside_the_allowed_networks_is_refused(vm_fleet, lab_inventory, mirror_guest, olah_index, tunnel, tmp_path):
