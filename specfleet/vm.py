@@ -1290,13 +1290,22 @@ def _setup_logging() -> None:
                             datefmt="%H:%M:%S")
 
 
-def _exit_on_sigterm() -> None:
-    """CI cancels with SIGTERM: turn it into SystemExit so `finally` blocks run (partial
-    image builds are removed, a half-started fleet is torn down)."""
+@contextlib.contextmanager
+def _exit_on_sigterm():
+    """CI cancels with SIGTERM: inside this block it is SystemExit, so `finally` blocks run (partial image builds
+    are removed, a half-started fleet is torn down). The previous handler comes back afterwards: a command invoked
+    in-process (click's CliRunner in a test run) must not leave its handler behind in the caller's process."""
     def handler(signum, frame):
         raise SystemExit(128 + signum)
-    with contextlib.suppress(ValueError):  # not in the main thread
-        signal.signal(signal.SIGTERM, handler)
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not in the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 _workdir_opt = click.option(
@@ -1341,10 +1350,10 @@ def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, 
         arches = guest_arches(count, arch)
     except VMError as e:
         raise click.UsageError(str(e)) from None
-    _exit_on_sigterm()
     try:
-        fleet = up(count=len(arches), workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
-                   memory_mb=memory_mb, smp=smp, arch=arches)
+        with _exit_on_sigterm():
+            fleet = up(count=len(arches), workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
+                       memory_mb=memory_mb, smp=smp, arch=arches)
     except VMError as e:
         raise click.ClickException(str(e)) from None
     for g in fleet.guests:
@@ -1371,11 +1380,11 @@ def down_cmd(workdir: Path) -> None:
 def build_image_cmd(cache_dir: Path, arch: list | None) -> None:
     """Build (or find cached) the guest image(s) and print the directory of each."""
     _setup_logging()
-    _exit_on_sigterm()
     try:
-        for a in dict.fromkeys(arch or [DEFAULT_ARCH]):
-            info = build_image(Path(cache_dir).expanduser(), arch=a)
-            click.echo(str(info.dir))
+        with _exit_on_sigterm():
+            for a in dict.fromkeys(arch or [DEFAULT_ARCH]):
+                info = build_image(Path(cache_dir).expanduser(), arch=a)
+                click.echo(str(info.dir))
     except VMError as e:
         raise click.ClickException(str(e)) from None
 

@@ -23,6 +23,20 @@ def pytest_configure(config):
         raise KeyboardInterrupt(f"signal {signum}: stopping the test run and tearing the VM fleet down")
 
     signal.signal(signal.SIGTERM, _interrupt)
+    config._specfleet_sigterm = _interrupt
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A test that leaves another SIGTERM handler behind (code run in-process that installs its own) would turn
+    CI's SIGTERM into that handler's exception, which pytest records as one failed test and goes on: the handler is
+    put back, and the test fails saying so."""
+    yield
+    ours = getattr(item.config, "_specfleet_sigterm", None)
+    if ours is not None and signal.getsignal(signal.SIGTERM) is not ours:
+        left = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, ours)
+        pytest.fail(f"this test left a SIGTERM handler behind ({left!r}); the test run's own is restored", pytrace=False)
 
 
 def pytest_collection_modifyitems(config, items):

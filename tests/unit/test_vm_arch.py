@@ -187,3 +187,22 @@ def test_cli_parses_a_mixed_fleet(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert seen["arch"] == ["x86_64", "arm64"] and seen["count"] == 2
     assert "spark-2\t127.0.0.1:2202\tarm64" in result.output
+
+
+def test_vm_up_in_process_leaves_the_callers_sigterm_handler(monkeypatch, tmp_path):
+    """`vm up` turns SIGTERM into SystemExit only while it runs: invoked in-process (as here), it must not leave
+    that handler in the test run, whose own SIGTERM handling (tests/conftest.py) tears the VM fleet down."""
+    import signal
+    before = signal.getsignal(signal.SIGTERM)
+    inside = {}
+
+    def fake_up(**kw):
+        inside["handler"] = signal.getsignal(signal.SIGTERM)
+        return vm.Fleet(guests=[guest("x86_64", tmp_path, "spark-1", 2201)], workdir=tmp_path,
+                        inventory_path=tmp_path / "inventory.yml", key_path=tmp_path / "id")
+
+    monkeypatch.setattr(vm, "up", fake_up)
+    result = CliRunner().invoke(vm.cli, ["up", "--workdir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert inside["handler"] is not before  # vm up's own while it ran
+    assert signal.getsignal(signal.SIGTERM) is before

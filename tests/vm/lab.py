@@ -357,14 +357,14 @@ def prebuild_main(argv: list[str]) -> int:
     arch, cache_dir, result_path = argv[0], Path(argv[1]), Path(argv[2])
     os.nice(int(os.environ.get("SPECFLEET_PREBUILD_NICE", "10")))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s prebuild: %(message)s", datefmt="%H:%M:%S")
-    vm._exit_on_sigterm()
-    t0 = time.monotonic()
-    image = vm.build_image(cache_dir, arch=arch)
-    t1 = time.monotonic()
-    standin_key = standin_image.base_recipe_key(standin_image.debian_arch(arch))
-    base_cached = any(cache_dir.glob(f"debian-*-{standin_key[:16]}.tar"))
-    tar = standin_tarball(cache_dir, arch)
-    t2 = time.monotonic()
+    with vm._exit_on_sigterm():
+        t0 = time.monotonic()
+        image = vm.build_image(cache_dir, arch=arch)
+        t1 = time.monotonic()
+        standin_key = standin_image.base_recipe_key(standin_image.debian_arch(arch))
+        base_cached = any(cache_dir.glob(f"debian-*-{standin_key[:16]}.tar"))
+        tar = standin_tarball(cache_dir, arch)
+        t2 = time.monotonic()
     result = {"arch": arch, "image_dir": str(image.dir), "image_built": image.built, "image_s": round(t1 - t0, 1),
               "standin_tar": str(tar), "standin_built": not base_cached, "standin_s": round(t2 - t1, 1)}
     result_path.write_text(json.dumps(result) + "\n")
