@@ -250,8 +250,7 @@ def _warm_or_wait(state, host) -> bool:
         ok, _ = done.get(m.name, (m not in state.failed_hosts, None))
         if not ok:
             return _mirror_unusable(state, host, plan)
-    if plan.mirror_name and not mirrors and any(h.name == plan.mirror_name for h in state.inventory) \
-            and any(h.name == plan.mirror_name for h in state.failed_hosts):
+    if not mirrors and plan.mirror_name in {h.name for h in state.failed_hosts}:
         return _mirror_unusable(state, host, plan)  # the mirror host failed before its warm-up (setup, unreachable)
     return True
 
