@@ -1,21 +1,17 @@
 """Schema of extra-llm-api-config.yml as trtllm-serve (pytorch backend) accepts it, per TensorRT-LLM version.
 
-Every model forbids unknown keys, like TensorRT-LLM's own config models: a misspelled key anywhere
-makes the real server refuse to start, so specfleet refuses it before touching a host. Only the options
-listed here are accepted; extend the schema (with a source) when a genuine option is missing.
+The schema is built from the version's contract (trtllm_versions.py: every field, alias, enum value, range and
+requirement, read from upstream's source of that version, with provenance). Every model forbids unknown keys,
+like TensorRT-LLM's own config models: a misspelled key anywhere makes the real server refuse to start, so
+specfleet refuses it before touching a host. Types are strict (1 is not true). Only the options modelled are
+accepted; extend the contract (with a source) when a genuine option is missing.
 
-The schema is selected by the TensorRT-LLM version in the `image` tag (`schema_for_image`):
+The version is the `image` tag's leading `X.Y.Z` with an optional `rcN` (`1.3.0rc12`, `1.3.0rc12-mirror`,
+`1.3.0rc12.post1` -> 1.3.0rc12); a version not in CONTRACTS, or a tag that names none (`latest`, no tag, digest
+only), gets 1.2.0rc6's schema and names (the in-image validation is the authority there).
 
-| TensorRT-LLM | image tag | differs from 1.2.0rc6 |
-|---|---|---|
-| 1.2.0rc6 (default) | `release:1.2.0rc6` | - (the playbook's original image; the default `image`) |
-| 1.3.0rc12 | `release:1.3.0rc12` | `decoding_type: Eagle3` accepted (same fields as `Eagle`; the build treats `Eagle` as Eagle3 too) |
-
-Everything else (every key, type and rule) is the same for both: the playbook moved to 1.3.0rc12 with the
-same YAML keys, and no source we have shows another difference. Rule: the version is the tag's leading
-`X.Y.Z` with an optional `rcN` (`1.3.0rc12`, `1.3.0rc12-mirror`, `1.3.0rc12.post1` -> 1.3.0rc12); a
-version not in SCHEMAS, or a tag that names none (`latest`, no tag, digest only), gets the 1.2.0rc6
-schema, the strictest one known.
+Profiles are written in 1.2.0rc6's names; `for_version` renames them to the version's (decoding_type, the draft
+key), and `canonical_aliases` spells a user's alias of the draft key with the version's own name.
 """
 
 from __future__ import annotations
@@ -24,10 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-PosInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+from .trtllm_versions import CONTRACTS, DEFAULT_VERSION, Contract  # noqa: F401 (DEFAULT_VERSION re-exported)
 
 # Absolute paths that reach a shell, a systemd unit or a `docker run -v SRC:DST:ro` spec (settings.py uses
 # the same rule for data_dir / secrets_dir): a charset that needs no quoting anywhere, and no ':' or ','.
@@ -74,194 +69,139 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class CudaGraphConfig(_Strict):
-    max_batch_size: NonNegInt | None = None
-    batch_sizes: list[PosInt] | None = None
-    enable_padding: bool = False
+def _annotation(spec: tuple, models: dict[str, type[BaseModel]]) -> tuple[Any, Any]:
+    """(annotation, default) of a contract field spec (trtllm_versions.py's module docstring)."""
+    kind, nullable, cons = spec
+    cons = dict(cons)
+    if kind == "list[int]":
+        item = Annotated[int, Field(gt=cons.pop("item_gt"))] if "item_gt" in cons else int
+        ann: Any = Annotated[list[item], Field(**cons)] if cons else list[item]
+    elif isinstance(kind, tuple) and kind[0] == "enum":
+        ann = Literal[kind[1]]
+    elif isinstance(kind, tuple) and kind[0] == "model":
+        ann = models[kind[1]]
+    else:
+        base = {"int": int, "float": float, "bool": bool, "str": str}[kind]
+        ann = Annotated[base, Field(**cons)] if cons else base
+    return (ann | None if nullable else ann), None
 
 
-class KvCacheConfig(_Strict):
-    free_gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
-    enable_block_reuse: bool = True
-    max_tokens: PosInt | None = None
-    max_attention_window: list[PosInt] | None = None
-    sink_token_length: NonNegInt | None = None
-    host_cache_size: NonNegInt | None = None
-    onboard_blocks: bool = True
-    enable_partial_reuse: bool = True
-    copy_on_partial_reuse: bool = True
-    use_uvm: bool = False
-    dtype: str = "auto"
-
-
-class MoeConfig(_Strict):
-    backend: str = "CUTLASS"
-    max_num_tokens: PosInt | None = None
+def _model(name: str, fields: dict[str, tuple], models: dict[str, type[BaseModel]], base=_Strict, **extra) -> type:
+    return create_model(name, __base__=base, **{k: _annotation(v, models) for k, v in fields.items()}, **extra)
 
 
 class _SpecBase(_Strict):
-    max_draft_len: int | None = None
-    speculative_model_dir: str | None = None
+    """DecodingBaseConfig: the draft path is checked as a path (it becomes a docker mount) under every spelling."""
 
-    @field_validator("speculative_model_dir")
+    _draft_keys: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
     @classmethod
-    def _v_model_dir(cls, v: str | None) -> str | None:
-        # The draft is mounted there: `docker run -v <current>/draft:<speculative_model_dir>:ro` in the unit.
-        return None if v is None else check_path(v)
-
-    def _need_draft_len(self) -> None:
-        if self.max_draft_len is None or self.max_draft_len <= 0:
-            raise ValueError(f"max_draft_len must be an integer > 0 for decoding_type {self.decoding_type}")
-
-    def _need_model_dir(self) -> None:
-        if not self.speculative_model_dir:
-            raise ValueError(f"speculative_model_dir (the draft checkpoint dir) is required for decoding_type {self.decoding_type}")
-        if not self.speculative_model_dir.startswith("/"):
-            raise ValueError("speculative_model_dir must be an absolute path inside the container")
+    def _one_draft_key(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            given = [k for k in cls._draft_keys if k in data]
+            if len(given) > 1:
+                raise ValueError(f"{' and '.join(given)} are the same option (the draft checkpoint dir): give one")
+        return data
 
 
-class EagleConfig(_SpecBase):
-    decoding_type: Literal["Eagle"]
-    eagle3_one_model: bool = True
-    eagle3_layers_to_capture: list[int] | None = None
-    max_non_leaves_per_layer: PosInt | None = None
-    num_eagle_layers: PosInt | None = None
-    greedy_sampling: bool = True
-    use_dynamic_tree: bool = False
+def _decoding_model(c: Contract, name: str, models: dict[str, type[BaseModel]]) -> type[_SpecBase]:
+    rules = c.rules[name]
+    fields = {"max_draft_len": c.max_draft_len, **c.decoding[name]}
 
-    @model_validator(mode="after")
-    def _check(self):
-        self._need_draft_len()
-        self._need_model_dir()
+    def check(self):
+        for key in rules["positive"]:
+            value = getattr(self, key)
+            if value is None:
+                value = _DEFAULTS.get((c.version, name, key))
+            if value is None or value <= 0:
+                raise ValueError(f"{key} must be an integer > 0 for decoding_type {name}")
+        for key in rules["present"]:
+            if not getattr(self, key):
+                what = " (the draft checkpoint dir)" if key == c.draft_field else ""
+                raise ValueError(f"{key}{what} is required for decoding_type {name}")
         return self
 
-
-class Eagle3Config(EagleConfig):
-    """Accepted from 1.3.0rc12 on: the same fields as Eagle (which those builds also run as Eagle3)."""
-
-    decoding_type: Literal["Eagle3"]
-
-
-class DraftTargetConfig(_SpecBase):
-    decoding_type: Literal["DraftTarget"]
-
-    @model_validator(mode="after")
-    def _check(self):
-        self._need_draft_len()
-        self._need_model_dir()
-        return self
+    draft_ann = (str | None, Field(default=None, validation_alias=AliasChoices(*c.draft_keys)))
+    model = create_model(
+        f"{name}Config_{c.version.replace('.', '_')}", __base__=_SpecBase,
+        decoding_type=(Literal[name], ...), **{c.draft_field: draft_ann},
+        **{k: _annotation(v, models) for k, v in fields.items()},
+        __validators__={"_check": model_validator(mode="after")(check),
+                        "_v_path": field_validator(c.draft_field)(classmethod(lambda cls, v: None if v is None else check_path(v)))},
+    )
+    model._draft_keys = c.draft_keys
+    return model
 
 
-class NGramConfig(_SpecBase):
-    decoding_type: Literal["NGram"]
-    max_matching_ngram_size: int | None = None
-    is_keep_all: bool = True
-    is_use_oldest: bool = True
-    is_public_pool: bool = True
-
-    @model_validator(mode="after")
-    def _check(self):
-        self._need_draft_len()
-        if self.max_matching_ngram_size is None or self.max_matching_ngram_size <= 0:
-            raise ValueError("max_matching_ngram_size must be an integer > 0 for decoding_type NGram")
-        return self
-
-
-class MTPConfig(_SpecBase):
-    decoding_type: Literal["MTP"]
-    num_nextn_predict_layers: PosInt = 1
-    use_relaxed_acceptance_for_thinking: bool = False
-    relaxed_topk: PosInt = 1
-    relaxed_delta: float = 0.0
-
-
-class UserProvidedConfig(_SpecBase):
-    decoding_type: Literal["UserProvided"]
-
-
-class SaveStateConfig(_SpecBase):
-    decoding_type: Literal["SaveState"]
-    output_directory: str
-    write_interval: PosInt = 20
-    file_prefix: str = "data"
-    eagle3_layers_to_capture: list[int] | None = None
-
-
-class AutoConfig(_SpecBase):
-    decoding_type: Literal["AUTO"]
-
-
-# decoding_type values accepted by the 1.2.0rc6 build (Eagle3 only by newer builds; Medusa and
-# Lookahead only on the TensorRT engine backend), each with its config model.
-SPEC_CONFIGS: dict[str, type[_SpecBase]] = {
-    "Eagle": EagleConfig, "DraftTarget": DraftTargetConfig, "NGram": NGramConfig, "MTP": MTPConfig,
-    "UserProvided": UserProvidedConfig, "SaveState": SaveStateConfig, "AUTO": AutoConfig,
-}
-DECODING_TYPES = tuple(SPEC_CONFIGS)
-# 1.3.0rc12: the same plus Eagle3.
-SPEC_CONFIGS_1_3: dict[str, type[_SpecBase]] = {**SPEC_CONFIGS, "Eagle3": Eagle3Config}
-ALL_DECODING_TYPES = tuple(SPEC_CONFIGS_1_3)
-
-SpeculativeConfig = Annotated[
-    Union[EagleConfig, DraftTargetConfig, NGramConfig, MTPConfig, UserProvidedConfig, SaveStateConfig, AutoConfig],
-    Field(discriminator="decoding_type"),
-]
-SpeculativeConfig13 = Annotated[
-    Union[EagleConfig, Eagle3Config, DraftTargetConfig, NGramConfig, MTPConfig, UserProvidedConfig, SaveStateConfig,
-          AutoConfig],
-    Field(discriminator="decoding_type"),
-]
-
-
-class LlmApiOptions(_Strict):
-    """Top level of extra-llm-api-config.yml (a TorchLlmArgs subset)."""
-
-    disable_overlap_scheduler: bool = False
-    enable_autotuner: bool = True
-    enable_attention_dp: bool = False
-    enable_chunked_prefill: bool = False
-    enable_iter_perf_stats: bool = False
-    print_iter_log: bool = False
-    max_batch_size: PosInt | None = None
-    max_num_tokens: PosInt | None = None
-    max_seq_len: PosInt | None = None
-    max_input_len: PosInt | None = None
-    max_beam_width: PosInt | None = None
-    tensor_parallel_size: PosInt | None = None
-    pipeline_parallel_size: PosInt | None = None
-    moe_expert_parallel_size: PosInt | None = None
-    trust_remote_code: bool = False
-    attn_backend: str = "TRTLLM"
-    sampler_type: Literal["TRTLLMSampler", "TorchSampler", "auto"] = "auto"
-    stream_interval: PosInt = 1
-    cuda_graph_config: CudaGraphConfig | None = None
-    kv_cache_config: KvCacheConfig | None = None
-    moe_config: MoeConfig | None = None
-    speculative_config: SpeculativeConfig | None = None
-
-
-class LlmApiOptions13(LlmApiOptions):
-    """1.3.0rc12: as 1.2.0rc6, plus decoding_type Eagle3."""
-
-    speculative_config: SpeculativeConfig13 | None = None
+# Upstream defaults that a `positive` rule reads when the field is omitted (1.2: NGram's size defaults to 0, so it
+# must be given; MTP's layers default to 1).
+_DEFAULTS = {("1.2.0rc6", "NGram", "max_matching_ngram_size"): 0, ("1.2.0rc6", "MTP", "num_nextn_predict_layers"): 1,
+             ("1.3.0rc12", "NGram", "max_matching_ngram_size"): 2, ("1.3.0rc12", "MTP", "num_nextn_predict_layers"): 1}
 
 
 @dataclass(frozen=True)
 class Schema:
-    version: str  # the TensorRT-LLM version whose strictness it follows
-    options: type[LlmApiOptions]
-    spec_configs: dict[str, type[_SpecBase]]
+    contract: Contract
+    options: type[BaseModel]  # TorchLlmArgs, the top level of the YAML
+    spec_configs: dict[str, type[_SpecBase]]  # this version's decoding_type name -> its model
+
+    @property
+    def version(self) -> str:
+        return self.contract.version
 
     @property
     def decoding_types(self) -> tuple[str, ...]:
         return tuple(self.spec_configs)
 
+    def for_version(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Profile options (1.2.0rc6's names) in this version's names: decoding_type and the draft key."""
+        spec = options.get("speculative_config")
+        if not isinstance(spec, dict):
+            return options
+        renamed = {}
+        for key, value in spec.items():
+            if key == "decoding_type":
+                value = self.contract.decoding_names.get(value, value)
+            renamed[self.contract.draft_field if key == "speculative_model_dir" else key] = value
+        return {**options, "speculative_config": renamed}
 
-DEFAULT_VERSION = "1.2.0rc6"
-SCHEMAS: dict[str, Schema] = {
-    "1.2.0rc6": Schema("1.2.0rc6", LlmApiOptions, SPEC_CONFIGS),
-    "1.3.0rc12": Schema("1.3.0rc12", LlmApiOptions13, SPEC_CONFIGS_1_3),
-}
+    def canonical_aliases(self, options: Any) -> Any:
+        """A user layer with the draft key's alias spelled with the version's own name (both given: left as is,
+        the schema refuses it)."""
+        if not isinstance(options, dict) or not isinstance(options.get("speculative_config"), dict):
+            return options
+        spec = options["speculative_config"]
+        given = [k for k in self.contract.draft_keys if k in spec]
+        if len(given) != 1 or given[0] == self.contract.draft_field:
+            return options
+        spec = {self.contract.draft_field if k == given[0] else k: v for k, v in spec.items()}
+        return {**options, "speculative_config": spec}
+
+    def draft_path(self, options: dict[str, Any]) -> str | None:
+        """The draft checkpoint dir the options name (any spelling the version accepts)."""
+        spec = options.get("speculative_config") or {}
+        return next((spec[k] for k in self.contract.draft_keys if spec.get(k)), None)
+
+    def needs_draft(self, options: dict[str, Any]) -> bool:
+        spec = options.get("speculative_config") or {}
+        rules = self.contract.rules.get(spec.get("decoding_type"), {})
+        return self.contract.draft_field in rules.get("present", ())
+
+
+def build_schema(c: Contract) -> Schema:
+    models: dict[str, type[BaseModel]] = {}
+    for name, fields in c.models.items():
+        models[name] = _model(f"{name}_{c.version.replace('.', '_')}", fields, models)
+    specs = {name: _decoding_model(c, name, models) for name in c.decoding}
+    union = Annotated[Union[tuple(specs.values())], Field(discriminator="decoding_type")]
+    options = _model(f"TorchLlmArgs_{c.version.replace('.', '_')}", c.top, models,
+                     speculative_config=(union | None, None))
+    return Schema(c, options, specs)
+
+
+SCHEMAS: dict[str, Schema] = {v: build_schema(c) for v, c in CONTRACTS.items()}
+ALL_DECODING_TYPES = tuple(dict.fromkeys(n for s in SCHEMAS.values() for n in s.decoding_types))
 _TAG_VERSION = re.compile(r"([0-9]+\.[0-9]+\.[0-9]+(?:rc[0-9]+)?)(?![0-9A-Za-z])")
 
 
@@ -307,7 +247,11 @@ def allowed_keys(loc: tuple, schema: Schema | None = None) -> list[str] | None:
         model = _model_in(field.annotation)
         if model is None:
             return None
-    return sorted(getattr(model, "model_fields", {}))
+    keys = []
+    for name, field in getattr(model, "model_fields", {}).items():
+        choices = getattr(field.validation_alias, "choices", None)
+        keys += [str(c) for c in choices] if choices else [name]
+    return sorted(keys)
 
 
 def _model_in(annotation: Any) -> Any:

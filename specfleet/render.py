@@ -90,7 +90,7 @@ def docker_run_args(s: Settings) -> list[str]:
 def serve_args(s: Settings) -> list[str]:
     assert s.profile is not None
     return [s.profile["target"]["repo"], "--host", s.serve_host, "--port", str(s.serve_port),
-            *s.profile["serve_args"], "--extra_llm_api_options", CONTAINER_CONFIG]
+            *s.profile["serve_args"], s.schema.contract.serve_flag, CONTAINER_CONFIG]
 
 
 _SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9_@+=:,./-]+")

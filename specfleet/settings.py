@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .inventory import Inventory
-from .llm_options import ALL_DECODING_TYPES, SCHEMAS, Schema, allowed_keys, check_path, deep_merge, schema_for_image, show
+from .llm_options import ALL_DECODING_TYPES, DEFAULT_VERSION, SCHEMAS, Schema, allowed_keys, check_path, deep_merge, schema_for_image, show
 from .profiles import PROFILES
 from .project import OVERRIDES_FILE, project_dir
 
@@ -282,6 +282,7 @@ class Settings(BaseModel):
 
     # Derived from the above: the merged TRT-LLM options (profile deep-merged with the var).
     llm_api_options: dict[str, Any]
+    trtllm_version: str = DEFAULT_VERSION  # the contract the options were validated against (the image tag's version)
     hf_token: SecretStr | None = Field(default=None, repr=False)
 
     @field_validator("hub_endpoint", "controller_hub_endpoint", "pip_index_url", "tiktoken_base_url")
@@ -429,9 +430,14 @@ class Settings(BaseModel):
         return self.controller_hub_endpoint or self.hub_endpoint
 
     @property
+    def schema(self) -> Schema:
+        """The TensorRT-LLM contract of this host's image (kept from validation: a pinned image names no tag)."""
+        return SCHEMAS[self.trtllm_version]
+
+    @property
     def draft_container_dir(self) -> str | None:
-        spec = self.llm_api_options.get("speculative_config") or {}
-        return spec.get("speculative_model_dir") if self.profile and self.profile.get("draft") else None
+        """Where the draft is mounted in the container: the draft key under any spelling the version accepts."""
+        return self.schema.draft_path(self.llm_api_options) if self.profile and self.profile.get("draft") else None
 
 
 @dataclass
@@ -498,19 +504,22 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
         if not isinstance(layer, dict):
             problems.append(Problem(host, "extra_llm_api_options", f"must be a mapping of TRT-LLM options, got {type(layer).__name__}"))
             return None, problems
-    merged = deep_merge(deep_merge(base_extra, profile["llm_api_options"]) if profile else base_extra, extra)
+    # Profiles are written in 1.2.0rc6's names: renamed to the image version's; a user's alias of the draft key is
+    # spelled with the version's own name, so the rendered file has one spelling.
+    schema = schema_for_image(values.get("image"))
+    base_extra, extra = schema.canonical_aliases(base_extra), schema.canonical_aliases(extra)
+    merged = deep_merge(deep_merge(base_extra, schema.for_version(profile["llm_api_options"])) if profile else base_extra, extra)
     if profile:
-        schema = schema_for_image(values.get("image"))
         try:
             schema.options.model_validate(merged)
         except ValidationError as exc:
             for err in exc.errors():
                 problems.append(Problem(host, "extra_llm_api_options." + _loc(err["loc"]), _llm_message(err, schema)))
-        if not problems and profile.get("draft") and not (merged.get("speculative_config") or {}).get("speculative_model_dir"):
+        if not problems and profile.get("draft") and not schema.draft_path(merged):
             problems.append(Problem(host, "extra_llm_api_options.speculative_config",
-                                    f"profile {profile_name} serves a draft model: speculative_config with speculative_model_dir is required"))
-        if not problems and not profile.get("draft") and merged.get("speculative_config") and \
-                merged["speculative_config"].get("decoding_type") in ("Eagle", "Eagle3", "DraftTarget"):
+                                    f"profile {profile_name} serves a draft model: speculative_config with "
+                                    f"{schema.contract.draft_field} is required"))
+        if not problems and not profile.get("draft") and schema.needs_draft(merged):
             problems.append(Problem(host, "extra_llm_api_options.speculative_config",
                                     f"profile {profile_name} has no draft model; {merged['speculative_config']['decoding_type']} needs one"))
 
@@ -529,7 +538,7 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
     try:
         settings = Settings.model_validate({
             **fields, "host": host, "profile_name": profile_name, "profile": profile,
-            "llm_api_options": merged, "hf_token": SecretStr(token) if token else None,
+            "llm_api_options": merged, "trtllm_version": schema.version, "hf_token": SecretStr(token) if token else None,
         })
     except ValidationError as exc:
         for err in exc.errors():
@@ -616,8 +625,11 @@ def _llm_message(err: dict[str, Any], schema: Schema) -> str:
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"unknown option (trtllm-serve refuses it{hint}); allowed here: {', '.join(allowed)}"
     if err["type"] == "union_tag_invalid":
-        newer = [v for v, other in SCHEMAS.items() if err["input"].get("decoding_type") in other.decoding_types]
-        hint = f"; image release:{newer[0]} accepts it" if newer else ""
+        given = err["input"].get("decoding_type")
+        own = schema.contract.decoding_names.get(given)
+        newer = [v for v, other in SCHEMAS.items() if given in other.decoding_types]
+        hint = (f"; {schema.version} names it {own}" if own and own != given else
+                f"; image release:{newer[0]} accepts it" if newer else "")
         return (f"decoding_type {err['input'].get('decoding_type')!r} is not accepted by trtllm-serve {schema.version} "
                 f"(allowed: {types}{hint})")
     if err["type"] == "union_tag_not_found":

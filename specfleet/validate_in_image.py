@@ -6,9 +6,9 @@ a short container of that image (`docker run --rm --network none --entrypoint py
 <release>/extra-llm-api-config.yml:CONTAINER_CONFIG:ro IMAGE -c SCRIPT`), which does with the file what
 `trtllm-serve --extra_llm_api_options` does in tensorrt_llm/commands/serve.py (NVIDIA/TensorRT-LLM,
 the 1.2 line): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
-`update_llm_args_with_extra_dict` (which turns `speculative_config` into a DecodingBaseConfig via
-`from_dict` and the other config blocks into their classes), then build the PyTorch backend's args,
-`TorchLlmArgs(**args)` (what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,
+`update_llm_args_with_extra_dict` (which turns the config blocks into their classes), then build the PyTorch
+backend's args, `TorchLlmArgs(**args)`; the module and both names are the version's (trtllm_versions.py, read
+from upstream per version, passed to the script as arguments) (what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,
 `extra="forbid"`). The model is a dummy id (VALIDATE_MODEL): building the args loads no weights, and
 `--network none` keeps anything from downloading. No GPU is used; with `gpus: true` the container gets
 `--gpus=all` only so the image's CUDA libraries load as they do in the service.
@@ -41,12 +41,11 @@ def say(line):
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 try:
+    import importlib
     import yaml
-    try:
-        from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, update_llm_args_with_extra_dict
-    except ImportError:  # builds that keep the merge helper in llm_utils only (serve.py imports it from there)
-        from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
-        from tensorrt_llm.llmapi.llm_utils import update_llm_args_with_extra_dict
+    # argv: MODULE ARGS_CLASS MERGE_FUNCTION, the version's names (specfleet/trtllm_versions.py)
+    module = importlib.import_module(sys.argv[1])
+    TorchLlmArgs, update_llm_args_with_extra_dict = getattr(module, sys.argv[2]), getattr(module, sys.argv[3])
 except Exception as exc:
     say("cannot import TensorRT-LLM's argument classes: %s: %s" % (type(exc).__name__, " ".join(str(exc).split())))
     sys.exit(1)
@@ -69,6 +68,11 @@ say("OK")
 '''
 
 
+def script_args(contract) -> list[str]:
+    """`python3` arguments that run SCRIPT with the version's import names (trtllm_versions.Contract)."""
+    return ["-c", SCRIPT, contract.validator_module, *contract.validator_names]
+
+
 def config_key(config: str) -> str:
     """The config half of a verdict name: sha256 of the rendered YAML, 16 hex digits."""
     return hashlib.sha256(config.encode()).hexdigest()[:16]
@@ -83,14 +87,14 @@ def verdict_name(config: str, image_id: str) -> str:
     return f"{config_key(config)}-{image_key(image_id)}"
 
 
-def host_command(host_name: str, data_dir: str, config_path: str, config: str, image: str, gpus: bool) -> str:
+def host_command(host_name: str, data_dir: str, config_path: str, config: str, image: str, gpus: bool, contract) -> str:
     """The shell command the release step runs: resolve the image id on the host (it may have been pulled in this
     run), skip when a verdict exists, else run the container, keep its last line and cache an OK."""
     q = shlex.quote
     vdir = f"{data_dir}/{VERDICT_DIR}"
     refused = f"{host_name}: extra_llm_api_options: refused by {image}'s own TensorRT-LLM: "
     docker = (["docker", "run", "--rm", "--network", "none"] + (["--gpus=all"] if gpus else [])
-              + ["--entrypoint", "python3", "-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image, "-c", SCRIPT])
+              + ["--entrypoint", "python3", "-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image, *script_args(contract)])
     return (
         f"id=$(docker image inspect --format '{{{{.Id}}}}' {q(image)}) || exit 1; "
         f"v={q(vdir + '/' + config_key(config))}-$(printf '%s' \"${{id#sha256:}}\" | cut -c1-12); "

@@ -25,7 +25,7 @@ BAD = [
      "extra_llm_api_options.speculative_config"),
     ("fraction above 1", "{extra_llm_api_options: {kv_cache_config: {free_gpu_memory_fraction: 1.5}}}",
      "extra_llm_api_options.kv_cache_config.free_gpu_memory_fraction"),
-    ("fraction zero", "{extra_llm_api_options: {kv_cache_config: {free_gpu_memory_fraction: 0}}}",
+    ("fraction negative (upstream: 0 <= v <= 1)", "{extra_llm_api_options: {kv_cache_config: {free_gpu_memory_fraction: -0.1}}}",
      "extra_llm_api_options.kv_cache_config.free_gpu_memory_fraction"),
     ("bool as int in TRT-LLM options", "{extra_llm_api_options: {enable_autotuner: 1}}", "extra_llm_api_options.enable_autotuner"),
     ("int as bool in TRT-LLM options", "{extra_llm_api_options: {max_num_tokens: true}}", "extra_llm_api_options.max_num_tokens"),

@@ -29,11 +29,18 @@ def test_unknown_versions_get_the_default_schema(image):
     assert schema_for_image(image) is SCHEMAS[DEFAULT_VERSION] and DEFAULT_VERSION == "1.2.0rc6"
 
 
-def test_schemas_differ_only_by_eagle3():
+def test_1_3_names_differ_from_1_2():
+    """The differences read from upstream (trtllm_versions.py): decoding names, the draft key, enum values."""
     old, new = SCHEMAS["1.2.0rc6"], SCHEMAS["1.3.0rc12"]
-    assert set(new.decoding_types) - set(old.decoding_types) == {"Eagle3"}
-    assert set(old.decoding_types) <= set(new.decoding_types)
-    assert set(new.options.model_fields) == set(old.options.model_fields)
+    assert set(new.decoding_types) ^ set(old.decoding_types) == {"Eagle3", "Draft_Target", "DraftTarget"}
+    assert "UserProvided" not in old.decoding_types  # drafter: a Python object, no YAML gives one
+    assert set(old.options.model_fields) == set(new.options.model_fields)
+    assert (old.contract.draft_keys, new.contract.draft_keys) == (("speculative_model_dir",),
+                                                                  ("speculative_model", "speculative_model_dir"))
+    assert (old.contract.serve_flag, new.contract.serve_flag) == ("--extra_llm_api_options", "--config")
+    kv_old = old.options.model_fields["kv_cache_config"].annotation.model_fields
+    kv_new = new.options.model_fields["kv_cache_config"].annotation.model_fields
+    assert set(kv_old) - set(kv_new) == {"onboard_blocks"}  # 1.3.0rc13's KvCacheConfig has none
 
 
 def _check(fleet_file, text):
@@ -46,7 +53,7 @@ def test_eagle3_refused_by_the_default_image_with_a_hint(fleet_file):
     assert result.exit_code == 2, result.output
     assert result.output.strip() == (
         "s1: extra_llm_api_options.speculative_config: decoding_type 'Eagle3' is not accepted by trtllm-serve 1.2.0rc6 "
-        "(allowed: Eagle, DraftTarget, NGram, MTP, UserProvided, SaveState, AUTO; image release:1.3.0rc12 accepts it)")
+        "(allowed: Eagle, DraftTarget, NGram, MTP, SaveState, AUTO; image release:1.3.0rc12 accepts it)")
 
 
 def test_eagle3_accepted_with_the_1_3_image(fleet_file):
@@ -62,6 +69,14 @@ def test_eagle3_rules_same_as_eagle_on_1_3(fleet_file):
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert any(line.startswith("s1: extra_llm_api_options.speculative_config.bogus: unknown option") for line in lines), lines
+
+
+def test_draft_target_name_on_1_3_names_the_right_one(fleet_file):
+    result = _check(fleet_file, f"all:\n  vars: {{image: '{R13}'}}\n  hosts:\n"
+                                "    s1: {extra_llm_api_options: {speculative_config: {decoding_type: DraftTarget}}}\n")
+    assert result.exit_code == 2
+    assert "decoding_type 'DraftTarget' is not accepted by trtllm-serve 1.3.0rc12" in result.output
+    assert "1.3.0rc12 names it Draft_Target" in result.output
 
 
 def test_the_shipped_profiles_pass_on_1_3(fleet_file):

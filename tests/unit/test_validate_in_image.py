@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 
+from specfleet.trtllm_versions import CONTRACTS
 from specfleet.validate_in_image import SCRIPT, config_key, host_command, verdict_name
 
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -25,7 +26,8 @@ def _run(tmp_path, answer="OK", rc=0, gpus=False):
     docker.write_text(FAKE_DOCKER)
     docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
     data = tmp_path / "data"
-    cmd = host_command("spark-01", str(data), str(tmp_path / "cfg.yml"), CONFIG, "img:1.2.0rc6", gpus)
+    cmd = host_command("spark-01", str(data), str(tmp_path / "cfg.yml"), CONFIG, "img:1.2.0rc6", gpus,
+                       CONTRACTS["1.2.0rc6"])
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(tmp_path / "log"), "ID": IMAGE_ID,
            "ANSWER": answer, "RC": str(rc)}
     r = subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True, timeout=30)
@@ -37,7 +39,8 @@ def test_ok_is_cached_and_a_cached_verdict_runs_no_container(tmp_path):
     r, verdict, log = _run(tmp_path)
     assert r.returncode == 0 and verdict.exists() and verdict.name == f"{config_key(CONFIG)}-{'ab' * 6}"
     assert log.count("run --rm --network none --entrypoint python3 -v ") == 1 and "--gpus" not in log
-    assert f"{tmp_path}/cfg.yml:/tmp/specfleet-config.yml:ro img:1.2.0rc6 -c" in log and "TorchLlmArgs" in log
+    assert f"{tmp_path}/cfg.yml:/tmp/specfleet-config.yml:ro img:1.2.0rc6 -c" in log
+    assert log.rstrip().endswith(" tensorrt_llm.llmapi.llm_args TorchLlmArgs update_llm_args_with_extra_dict")
     (tmp_path / "log").unlink()
     r, _, log = _run(tmp_path, answer="ValueError: would refuse", rc=1)
     assert r.returncode == 0 and "run " not in log

@@ -299,8 +299,8 @@ BAD_YAML = [
     ("ngram-size-missing", "speculative_config: {decoding_type: NGram, max_draft_len: 4}\n",
      "max_matching_ngram_size: required"),
     ("fraction-1.5", "kv_cache_config: {free_gpu_memory_fraction: 1.5}\n",
-     "kv_cache_config.free_gpu_memory_fraction: must be in [0.0, 1.0]"),
-    ("fraction-negative", "kv_cache_config: {free_gpu_memory_fraction: -0.1}\n", "must be in [0.0, 1.0]"),
+     "kv_cache_config.free_gpu_memory_fraction: must be <= 1"),
+    ("fraction-negative", "kv_cache_config: {free_gpu_memory_fraction: -0.1}\n", "must be >= 0"),
     ("string-for-int", "speculative_config: {decoding_type: Eagle, max_draft_len: '5', "
                        "speculative_model_dir: /d}\n", "speculative_config.max_draft_len: expected an integer"),
     ("string-for-int-top", "max_num_tokens: '8192'\n", "max_num_tokens: expected an integer"),
@@ -309,7 +309,7 @@ BAD_YAML = [
     ("string-for-bool", "disable_overlap_scheduler: 'false'\n", "disable_overlap_scheduler: expected a bool"),
     ("int-for-bool", "kv_cache_config: {enable_block_reuse: 0}\n", "kv_cache_config.enable_block_reuse: expected a bool"),
     ("batch-sizes-item", "cuda_graph_config: {batch_sizes: [1, two]}\n", "cuda_graph_config.batch_sizes[1]"),
-    ("kv-null", "kv_cache_config: null\n", "kv_cache_config: expected a mapping"),
+    ("kv-null", "kv_cache_config: null\n", "kv_cache_config: may not be null"),
     ("bad-backend", "backend: vllm\n", "backend: must be one of"),
     ("trt-rejects-torch-key", "backend: tensorrt\ndisable_overlap_scheduler: true\n",
      "disable_overlap_scheduler: unknown key"),
@@ -615,6 +615,8 @@ def test_invalid_behaviour_config(world):
 
 # ---------------------------------------------------------------- in-image config validation (STAND-IN tensorrt_llm)
 PYLIB = Path(image.PYLIB_DIR)
+# the script's arguments: the module and names 1.2.0rc6 defines (what validate_in_image.host_command passes)
+IMPORTS = ["tensorrt_llm.llmapi.llm_args", "TorchLlmArgs", "update_llm_args_with_extra_dict"]
 
 
 def run_validate_script(tmp_path, config_text, **env_over):
@@ -627,7 +629,7 @@ def run_validate_script(tmp_path, config_text, **env_over):
     assert SCRIPT.count(CONTAINER_CONFIG) == 1
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRTLLM_STANDIN_SERVE")}
     env.update(PYTHONPATH=str(PYLIB), **env_over)
-    r = subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg))], env=env, cwd=str(tmp_path),
+    r = subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg)), *IMPORTS], env=env, cwd=str(tmp_path),
                        capture_output=True, text=True, timeout=60)
     return r.returncode, r.stdout.splitlines(), r.stderr
 
@@ -656,7 +658,7 @@ def test_validate_script_refuses_bad_config_in_one_line(tmp_path, config, needle
 def test_validate_script_names_a_missing_tensorrt_llm(tmp_path):
     from specfleet.validate_in_image import SCRIPT
 
-    r = subprocess.run([sys.executable, "-c", SCRIPT], env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path)},
+    r = subprocess.run([sys.executable, "-c", SCRIPT, *IMPORTS], env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path)},
                        capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert r.returncode == 1 and r.stdout.splitlines()[-1].startswith("cannot import TensorRT-LLM's argument classes")
 
@@ -771,10 +773,10 @@ def test_real_rootfs_tarball(request, tmp_path_factory, tmp_path):
     # specfleet's in-image validation entry point, as the release step runs it in the container
     from specfleet.validate_in_image import CONTAINER_CONFIG, SCRIPT
     (root / CONTAINER_CONFIG.lstrip("/")).write_text(yaml.safe_dump(DT_SEED))
-    r = subprocess.run([chroot, str(root), "python3", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=30)
+    r = subprocess.run([chroot, str(root), "python3", "-c", SCRIPT, *IMPORTS], env=env, capture_output=True, text=True, timeout=30)
     assert r.stdout.splitlines()[-1:] == ["OK"], (r.stdout, r.stderr)
     (root / CONTAINER_CONFIG.lstrip("/")).write_text("kv_cache_config: {bogus: 1}\n")
-    r = subprocess.run([chroot, str(root), "python3", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=30)
+    r = subprocess.run([chroot, str(root), "python3", "-c", SCRIPT, *IMPORTS], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "kv_cache_config.bogus" in r.stdout.splitlines()[-1]
 
     # full start-up inside the chroot against a fake cache at the container's default location

@@ -56,6 +56,9 @@ CONFIG_PATH_IN_IMAGE = "/etc/trtllm-standin.json"
 # /usr/lib/python3/dist-packages is on sys.path for every python3 version).
 PYLIB_DIR = HERE / "pylib"
 PYLIB_PATH_IN_IMAGE = "/usr/lib/python3/dist-packages"
+# TensorRT-LLM's contract as extracted from upstream (tests/contract): module + table, beside the package
+CONTRACT_FILES = (HERE.parent.parent / "contract" / "trtllm_contract.py",
+                  HERE.parent.parent / "contract" / "trtllm_llm_args.json")
 MODES = ("ok", "crash", "never_healthy", "empty")
 
 SUITE = "bookworm"
@@ -205,13 +208,16 @@ def _tar_member(name: str, data: bytes, mode: int) -> tuple[tarfile.TarInfo, io.
 
 
 def standin_package_files() -> list[tuple[str, bytes | None]]:
-    """(path in the image, bytes; None for a directory) of the STAND-IN tensorrt_llm package, parents first."""
+    """(path in the image, bytes; None for a directory) of the STAND-IN tensorrt_llm package, parents first, and
+    the contract module and table the stand-in validates with."""
     out: list[tuple[str, bytes | None]] = []
     for path in sorted(PYLIB_DIR.rglob("*")):
         if "__pycache__" in path.parts or path.suffix == ".pyc":
             continue
         dest = PYLIB_PATH_IN_IMAGE + "/" + path.relative_to(PYLIB_DIR).as_posix()
         out.append((dest, None if path.is_dir() else path.read_bytes()))
+    for path in CONTRACT_FILES:  # the stand-in's validator reads the extracted upstream contract
+        out.append((PYLIB_PATH_IN_IMAGE + "/" + path.name, path.read_bytes()))
     return out
 
 

@@ -110,6 +110,12 @@ try:
 except ImportError:  # pragma: no cover - the image always has python3-yaml
     yaml = None
 
+try:  # the image ships it in dist-packages (image.py); in the source tree it is tests/contract/
+    import trtllm_contract
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "contract"))
+    import trtllm_contract
+
 STANDIN_TAG = "STAND-IN"
 DEFAULT_CONFIG_PATH = "/etc/trtllm-standin.json"
 DEFAULT_VERSION = "1.2.0rc6"
@@ -229,12 +235,7 @@ def _speculation(data):
 # --------------------------------------------------------------------------
 # 2. extra_llm_api_options schema (strict, pydantic extra="forbid"-like)
 # --------------------------------------------------------------------------
-def _typename(v):
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "bool"
-    return {int: "int", float: "float", str: "string", list: "list", dict: "mapping"}.get(type(v), type(v).__name__)
+_typename = trtllm_contract._typename  # one definition of the YAML type names in messages
 
 
 def _p(path):
@@ -527,10 +528,15 @@ def top_level_fields(backend):
     return fields
 
 
-def validate_extra_options(data, cli_backend="pytorch"):
-    """Return a list of error strings (empty = valid) for a parsed YAML document."""
+def validate_extra_options(data, cli_backend="pytorch", version=None):
+    """Return a list of error strings (empty = valid) for a parsed YAML document. The pytorch backend (what
+    specfleet serves) is checked against the extracted upstream contract of the stand-in's version
+    (tests/contract/trtllm_llm_args.json); the other backends keep the stand-in's own older table below."""
     if not isinstance(data, dict):
         return ["<top level>: the extra_llm_api_options YAML must be a mapping, got %s" % _typename(data)]
+    backend = data.get("backend") or cli_backend
+    if backend == "pytorch":
+        return trtllm_contract.errors({k: v for k, v in data.items() if k != "backend"}, contract_version(version))
     errs = []
     backend = data.get("backend", cli_backend)
     if backend is None:
@@ -540,6 +546,15 @@ def validate_extra_options(data, cli_backend="pytorch"):
     model = "TrtLlmArgs" if backend == "tensorrt" else "TorchLlmArgs"
     check_mapping(data, "", top_level_fields(backend), errs, model)
     return errs
+
+
+def contract_version(version=None):
+    """The version whose contract the stand-in enforces: its behaviour config's, which the table must have."""
+    version = version or read_behaviour(strict=False)[0]["version"]
+    if version not in trtllm_contract.versions():
+        raise StartupError("stand-in version %s is not in the contract table (%s)"
+                           % (version, ", ".join(trtllm_contract.versions())))
+    return version
 
 
 def load_extra_options(path, cli_backend):
@@ -696,10 +711,11 @@ def check_draft(spec):
     if not spec:
         return None
     dt = spec.get("decoding_type")
-    if dt not in ("Eagle", "DraftTarget"):
+    if dt not in ("Eagle", "Eagle3", "DraftTarget", "Draft_Target"):
         return None
-    smd = spec["speculative_model_dir"]
-    what = "speculative_config.speculative_model_dir"
+    key = next(k for k in trtllm_contract.draft_keys(contract_version()) if spec.get(k))
+    smd = spec[key]
+    what = "speculative_config." + key
     if os.path.isdir(smd) or smd.startswith(("/", ".", "~")) or not HF_ID_RE.match(smd):
         path = os.path.abspath(os.path.expanduser(smd))
         if not os.path.isdir(path):
@@ -769,7 +785,9 @@ class ServerState:
         slots = eff.get("max_batch_size")
         self.slots = threading.BoundedSemaphore(slots if isinstance(slots, int) and slots > 0 else 2048)
         spec = eff.get("speculative_config") or None
-        self.spec_type = spec.get("decoding_type") if spec else None
+        # 1.3 names: Draft_Target is DraftTarget, Eagle3 runs as Eagle (the synthetic model's table keys)
+        self.spec_type = {"Draft_Target": "DraftTarget"}.get(spec.get("decoding_type"), spec.get("decoding_type")) \
+            if spec else None
         if spec and self.spec_type == "MTP":
             self.draft_len = spec.get("num_nextn_predict_layers", 1)
         elif spec:
@@ -1233,7 +1251,7 @@ def build_parser():
     p.add_argument("--tp_size", type=int, default=1)
     p.add_argument("--pp_size", type=int, default=1)
     p.add_argument("--kv_cache_free_gpu_memory_fraction", type=float, default=0.9)
-    p.add_argument("--extra_llm_api_options", default=None, metavar="PATH")
+    p.add_argument("--extra_llm_api_options", "--config", dest="extra_llm_api_options", default=None, metavar="PATH")
     p.add_argument("--trust_remote_code", action="store_true")
     p.add_argument("--revision", default=None)
     p.add_argument("--version", action=VersionAction, help="show the (stand-in) version and exit")
@@ -1244,6 +1262,10 @@ def parse_args(argv):
     if argv and argv[0] == "serve":  # `trtllm-serve serve MODEL ...` is the same command
         argv = argv[1:]
     args = build_parser().parse_args(argv)
+    flags = trtllm_contract.serve_flags(contract_version())
+    for flag in ("--config", "--extra_llm_api_options"):
+        if any(a == flag or a.startswith(flag + "=") for a in argv) and flag not in flags:
+            build_parser().error("no such option: %s (this version takes %s)" % (flag, ", ".join(flags)))
     bad = [(n, getattr(args, n)) for n in ("max_batch_size", "max_num_tokens", "tp_size", "pp_size",
                                           "max_beam_width")
            if getattr(args, n) < 1]

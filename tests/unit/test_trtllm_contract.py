@@ -1,0 +1,161 @@
+"""Every profile, rendered for every supported TensorRT-LLM version, against the contract extracted from upstream
+(tests/contract/trtllm_llm_args.json). The table is read by tests/contract/trtllm_contract.py, never through
+specfleet/llm_options.py: a drift of specfleet's schema or of the table fails here. Also: the flag and the in-image
+validator's imports per version, the draft key under either spelling, and the golden release ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from specfleet.llm_options import SCHEMAS
+from specfleet.profiles import PROFILES
+from specfleet.validate_in_image import CONTAINER_CONFIG, SCRIPT, host_command
+from tests.contract import trtllm_contract as table
+from tests.unit.fakehost import make_plans
+from tests.vm.trtllm_standin import image as standin_image
+
+IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:{}"
+CASES = [(v, p) for v in table.versions() for p in PROFILES]
+
+
+def _plan(version, profile, **vars):
+    return make_plans({"spark-01": {"image": IMAGE.format(version), **vars}}, profile)["spark-01"]
+
+
+def _config(plan) -> dict:
+    return yaml.safe_load(next(t for path, t in plan.files().items() if path.endswith("extra-llm-api-config.yml")))
+
+
+def _keys(d, prefix=""):
+    for k, v in d.items():
+        yield prefix + k
+        if isinstance(v, dict):
+            yield from _keys(v, prefix + k + ".")
+
+
+def test_the_table_and_specfleet_support_the_same_versions():
+    assert sorted(SCHEMAS) == table.versions()
+
+
+@pytest.mark.parametrize("version,profile", CASES)
+def test_every_key_of_every_rendered_profile_is_accepted_by_every_release_read(version, profile):
+    config = _config(_plan(version, profile))
+    assert list(_keys(config)), "a profile renders options"
+    assert table.errors(config, version) == [], (version, profile, config)
+
+
+def test_the_check_fails_on_another_versions_names():
+    """What today's tree rendered on 1.3.0rc12 (1.2.0rc6's names): refused by both releases read."""
+    config = _config(_plan("1.2.0rc6", "draft_target"))
+    errs = table.errors(config, "1.3.0rc12")
+    assert errs == ["speculative_config.decoding_type: invalid decoding type 'DraftTarget' (accepted: AUTO, "
+                    "Draft_Target, Eagle, Eagle3, MTP, NGram, SaveState)"], errs
+    assert table.errors({"kv_cache_config": {"onboard_blocks": True}}, "1.3.0rc12") == [
+        "kv_cache_config.onboard_blocks: unknown key, not a field of KvCacheConfig (extra inputs are not permitted) "
+        "(1.3.0rc13)"]
+
+
+@pytest.mark.parametrize("version,profile", CASES)
+def test_the_unit_passes_the_yaml_with_the_versions_flag(version, profile):
+    plan = _plan(version, profile)
+    unit = next(t for path, t in plan.files().items() if path.endswith(".service"))
+    flag = plan.settings.schema.contract.serve_flag
+    assert flag in table.serve_flags(version)
+    assert f" {flag} /etc/specfleet/extra-llm-api-config.yml" in unit
+    other = {"--config", "--extra_llm_api_options"} - {flag}
+    assert not any(f" {o} " in unit for o in other)
+
+
+@pytest.mark.parametrize("version,profile", CASES)
+def test_in_image_validation_imports_the_versions_names_and_accepts_the_profile(tmp_path, version, profile):
+    """The host command passes the table's module and names; the script run against the STAND-IN package, set to
+    this version (its validator reads the same table), says OK for the rendered profile."""
+    plan = _plan(version, profile)
+    module, names = table.validator_imports(version)
+    contract = plan.settings.schema.contract
+    assert (contract.validator_module, list(contract.validator_names)) == (module, names)
+    cmd = host_command("spark-01", "/var/lib/specfleet", "/x/cfg.yml", "c", "img", False, contract)
+    assert f" {module} {' '.join(names)} 2>&1)" in cmd  # after the script: its argv
+    cfg = tmp_path / "cfg.yml"
+    cfg.write_text(yaml.safe_dump(_config(plan)))
+    behaviour = tmp_path / "standin.json"
+    behaviour.write_text(json.dumps({"version": version}))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRTLLM_STANDIN_SERVE")}
+    env.update(PYTHONPATH=str(standin_image.PYLIB_DIR), TRTLLM_STANDIN_CONFIG=str(behaviour))
+    r = subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg)), module, *names],
+                       env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert (r.returncode, r.stdout.splitlines()[-1:]) == (0, ["OK"]), (r.stdout, r.stderr)
+
+
+def test_in_image_validation_refuses_1_2_names_on_a_1_3_image(tmp_path):
+    cfg = tmp_path / "cfg.yml"
+    cfg.write_text(yaml.safe_dump(_config(_plan("1.2.0rc6", "draft_target"))))
+    behaviour = tmp_path / "standin.json"
+    behaviour.write_text(json.dumps({"version": "1.3.0rc12"}))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRTLLM_STANDIN_SERVE")}
+    env.update(PYTHONPATH=str(standin_image.PYLIB_DIR), TRTLLM_STANDIN_CONFIG=str(behaviour))
+    r = subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg)),
+                        *[table.validator_imports("1.3.0rc12")[0], *table.validator_imports("1.3.0rc12")[1]]],
+                       env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert r.returncode == 1 and "invalid decoding type 'DraftTarget'" in r.stdout.splitlines()[-1], r.stdout
+
+
+# ------------------------------------------------------------------ the draft key under either spelling (issue 16.4)
+@pytest.mark.parametrize("key", ["speculative_model", "speculative_model_dir"])
+def test_1_3_draft_key_either_spelling_is_mounted_and_rendered_once(key):
+    plan = _plan("1.3.0rc12", "draft_target", extra_llm_api_options={"speculative_config": {key: "/opt/my-draft/"}})
+    assert plan.settings.draft_container_dir == "/opt/my-draft/"
+    spec = _config(plan)["speculative_config"]
+    assert spec == {"decoding_type": "Draft_Target", "max_draft_len": 4, "speculative_model": "/opt/my-draft/"}
+    unit = next(t for path, t in plan.files().items() if path.endswith(".service"))
+    assert "/current/draft:/opt/my-draft:ro" in unit
+
+
+def test_1_2_draft_key_is_mounted_and_the_1_3_name_refused(fleet_file):
+    plan = _plan("1.2.0rc6", "eagle3", extra_llm_api_options={"speculative_config": {"speculative_model_dir": "/d/"}})
+    assert plan.settings.draft_container_dir == "/d/"
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+    fleet_file("all:\n  hosts:\n    s1: {extra_llm_api_options: {speculative_config: {speculative_model: /d/}}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == 2 and "s1: extra_llm_api_options.speculative_config.speculative_model: unknown option" \
+        in result.output, result.output
+
+
+def test_both_spellings_at_once_are_one_problem(fleet_file):
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+    fleet_file("all:\n  vars: {image: 'nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12'}\n  hosts:\n    s1: "
+               "{extra_llm_api_options: {speculative_config: {speculative_model: /a/, speculative_model_dir: /b/}}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/draft_target.py"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == ("s1: extra_llm_api_options.speculative_config: speculative_model and "
+                                     "speculative_model_dir are the same option (the draft checkpoint dir): give one")
+
+
+# ------------------------------------------------------------------ golden: what each version renders, and its id
+GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag); 1.3 ids changed with issue 16
+    ("1.2.0rc6", "eagle3"): ("r-563ddcc13e66", "Eagle", "speculative_model_dir", "--extra_llm_api_options"),
+    ("1.2.0rc6", "draft_target"): ("r-30f46b7e447b", "DraftTarget", "speculative_model_dir", "--extra_llm_api_options"),
+    ("1.2.0rc6", "baseline"): ("r-3a80e49c499d", None, None, "--extra_llm_api_options"),
+    ("1.3.0rc12", "eagle3"): ("r-8e02ce4167be", "Eagle3", "speculative_model", "--config"),  # was r-dcd50d285354
+    ("1.3.0rc12", "draft_target"): ("r-2b66fea036e7", "Draft_Target", "speculative_model", "--config"),  # r-47b00160dbdf
+    ("1.3.0rc12", "baseline"): ("r-209336188225", None, None, "--config"),  # was r-0d1212279a25 (the flag)
+}
+
+
+@pytest.mark.parametrize("version,profile", CASES)
+def test_golden_release_ids(version, profile):
+    plan = _plan(version, profile)
+    spec = _config(plan).get("speculative_config") or {}
+    draft = next((k for k in ("speculative_model", "speculative_model_dir") if k in spec), None)
+    got = (plan.release_id, spec.get("decoding_type"), draft, plan.settings.schema.contract.serve_flag)
+    assert got == GOLDEN[(version, profile)], "a rendering change: update GOLDEN and the README's upgrade notes"
