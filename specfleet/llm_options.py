@@ -113,7 +113,7 @@ def _decoding_model(c: Contract, name: str, models: dict[str, type[BaseModel]]) 
         for key in rules["positive"]:
             value = getattr(self, key)
             if value is None:
-                value = _DEFAULTS.get((c.version, name, key))
+                value = c.defaults.get((name, key))
             if value is None or value <= 0:
                 raise ValueError(f"{key} must be an integer > 0 for decoding_type {name}")
         for key in rules["present"]:
@@ -132,12 +132,6 @@ def _decoding_model(c: Contract, name: str, models: dict[str, type[BaseModel]]) 
     )
     model._draft_keys = c.draft_keys
     return model
-
-
-# Upstream defaults that a `positive` rule reads when the field is omitted (1.2: NGram's size defaults to 0, so it
-# must be given; MTP's layers default to 1).
-_DEFAULTS = {("1.2.0rc6", "NGram", "max_matching_ngram_size"): 0, ("1.2.0rc6", "MTP", "num_nextn_predict_layers"): 1,
-             ("1.3.0rc12", "NGram", "max_matching_ngram_size"): 2, ("1.3.0rc12", "MTP", "num_nextn_predict_layers"): 1}
 
 
 @dataclass(frozen=True)

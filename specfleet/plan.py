@@ -18,7 +18,7 @@ from pathlib import Path
 from .hub import ModelPin, resolve_pins
 from .lockfile import pins_from_lock
 from .inventory import Inventory, InventoryError, load_inventory
-from .render import HostPaths, config_yaml, rendered_files, smoke_request, unit_text
+from .render import RENDERING, HostPaths, config_yaml, rendered_files, smoke_request, unit_text
 from .project import project_dir, use_project
 from .settings import MIRROR_GROUP, Problem, Settings, build_fleet, split_vars
 
@@ -85,6 +85,8 @@ class HostPlan:
             "gate": {"health_timeout_sec": s.health_timeout_sec, "health_interval_sec": s.health_interval_sec,
                      "smoke_timeout_sec": s.smoke_timeout_sec},
             "config_sha256": hashlib.sha256(config_yaml(s).encode()).hexdigest(),
+            "rendering": RENDERING,
+            "trtllm_version": s.trtllm_version,
         }
 
     def files(self, redact: bool = True) -> dict[str, str]:

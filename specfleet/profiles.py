@@ -1,7 +1,8 @@
 """Serving profiles: pure data, reproducing the DGX Spark speculative-decoding playbook (the seed).
 
 A profile names the target model, the optional draft model (where it is mounted in the container comes
-from `speculative_config.speculative_model_dir`), the TensorRT-LLM options (extra-llm-api-config.yml),
+from `speculative_config`'s draft key), the TensorRT-LLM options (extra-llm-api-config.yml, in 1.2.0rc6's
+names: llm_options.Schema.for_version renders them in the image version's names),
 the trtllm-serve flags and the smoke request. Inventory vars override the options through
 `extra_llm_api_options`; nothing else in a profile is host-specific.
 """

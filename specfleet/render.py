@@ -20,6 +20,10 @@ CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"
 CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
+# Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
+# next converge); recorded in release.json, shown by `plan` as its own reason, each bump in the README's upgrade notes.
+# 2: TensorRT-LLM's contract per version (1.3.0rc12: Draft_Target, Eagle3, speculative_model, --config).
+RENDERING = 2
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ def docker_run_args(s: Settings) -> list[str]:
 def serve_args(s: Settings) -> list[str]:
     assert s.profile is not None
     return [s.profile["target"]["repo"], "--host", s.serve_host, "--port", str(s.serve_port),
-            *s.profile["serve_args"], s.schema.contract.serve_flag, CONTAINER_CONFIG]
+            *s.profile["serve_args"], s.llm_schema.contract.serve_flag, CONTAINER_CONFIG]
 
 
 _SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9_@+=:,./-]+")

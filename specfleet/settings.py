@@ -430,14 +430,14 @@ class Settings(BaseModel):
         return self.controller_hub_endpoint or self.hub_endpoint
 
     @property
-    def schema(self) -> Schema:
+    def llm_schema(self) -> Schema:
         """The TensorRT-LLM contract of this host's image (kept from validation: a pinned image names no tag)."""
         return SCHEMAS[self.trtllm_version]
 
     @property
     def draft_container_dir(self) -> str | None:
         """Where the draft is mounted in the container: the draft key under any spelling the version accepts."""
-        return self.schema.draft_path(self.llm_api_options) if self.profile and self.profile.get("draft") else None
+        return self.llm_schema.draft_path(self.llm_api_options) if self.profile and self.profile.get("draft") else None
 
 
 @dataclass

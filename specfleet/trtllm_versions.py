@@ -16,7 +16,6 @@ mount), "list[int]", ("enum", values), ("model", name); constraints pydantic's g
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 OPT = True  # nullable: `Optional[...]` upstream, an explicit null is accepted
 
@@ -50,6 +49,7 @@ class Contract:
     models: dict[str, dict[str, tuple]]
     decoding: dict[str, dict[str, tuple]]  # this version's decoding_type name -> its own fields
     rules: dict[str, dict[str, tuple[str, ...]]]  # name -> {"positive": fields > 0, "present": fields required}
+    defaults: dict[tuple[str, str], int]  # (name, field) -> upstream's default, where a `positive` rule reads it
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -124,6 +124,7 @@ V1_2_0RC6 = Contract(
     max_draft_len=_OINT,  # Optional[int]
     loader_translations={},
     top=_TOP_12, models=_MODELS_12, decoding=_DECODING_12, rules=_RULES_12,
+    defaults={("NGram", "max_matching_ngram_size"): 0, ("MTP", "num_nextn_predict_layers"): 1},
     notes=("UserProvided is not modelled: its `drafter: object` has no default, a Python object no YAML can give",
            "Medusa and Lookahead: supports_backend refuses pytorch"),
 )
@@ -164,6 +165,7 @@ V1_3_0RC12 = Contract(
            "MTP": {"positive": (), "present": ()},
            "SaveState": {"positive": (), "present": ("output_directory",)},
            "AUTO": {"positive": (), "present": ()}},
+    defaults={("NGram", "max_matching_ngram_size"): 2, ("MTP", "num_nextn_predict_layers"): 1},
     notes=("nested configs inherit StrictBaseModel from tensorrt_llm/llmapi/utils.py, which the docs do not render: "
            "that they forbid unknown keys is the stricter reading",
            "SA, PARD and User_Provided are not modelled"),

@@ -4,8 +4,8 @@ specfleet's schema (llm_options.py) refuses bad options on the controller, but i
 authority is the TensorRT-LLM inside the image the host will run. So the release step runs, on the host,
 a short container of that image (`docker run --rm --network none --entrypoint python3 -v
 <release>/extra-llm-api-config.yml:CONTAINER_CONFIG:ro IMAGE -c SCRIPT`), which does with the file what
-`trtllm-serve --extra_llm_api_options` does in tensorrt_llm/commands/serve.py (NVIDIA/TensorRT-LLM,
-the 1.2 line): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
+`trtllm-serve --extra_llm_api_options` (or `--config`) does in tensorrt_llm/commands/serve.py
+(NVIDIA/TensorRT-LLM): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
 `update_llm_args_with_extra_dict` (which turns the config blocks into their classes), then build the PyTorch
 backend's args, `TorchLlmArgs(**args)`; the module and both names are the version's (trtllm_versions.py, read
 from upstream per version, passed to the script as arguments) (what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,

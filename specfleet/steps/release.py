@@ -46,4 +46,4 @@ def release():
         s = plan.settings
         server.shell(name=f"Validate {rid}'s extra-llm-api-config.yml with {s.image}'s own TensorRT-LLM",
                      commands=[host_command(host.name, s.data_dir, f"{rdir}/extra-llm-api-config.yml",
-                                            config_yaml(s), s.image, s.gpus, s.schema.contract)])
+                                            config_yaml(s), s.image, s.gpus, s.llm_schema.contract)])

@@ -47,6 +47,9 @@ def _what_changed(plan, old: dict) -> str:
         return ""
     new = plan.release_record("")
     out = []
+    if old.get("rendering", 1) != new["rendering"]:
+        out.append(f"specfleet renders differently: rendering {old.get('rendering', 1)} -> {new['rendering']} "
+                   "(README: upgrade notes)")
     if old.get("profile") != new["profile"]:
         out.append(f"profile {old.get('profile')} -> {new['profile']}")
     elif old.get("config_sha256") != new["config_sha256"]:

@@ -84,3 +84,27 @@ def test_the_shipped_profiles_pass_on_1_3(fleet_file):
     for deploy in ("eagle3", "draft_target", "baseline"):
         result = CliRunner().invoke(main, ["check", "inventory.py", f"deploys/{deploy}.py"])
         assert result.exit_code == 0, (deploy, result.output)
+
+
+@pytest.mark.parametrize("options,ok_12,ok_13", [
+    ({"speculative_config": {"decoding_type": "NGram", "max_draft_len": 3}}, False, True),  # size: int = 0 / PositiveInt = 2
+    ({"speculative_config": {"decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 0}}, False, False),
+    ({"moe_config": {"backend": "AUTO"}}, False, True),
+    ({"moe_config": {"backend": "DENSEGEMM"}}, False, True),
+    ({"moe_config": {"backend": "WIDEEP"}}, True, True),
+    ({"kv_cache_config": {"onboard_blocks": False}}, True, False),  # 1.3.0rc13's KvCacheConfig has none
+    ({"speculative_config": {"decoding_type": "MTP", "num_nextn_predict_layers": 0}}, False, False),
+    ({"speculative_config": {"decoding_type": "UserProvided"}}, False, False),  # drafter: a Python object
+    ({"cuda_graph_config": {"max_batch_size": None}}, False, False),  # upstream: int
+    ({"kv_cache_config": {"free_gpu_memory_fraction": 0.0}}, True, True),  # upstream: 0 <= v <= 1
+])
+def test_version_differences_read_from_upstream(options, ok_12, ok_13):
+    from pydantic import ValidationError
+
+    for version, ok in (("1.2.0rc6", ok_12), ("1.3.0rc12", ok_13)):
+        try:
+            SCHEMAS[version].options.model_validate(options)
+            accepted = True
+        except ValidationError:
+            accepted = False
+        assert accepted == ok, (version, options)

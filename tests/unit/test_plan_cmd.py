@@ -84,6 +84,24 @@ def test_model_image_token_unit_and_users():
     assert "unit rewrite: yes" in text and "token: write" in text
 
 
+def test_a_rendering_upgrade_is_its_own_reason():
+    """A 1.3 host converged by specfleet before issue 16 (rendering 1: no `rendering` in its release.json) gets the new
+    names: the plan says specfleet renders differently, besides the config and unit that follow from it."""
+    r13 = {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"}
+    plans = make_plans({"spark-01": r13}, "draft_target")
+    new = plans["spark-01"]
+    record = {k: v for k, v in new.release_record("t").items() if k not in ("rendering", "trtllm_version")}
+    record.update(id="r-47b00160dbdf", config_sha256="0" * 64)
+    text, code = _plan(plans, lambda p: converged_responses(p, current="r-47b00160dbdf", release_missing=True,
+                                                             current_release=record, unit_sha256="0" * 64))
+    assert code == EXIT_CHANGES, text
+    assert (f"restart: yes (release r-47b00160dbdf -> {new.release_id} (specfleet renders differently: rendering 1 -> 2 "
+            "(README: upgrade notes); config)") in text, text
+    same = make_plans({"spark-01": {}}, "draft_target")["spark-01"]
+    text, _ = _plan({"spark-01": same}, converged_responses)
+    assert "renders differently" not in text  # a converged 1.2.0rc6 host: same release, nothing to say
+
+
 def test_users_added_and_not_running():
     plans = make_plans({"spark-01": {"operator_users": ["nvidia"]}}, "eagle3")
 

@@ -65,7 +65,7 @@ def test_the_check_fails_on_another_versions_names():
 def test_the_unit_passes_the_yaml_with_the_versions_flag(version, profile):
     plan = _plan(version, profile)
     unit = next(t for path, t in plan.files().items() if path.endswith(".service"))
-    flag = plan.settings.schema.contract.serve_flag
+    flag = plan.settings.llm_schema.contract.serve_flag
     assert flag in table.serve_flags(version)
     assert f" {flag} /etc/specfleet/extra-llm-api-config.yml" in unit
     other = {"--config", "--extra_llm_api_options"} - {flag}
@@ -78,7 +78,7 @@ def test_in_image_validation_imports_the_versions_names_and_accepts_the_profile(
     this version (its validator reads the same table), says OK for the rendered profile."""
     plan = _plan(version, profile)
     module, names = table.validator_imports(version)
-    contract = plan.settings.schema.contract
+    contract = plan.settings.llm_schema.contract
     assert (contract.validator_module, list(contract.validator_names)) == (module, names)
     cmd = host_command("spark-01", "/var/lib/specfleet", "/x/cfg.yml", "c", "img", False, contract)
     assert f" {module} {' '.join(names)} 2>&1)" in cmd  # after the script: its argv
@@ -157,5 +157,15 @@ def test_golden_release_ids(version, profile):
     plan = _plan(version, profile)
     spec = _config(plan).get("speculative_config") or {}
     draft = next((k for k in ("speculative_model", "speculative_model_dir") if k in spec), None)
-    got = (plan.release_id, spec.get("decoding_type"), draft, plan.settings.schema.contract.serve_flag)
+    got = (plan.release_id, spec.get("decoding_type"), draft, plan.settings.llm_schema.contract.serve_flag)
     assert got == GOLDEN[(version, profile)], "a rendering change: update GOLDEN and the README's upgrade notes"
+
+
+def test_the_table_agrees_with_specfleet_on_the_version_differences():
+    """The cases of test_llm_versions.py's version differences, answered by the extracted table too."""
+    from tests.unit.test_llm_versions import test_version_differences_read_from_upstream as product
+
+    cases = product.pytestmark[0].args[1]
+    assert len(cases) >= 10
+    for options, ok_12, ok_13 in cases:
+        assert (not table.errors(options, "1.2.0rc6"), not table.errors(options, "1.3.0rc12")) == (ok_12, ok_13), options

@@ -902,20 +902,29 @@ def test_speculation_acceptance_follows_probabilities(world, serve):
 def test_queue_beyond_max_batch_size_and_stats_off(world, serve):
     """max_batch_size 1 (the playbook's): a second request waits; no iteration stats without the option."""
     perf = {"target_step_ms": 10.0, "prefill_ms_per_token": 0.0}
-    yml = _spec_yaml(world, "nostats.yaml", k=2, iter_stats=False)
+    data = {k: v for k, v in EAGLE_SEED.items() if k != "speculative_config"}  # one token per iteration
+    yml = write_yaml(world.tmp / "nostats.yaml", dict(data, enable_iter_perf_stats=False))
     s = serve(lambda w, port: eagle_args(w, port)[:-1] + [str(yml)], perf=perf).wait_ready()
     import threading
-    took = []
+    # Ordering, not a race: the first request is admitted (its first SSE chunk has arrived) before the second is
+    # sent. Queued, the second finishes at least its own 20 iterations (>= 10 ms sleeps each, longer under load)
+    # after the first; run alongside, it would finish about one iteration after the first.
+    first = urllib.request.urlopen(urllib.request.Request(
+        "http://127.0.0.1:%d/v1/completions" % s.port, method="POST", headers={"Content-Type": "application/json"},
+        data=json.dumps({"prompt": "q", "max_tokens": 20, "ignore_eos": True, "stream": True}).encode()), timeout=30)
+    assert first.readline().startswith(b"data: ")
+    done = {}
 
-    def one():
-        t0 = time.perf_counter()
-        http(s.port, "POST", "/v1/completions", {"prompt": "q", "max_tokens": 20, "ignore_eos": True}, timeout=10)
-        took.append(time.perf_counter() - t0)
+    def second():
+        http(s.port, "POST", "/v1/completions", {"prompt": "q", "max_tokens": 20, "ignore_eos": True}, timeout=30)
+        done["second"] = time.monotonic()
 
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    assert max(took) >= 1.8 * min(took), took  # served one after the other
+    t = threading.Thread(target=second)
+    t.start()
+    first.read()
+    done["first"] = time.monotonic()
+    t.join()
+    assert done["second"] - done["first"] >= 0.9 * 20 * 0.010, done  # served one after the other
     assert http(s.port, "GET", "/metrics") == (200, [])
 
 

@@ -3,8 +3,11 @@
 
 specfleet CI runs on QEMU VMs with no GPU and no NGC image.  This single
 file (Python 3 stdlib + PyYAML) pretends to be ``trtllm-serve`` from
-TensorRT-LLM 1.2.0rc6 closely enough to exercise the deployment: same
-command line, the same strict ``--extra_llm_api_options`` YAML checking,
+TensorRT-LLM 1.2.0rc6 (or the ``version`` of its behaviour config: one of
+the versions of tests/contract/trtllm_llm_args.json) closely enough to
+exercise the deployment: same command line (``--config`` only where that
+version takes it), the same strict YAML checking against the contract
+extracted from upstream for that version (tests/contract),
 the same mount/cache/environment preconditions, the same start-up order
 (port bound, model "loaded" while connections are refused, then serving)
 and the same HTTP endpoints.  It generates no real text.
@@ -15,9 +18,10 @@ Behaviour, in order (every step is logged to stdout, i.e. the journal):
    with ``TRTLLM_STANDIN_CONFIG``; missing -> mode "ok", load_delay_s 5):
    ``{"mode": "ok"|"crash"|"never_healthy"|"empty", "load_delay_s": float,
    "version": str}`` plus the SYNTHETIC speculative-decoding model below;
-2. validate the extra_llm_api_options YAML (strict: unknown keys refused at
-   any level, types checked -- stricter than pydantic's lax coercion: a
-   string or a bool is never accepted where an int is expected);
+2. validate the extra_llm_api_options YAML against the version's extracted
+   contract (tests/contract/trtllm_contract.py: unknown keys refused at any
+   level, types checked -- stricter than pydantic's lax coercion: a string
+   or a bool is never accepted where an int is expected);
 3. check the model (HF cache snapshot or local dir), the draft model dir
    for Eagle/DraftTarget, and TIKTOKEN_ENCODINGS_BASE for gpt-oss models;
 4. mode "crash": exit 1.  Otherwise bind the port, sleep load_delay_s

@@ -1,8 +1,9 @@
 """STAND-IN `tensorrt_llm.llmapi.llm_args` -- this is NOT TensorRT-LLM.
 
 Exposes the two names specfleet's in-image validation script uses (specfleet/validate_in_image.py),
-backed by the trtllm-serve stand-in's OWN, independent validator (`validate_extra_options` in the
-stand-in script, the same check the stand-in server runs on `--extra_llm_api_options` at start):
+backed by the trtllm-serve stand-in's OWN validator (`validate_extra_options` in the stand-in script, the
+same check the stand-in server runs on its YAML at start), which reads the contract extracted from upstream
+for the stand-in's version (tests/contract/trtllm_llm_args.json), never specfleet's schema:
 
 * `update_llm_args_with_extra_dict(llm_args, llm_args_dict, extra_llm_api_options=None)`: the YAML dict
   merged over trtllm-serve's args (`llm_args | llm_args_dict`, as the real helper returns); the real one
