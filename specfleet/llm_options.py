@@ -7,8 +7,8 @@ specfleet refuses it before touching a host. Types are strict (1 is not true). O
 accepted; extend the contract (with a source) when a genuine option is missing.
 
 The version is the `image` tag's leading `X.Y.Z` with an optional `rcN` (`1.3.0rc12`, `1.3.0rc12-mirror`,
-`1.3.0rc12.post1` -> 1.3.0rc12); a version not in CONTRACTS, or a tag that names none (`latest`, no tag, digest
-only), gets 1.2.0rc6's schema and names (the in-image validation is the authority there).
+`1.3.0rc12.post1` -> 1.3.0rc12); `contract_version` picks its contract (its own, the one read from it, a guess
+by the X.Y line, else 1.2.0rc6's; the in-image validation is the authority for the guesses).
 
 Profiles are written in 1.2.0rc6's names; `for_version` renames them to the version's (decoding_type, the draft
 key), and `canonical_aliases` spells a user's alias of the draft key with the version's own name.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -93,7 +93,7 @@ def _model(name: str, fields: dict[str, tuple], models: dict[str, type[BaseModel
 class _SpecBase(_Strict):
     """DecodingBaseConfig: the draft path is checked as a path (it becomes a docker mount) under every spelling."""
 
-    _draft_keys: tuple[str, ...] = ()
+    _draft_keys: ClassVar[tuple[str, ...]] = ()  # set per generated class: the version's draft key spellings
 
     @model_validator(mode="before")
     @classmethod
@@ -195,6 +195,9 @@ def build_schema(c: Contract) -> Schema:
 
 
 SCHEMAS: dict[str, Schema] = {v: build_schema(c) for v, c in CONTRACTS.items()}
+# key -> its other spellings, over every version (the draft key: speculative_model / speculative_model_dir)
+ALIASES: dict[str, tuple[str, ...]] = {k: tuple(o for o in c.draft_keys if o != k)
+                                       for c in CONTRACTS.values() if c.draft_aliases for k in c.draft_keys}
 ALL_DECODING_TYPES = tuple(dict.fromkeys(n for s in SCHEMAS.values() for n in s.decoding_types))
 _TAG_VERSION = re.compile(r"([0-9]+\.[0-9]+\.[0-9]+(?:rc[0-9]+)?)(?![0-9A-Za-z])")
 
@@ -208,16 +211,32 @@ def image_version(image: str) -> str | None:
     return match.group(1) if match else None
 
 
+def contract_version(version: str | None) -> str:
+    """The contract an image version is checked with: its own; the contract of a release it was read from
+    (1.3.0rc13 -> 1.3.0rc12: what both releases read accept); else, a guess, the contract of the same X.Y line
+    (1.3.0rc20 -> 1.3.0rc12); else 1.2.0rc6's. The in-image validation is the authority for the guesses."""
+    if not version:
+        return DEFAULT_VERSION
+    for name, c in CONTRACTS.items():
+        if version == name or version in {r.name for r in c.read}:
+            return name
+    line = [name for name in CONTRACTS if name.split(".")[:2] == version.split(".")[:2]]
+    return line[0] if line else DEFAULT_VERSION
+
+
 def schema_for_image(image: Any) -> Schema:
-    """The schema of the image's TensorRT-LLM version; 1.2.0rc6's for unknown versions (module docstring)."""
-    version = image_version(image) if isinstance(image, str) else None
-    return SCHEMAS.get(version or "", SCHEMAS[DEFAULT_VERSION])
+    """The schema of the contract for the image's TensorRT-LLM version (contract_version)."""
+    return SCHEMAS[contract_version(image_version(image) if isinstance(image, str) else None)]
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Mappings merge key by key (recursively); any other value in `override` replaces."""
+    """Mappings merge key by key (recursively); any other value in `override` replaces. Spellings of one option
+    (ALIASES: the draft key) count as one key: a level that names it replaces the lower level's spelling."""
     out = dict(base)
     for key, value in override.items():
+        for other in ALIASES.get(key, ()):
+            if other not in override:  # both spellings in one level stay both: the schema refuses them
+                out.pop(other, None)
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], value)
         else:

@@ -22,8 +22,11 @@ CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
 # Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
 # next converge); recorded in release.json, shown by `plan` as its own reason, each bump in the README's upgrade notes.
-# 2: TensorRT-LLM's contract per version (1.3.0rc12: Draft_Target, Eagle3, speculative_model, --config).
 RENDERING = 2
+# rendering -> the TensorRT-LLM contract versions whose hosts it changed (`plan` names it only for those).
+RENDERING_CHANGED = {
+    2: ("1.3.0rc12",),  # TensorRT-LLM's contract per version: Draft_Target, Eagle3, speculative_model, --config
+}
 
 
 @dataclass(frozen=True)

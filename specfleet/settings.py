@@ -612,6 +612,8 @@ def _message(err: dict[str, Any]) -> str:
     if err["type"] == "string_pattern_mismatch":
         rule = PATTERN_RULES.get(str(err["loc"][0])) if err["loc"] else None
         return f"{show(err['input'])} has characters that are not allowed here" + (f" ({rule})" if rule else "")
+    if err["type"] == "model_type":  # a config block that is not a mapping (pydantic names the generated class)
+        return f"expected a mapping, got {type(err['input']).__name__} {err['input']!r}"
     if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "dict_type", "list_type"):
         return f"{msg.lower()}, got {type(err['input']).__name__} {err['input']!r}"
     return msg[0].lower() + msg[1:] if msg else msg
@@ -626,7 +628,7 @@ def _llm_message(err: dict[str, Any], schema: Schema) -> str:
         return f"unknown option (trtllm-serve refuses it{hint}); allowed here: {', '.join(allowed)}"
     if err["type"] == "union_tag_invalid":
         given = err["input"].get("decoding_type")
-        own = schema.contract.decoding_names.get(given)
+        own = schema.contract.decoding_names.get(given) if isinstance(given, str) else None
         newer = [v for v, other in SCHEMAS.items() if given in other.decoding_types]
         hint = (f"; {schema.version} names it {own}" if own and own != given else
                 f"; image release:{newer[0]} accepts it" if newer else "")

@@ -9,8 +9,9 @@ if any of them requires it. What the source does not establish takes the stricte
 llm_options.py builds the pydantic schema from this; render.py and validate_in_image.py take the flag and the
 imports from it. tests/contract/trtllm_llm_args.json holds the same facts, extracted independently, for the tests.
 
-Field specs: (type, nullable, constraints), type one of bool, int, float, str, path (an absolute path, the draft
-mount), "list[int]", ("enum", values), ("model", name); constraints pydantic's ge/gt/le/lt/min_length.
+Field specs: (type, nullable, constraints), type one of bool, int, float, str, "list[int]", ("enum", values),
+("model", name); constraints pydantic's ge/gt/le/lt/min_length, and item_gt for a list's items. The draft key
+(`draft_field`, a str checked as an absolute path: it becomes the draft's mount point) is not a field spec.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ a short container of that image (`docker run --rm --network none --entrypoint py
 (NVIDIA/TensorRT-LLM): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
 `update_llm_args_with_extra_dict` (which turns the config blocks into their classes), then build the PyTorch
 backend's args, `TorchLlmArgs(**args)`; the module and both names are the version's (trtllm_versions.py, read
-from upstream per version, passed to the script as arguments) (what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,
+from upstream per version, passed to the script as arguments; what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,
 `extra="forbid"`). The model is a dummy id (VALIDATE_MODEL): building the args loads no weights, and
 `--network none` keeps anything from downloading. No GPU is used; with `gpus: true` the container gets
 `--gpus=all` only so the image's CUDA libraries load as they do in the service.
@@ -45,7 +45,11 @@ try:
     import yaml
     # argv: MODULE ARGS_CLASS MERGE_FUNCTION, the version's names (specfleet/trtllm_versions.py)
     module = importlib.import_module(sys.argv[1])
-    TorchLlmArgs, update_llm_args_with_extra_dict = getattr(module, sys.argv[2]), getattr(module, sys.argv[3])
+    TorchLlmArgs = getattr(module, sys.argv[2])
+    try:
+        update_llm_args_with_extra_dict = getattr(module, sys.argv[3])
+    except AttributeError:  # an image of an unknown version whose serve.py takes it from llm_utils (older builds)
+        update_llm_args_with_extra_dict = getattr(importlib.import_module("tensorrt_llm.llmapi.llm_utils"), sys.argv[3])
 except Exception as exc:
     say("cannot import TensorRT-LLM's argument classes: %s: %s" % (type(exc).__name__, " ".join(str(exc).split())))
     sys.exit(1)

@@ -12,7 +12,7 @@ import hashlib
 
 from pyinfra.api import deploy
 
-from ..render import unit_text
+from ..render import RENDERING_CHANGED, unit_text
 from ._common import current_plan, host_status
 from .jobs import host_job
 
@@ -47,7 +47,8 @@ def _what_changed(plan, old: dict) -> str:
         return ""
     new = plan.release_record("")
     out = []
-    if old.get("rendering", 1) != new["rendering"]:
+    bumps = range(old.get("rendering", 1) + 1, new["rendering"] + 1)
+    if any(plan.settings.trtllm_version in RENDERING_CHANGED.get(n, ()) for n in bumps):
         out.append(f"specfleet renders differently: rendering {old.get('rendering', 1)} -> {new['rendering']} "
                    "(README: upgrade notes)")
     if old.get("profile") != new["profile"]:

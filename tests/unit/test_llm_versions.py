@@ -24,9 +24,22 @@ def test_image_version(image, version):
     assert image_version(image) == version
 
 
-@pytest.mark.parametrize("image", ["x/release:1.4.0", "x/release:1.3.0rc121", "x/release:latest", "x/release", 42])
+@pytest.mark.parametrize("image", ["x/release:1.4.0", "x/release:1.1.0", "x/release:latest", "x/release", 42])
 def test_unknown_versions_get_the_default_schema(image):
     assert schema_for_image(image) is SCHEMAS[DEFAULT_VERSION] and DEFAULT_VERSION == "1.2.0rc6"
+
+
+@pytest.mark.parametrize("image,contract", [
+    ("x/release:1.3.0rc13", "1.3.0rc12"),  # a release the 1.3.0rc12 contract was read from
+    ("x/release:1.3.0rc11", "1.3.0rc12"),
+    ("x/release:1.2.0rc5", "1.2.0rc6"),
+    ("x/release:1.2.0rc6.post1", "1.2.0rc6"),
+    ("x/release:1.3.0rc121", "1.3.0rc12"),  # a guess by the X.Y line
+    ("x/release:1.3.1", "1.3.0rc12"),
+    ("x/release:1.2.1", "1.2.0rc6"),
+])
+def test_contract_of_other_versions(image, contract):
+    assert schema_for_image(image).version == contract
 
 
 def test_1_3_names_differ_from_1_2():

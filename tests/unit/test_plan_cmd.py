@@ -100,6 +100,13 @@ def test_a_rendering_upgrade_is_its_own_reason():
     same = make_plans({"spark-01": {}}, "draft_target")["spark-01"]
     text, _ = _plan({"spark-01": same}, converged_responses)
     assert "renders differently" not in text  # a converged 1.2.0rc6 host: same release, nothing to say
+    # a 1.2.0rc6 host from before rendering 2 whose model moved: the model is the reason, not the rendering
+    record = {k: v for k, v in same.release_record("t").items() if k not in ("rendering", "trtllm_version")}
+    record["models"]["draft"]["commit"] = "f" * 40
+    record["id"] = "r-000000000000"
+    text, _ = _plan({"spark-01": same}, lambda p: converged_responses(p, current="r-000000000000", release_missing=True,
+                                                                       current_release=record))
+    assert "draft model nvidia/Llama-3.1-8B-Instruct-FP4 ffffffffffff" in text and "renders differently" not in text
 
 
 def test_users_added_and_not_running():

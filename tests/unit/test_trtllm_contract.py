@@ -169,3 +169,91 @@ def test_the_table_agrees_with_specfleet_on_the_version_differences():
     assert len(cases) >= 10
     for options, ok_12, ok_13 in cases:
         assert (not table.errors(options, "1.2.0rc6"), not table.errors(options, "1.3.0rc12")) == (ok_12, ok_13), options
+
+
+# ------------------------------------------------------------------ specfleet's contract vs the table, field by field
+TABLE_ONLY = {("TorchLlmArgs", "iter_stats_max_iterations")}  # in the table for the stand-in's /metrics only
+
+
+def _product_spec(spec) -> dict:
+    kind, nullable, cons = spec
+    cons = dict(cons)
+    out: dict = {"nullable": bool(nullable)}
+    if kind == "list[int]":
+        out.update(type="list", items={"type": "int", **({"gt": cons.pop("item_gt")} if "item_gt" in cons else {})})
+        if "min_length" in cons:
+            out["min_items"] = cons.pop("min_length")
+    elif isinstance(kind, tuple):
+        out.update({"enum": {"type": "enum", "values": sorted(kind[1])}, "model": {"type": "model", "model": kind[1]}}[kind[0]])
+    else:
+        out["type"] = kind
+    out.update(cons)
+    return out
+
+
+def _table_spec(specs: list[dict], model_names: dict) -> dict:
+    """The spec a field has in every release read (enum values: those all accept); ValueError if they differ."""
+    norm = []
+    for spec in specs:
+        spec = {k: v for k, v in spec.items() if k not in ("note", "default")}
+        spec["nullable"] = bool(spec.get("nullable"))
+        if spec["type"] == "model":
+            spec["model"] = model_names.get(spec["model"], spec["model"])
+        if spec["type"] == "enum":
+            spec["values"] = sorted(set.intersection(*(set(s["values"]) for s in specs)))
+        norm.append(spec)
+    if any(n != norm[0] for n in norm):
+        raise ValueError(f"the releases read differ: {norm}")
+    return norm[0]
+
+
+@pytest.mark.parametrize("version", table.versions())
+def test_specfleet_models_exactly_the_fields_the_releases_read_share(version):
+    c = SCHEMAS[version].contract
+    rels = [table.table()["releases"][r] for r in table.releases(version)]
+    product = {"TorchLlmArgs": {**{k: _product_spec(v) for k, v in c.top.items()},
+                                "speculative_config": {"type": "decoding", "nullable": True}}}
+    product.update({m: {k: _product_spec(v) for k, v in f.items()} for m, f in c.models.items()})
+    for name, fields in c.decoding.items():
+        cls = rels[0]["decoding"]["names"][name]
+        product[cls] = {"max_draft_len": _product_spec(c.max_draft_len), c.draft_field: {"type": "str", "nullable": True},
+                        **{k: _product_spec(v) for k, v in fields.items()}}
+    for model, fields in product.items():
+        shared = set.intersection(*(set(r["models"][model]["fields"]) for r in rels)) - {f for m, f in TABLE_ONLY if m == model}
+        assert set(fields) == shared, (model, set(fields) ^ shared)
+        for name, spec in fields.items():
+            want = _table_spec([r["models"][model]["fields"][name] for r in rels], {})
+            if want.get("type") == "model":
+                spec = dict(spec, model=spec["model"])
+            assert spec == want, (version, model, name)
+    # decoding names, rules and defaults
+    assert set(c.decoding) == set(table.decoding_types(version))
+    for name in c.decoding:
+        for kind in ("positive", "present"):
+            want = set().union(*(set(r["decoding"]["rules"][name][kind]) for r in rels))  # required if any requires
+            assert set(c.rules[name][kind]) == want, (version, name, kind)
+    for (name, field), value in c.defaults.items():
+        cls = rels[0]["decoding"]["names"][name]
+        assert {r["models"][cls]["fields"][field]["default"] for r in rels} == {value}
+    assert table.draft_keys(version) == sorted(c.draft_keys)
+    assert {dict(r["decoding"]["translations"]).get("Eagle") for r in rels} == {c.loader_translations.get("Eagle")}
+
+
+def test_a_pinned_1_3_image_keeps_its_contract():
+    """The lock pins an image by digest (`name@sha256:...`, no tag): the host still renders 1.3.0rc12's names."""
+    from specfleet.plan import pinned_image
+
+    plan = _plan("1.3.0rc12", "draft_target")
+    plan.settings = plan.settings.model_copy(update={"image": pinned_image(plan.settings.image, "sha256:" + "a" * 64)})
+    assert "@sha256:" in plan.settings.image
+    unit = next(t for path, t in plan.files().items() if path.endswith(".service"))
+    assert " --config /etc/specfleet/extra-llm-api-config.yml" in unit and ":/opt/Llama-3.1-8B-Instruct-FP4:ro" in unit
+
+
+def test_a_host_level_spelling_replaces_the_groups():
+    """Levels of the fleet file merge the draft key's spellings as one key: the host's wins, no 'give one'."""
+    from specfleet.llm_options import deep_merge
+
+    group = {"speculative_config": {"speculative_model_dir": "/a/", "max_draft_len": 3}}
+    host = {"speculative_config": {"speculative_model": "/b/"}}
+    assert deep_merge(group, host) == {"speculative_config": {"max_draft_len": 3, "speculative_model": "/b/"}}

@@ -814,8 +814,8 @@ def _spec_yaml(world, name, decoding="Eagle", k=3, iter_stats=True):
 
 def _stream(port, body, timeout=30):
     """POST a streamed completion; returns (chunks as dicts, arrival times relative to the request, total)."""
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    import http.client as httpclient
+    conn = httpclient.HTTPConnection("127.0.0.1", port, timeout=timeout)
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
                  headers={"Content-Type": "application/json"})
@@ -907,24 +907,34 @@ def test_queue_beyond_max_batch_size_and_stats_off(world, serve):
     s = serve(lambda w, port: eagle_args(w, port)[:-1] + [str(yml)], perf=perf).wait_ready()
     import threading
     # Ordering, not a race: the first request is admitted (its first SSE chunk has arrived) before the second is
-    # sent. Queued, the second finishes at least its own 20 iterations (>= 10 ms sleeps each, longer under load)
-    # after the first; run alongside, it would finish about one iteration after the first.
+    # sent, and the second is sent (checked) while the first still has >= 99 iterations of >= 10 ms to go. Queued,
+    # the second then finishes at least its own 100 iterations after the first; run alongside, about one iteration
+    # after it.
+    import http.client as httpclient
+    body = {"prompt": "q", "max_tokens": 100, "ignore_eos": True}
     first = urllib.request.urlopen(urllib.request.Request(
         "http://127.0.0.1:%d/v1/completions" % s.port, method="POST", headers={"Content-Type": "application/json"},
-        data=json.dumps({"prompt": "q", "max_tokens": 20, "ignore_eos": True, "stream": True}).encode()), timeout=30)
+        data=json.dumps(dict(body, stream=True)).encode()), timeout=60)
     assert first.readline().startswith(b"data: ")
     done = {}
+    sent = threading.Event()
 
     def second():
-        http(s.port, "POST", "/v1/completions", {"prompt": "q", "max_tokens": 20, "ignore_eos": True}, timeout=30)
+        conn = httpclient.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        done["sent"] = time.monotonic()
+        sent.set()
+        conn.getresponse().read()
         done["second"] = time.monotonic()
 
     t = threading.Thread(target=second)
     t.start()
+    assert sent.wait(30)
     first.read()
     done["first"] = time.monotonic()
     t.join()
-    assert done["second"] - done["first"] >= 0.9 * 20 * 0.010, done  # served one after the other
+    assert done["sent"] < done["first"], done  # the precondition: both were in the server at once
+    assert done["second"] - done["first"] >= 0.9 * 100 * 0.010, done  # served one after the other
     assert http(s.port, "GET", "/metrics") == (200, [])
 
 
@@ -937,3 +947,34 @@ def test_queue_beyond_max_batch_size_and_stats_off(world, serve):
 def test_invalid_speculation_behaviour(world, perf, needle):
     r = run_standin(eagle_args(world, free_port()), world.env(perf=perf))
     assert r.returncode == 1 and needle in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------- versions (the contract table's, tests/contract)
+def _dt_yaml_13(world):
+    spec = {"decoding_type": "Draft_Target", "max_draft_len": 4,
+            "speculative_model": str(world.drafts["Llama-3.1-8B-Instruct-FP4"]) + "/"}
+    return write_yaml(world.tmp / "dt13.yaml", dict(DT_SEED, speculative_config=spec))
+
+
+def test_1_3_serves_its_own_names_with_config_flag(world, serve):
+    yml = _dt_yaml_13(world)
+    args = lambda w, port: [a if a != "--extra_llm_api_options" else "--config" for a in dt_args(w, port)[:-1]] + [str(yml)]
+    s = serve(args, version="1.3.0rc12").wait_ready()
+    assert http(s.port, "GET", "/version") == (200, {"version": "1.3.0rc12-standin"})
+
+
+def test_1_3_refuses_1_2_names(world):
+    r = run_standin(dt_args(world, free_port()), world.env(delay=0, version="1.3.0rc12"))
+    assert r.returncode == 1 and "speculative_config.decoding_type: invalid decoding type 'DraftTarget'" in r.stdout, r.stdout
+
+
+def test_1_2_has_no_config_flag_and_unknown_versions_are_one_line(world):
+    yml = _dt_yaml_13(world)
+    r = run_standin([DT_MODEL, "--port", str(free_port()), "--config", str(world.dt_yaml)], world.env(delay=0))
+    assert r.returncode == 1 and "no such option: --config (trtllm-serve 1.2.0rc6 takes --extra_llm_api_options" \
+        in r.stdout, r.stdout
+    r = run_standin(dt_args(world, free_port())[:-1] + [str(yml)], world.env(delay=0))
+    assert r.returncode == 1 and "invalid decoding type 'Draft_Target'" in r.stdout, r.stdout
+    r = run_standin(dt_args(world, free_port()), world.env(delay=0, version="9.9.9"))
+    assert r.returncode == 1 and "stand-in version 9.9.9 is not in the contract table" in r.stdout
+    assert "Traceback" not in r.stdout + r.stderr

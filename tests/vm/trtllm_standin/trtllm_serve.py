@@ -538,7 +538,10 @@ def validate_extra_options(data, cli_backend="pytorch", version=None):
     (tests/contract/trtllm_llm_args.json); the other backends keep the stand-in's own older table below."""
     if not isinstance(data, dict):
         return ["<top level>: the extra_llm_api_options YAML must be a mapping, got %s" % _typename(data)]
-    backend = data.get("backend") or cli_backend
+    backend = data.get("backend", cli_backend)
+    backend = cli_backend if backend is None else backend
+    if backend not in BACKENDS:
+        return ["backend: must be one of %s, got %r" % (", ".join(BACKENDS), backend)]
     if backend == "pytorch":
         return trtllm_contract.errors({k: v for k, v in data.items() if k != "backend"}, contract_version(version))
     errs = []
@@ -561,7 +564,7 @@ def contract_version(version=None):
     return version
 
 
-def load_extra_options(path, cli_backend):
+def load_extra_options(path, cli_backend, version=None):
     if yaml is None:
         raise StartupError("PyYAML is not installed in the stand-in image")
     try:
@@ -574,7 +577,7 @@ def load_extra_options(path, cli_backend):
     except yaml.YAMLError as exc:
         raise StartupError("--extra_llm_api_options %s is not valid YAML: %s"
                            % (path, str(exc).replace("\n", " ")))
-    errs = validate_extra_options(data, cli_backend)
+    errs = validate_extra_options(data, cli_backend, version)
     if errs:
         raise StartupError("invalid --extra_llm_api_options %s: %d validation error%s: %s"
                            % (path, len(errs), "" if len(errs) == 1 else "s", "; ".join(errs)))
@@ -717,7 +720,9 @@ def check_draft(spec):
     dt = spec.get("decoding_type")
     if dt not in ("Eagle", "Eagle3", "DraftTarget", "Draft_Target"):
         return None
-    key = next(k for k in trtllm_contract.draft_keys(contract_version()) if spec.get(k))
+    key = next((k for k in trtllm_contract.draft_keys(contract_version()) if spec.get(k)), None)
+    if key is None:
+        raise StartupError("speculative_config: no draft checkpoint dir for decoding_type %s" % dt)
     smd = spec[key]
     what = "speculative_config." + key
     if os.path.isdir(smd) or smd.startswith(("/", ".", "~")) or not HF_ID_RE.match(smd):
@@ -1266,10 +1271,8 @@ def parse_args(argv):
     if argv and argv[0] == "serve":  # `trtllm-serve serve MODEL ...` is the same command
         argv = argv[1:]
     args = build_parser().parse_args(argv)
-    flags = trtllm_contract.serve_flags(contract_version())
-    for flag in ("--config", "--extra_llm_api_options"):
-        if any(a == flag or a.startswith(flag + "=") for a in argv) and flag not in flags:
-            build_parser().error("no such option: %s (this version takes %s)" % (flag, ", ".join(flags)))
+    args.yaml_flags = [f for f in ("--config", "--extra_llm_api_options")
+                       if any(a == f or a.startswith(f + "=") for a in argv)]
     bad = [(n, getattr(args, n)) for n in ("max_batch_size", "max_num_tokens", "tp_size", "pp_size",
                                           "max_beam_width")
            if getattr(args, n) < 1]
@@ -1326,11 +1329,16 @@ def main(argv=None):
                behaviour["load_delay_s"], behaviour["version"]))
         for k in behaviour.pop("_unknown_keys", []):
             log("WARNING: ignoring unknown key %r in %s" % (k, cfg_path), "W")
+        flags = trtllm_contract.serve_flags(contract_version(behaviour["version"]))
+        for flag in args.yaml_flags:  # click's answer to an option the version's serve does not have
+            if flag not in flags:
+                raise StartupError("no such option: %s (trtllm-serve %s takes %s for the YAML)"
+                                   % (flag, behaviour["version"], ", ".join(flags)))
 
         # 2. extra_llm_api_options
         extra = {}
         if args.extra_llm_api_options:
-            extra = load_extra_options(args.extra_llm_api_options, args.backend)
+            extra = load_extra_options(args.extra_llm_api_options, args.backend, behaviour["version"])
             log("step 2/4: extra_llm_api_options %s is valid (%d top-level keys: %s)"
                 % (args.extra_llm_api_options, len(extra), ", ".join(sorted(extra)) or "-"))
         else:
@@ -1352,9 +1360,9 @@ def main(argv=None):
             log("WARNING: the YAML kv_cache_config block replaces the CLI one: "
                 "--kv_cache_free_gpu_memory_fraction %s is ignored, fraction = 0.9"
                 % args.kv_cache_free_gpu_memory_fraction, "W")
-        if spec and not eff.get("disable_overlap_scheduler", False):
-            if spec["decoding_type"] in ("DraftTarget", "NGram", "UserProvided") or \
-                    (spec["decoding_type"] == "Eagle" and spec.get("eagle3_one_model") is False):
+        if spec and not eff.get("disable_overlap_scheduler", False):  # 1.2 and 1.3 names alike
+            if spec["decoding_type"] in ("DraftTarget", "Draft_Target", "NGram", "UserProvided", "User_Provided") or \
+                    (spec["decoding_type"] in ("Eagle", "Eagle3") and spec.get("eagle3_one_model") is False):
                 log("WARNING: overlap scheduler is not supported with %s speculative decoding; disabling it"
                     % spec["decoding_type"], "W")
 
