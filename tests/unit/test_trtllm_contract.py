@@ -72,6 +72,18 @@ def test_the_unit_passes_the_yaml_with_the_versions_flag(version, profile):
     assert not any(f" {o} " in unit for o in other)
 
 
+def _run_in_image_script(tmp_path, config: dict, version: str, module: str, names: list[str]):
+    """specfleet's in-image script against the STAND-IN tensorrt_llm package, the stand-in set to `version`."""
+    cfg = tmp_path / "cfg.yml"
+    cfg.write_text(yaml.safe_dump(config))
+    behaviour = tmp_path / "standin.json"
+    behaviour.write_text(json.dumps({"version": version}))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRTLLM_STANDIN_SERVE")}
+    env.update(PYTHONPATH=str(standin_image.PYLIB_DIR), TRTLLM_STANDIN_CONFIG=str(behaviour))
+    return subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg)), module, *names],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+
+
 @pytest.mark.parametrize("version,profile", CASES)
 def test_in_image_validation_imports_the_versions_names_and_accepts_the_profile(tmp_path, version, profile):
     """The host command passes the table's module and names; the script run against the STAND-IN package, set to
@@ -82,27 +94,13 @@ def test_in_image_validation_imports_the_versions_names_and_accepts_the_profile(
     assert (contract.validator_module, list(contract.validator_names)) == (module, names)
     cmd = host_command("spark-01", "/var/lib/specfleet", "/x/cfg.yml", "c", "img", False, contract)
     assert f" {module} {' '.join(names)} 2>&1)" in cmd  # after the script: its argv
-    cfg = tmp_path / "cfg.yml"
-    cfg.write_text(yaml.safe_dump(_config(plan)))
-    behaviour = tmp_path / "standin.json"
-    behaviour.write_text(json.dumps({"version": version}))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRTLLM_STANDIN_SERVE")}
-    env.update(PYTHONPATH=str(standin_image.PYLIB_DIR), TRTLLM_STANDIN_CONFIG=str(behaviour))
-    r = subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg)), module, *names],
-                       env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    r = _run_in_image_script(tmp_path, _config(plan), version, module, names)
     assert (r.returncode, r.stdout.splitlines()[-1:]) == (0, ["OK"]), (r.stdout, r.stderr)
 
 
 def test_in_image_validation_refuses_1_2_names_on_a_1_3_image(tmp_path):
-    cfg = tmp_path / "cfg.yml"
-    cfg.write_text(yaml.safe_dump(_config(_plan("1.2.0rc6", "draft_target"))))
-    behaviour = tmp_path / "standin.json"
-    behaviour.write_text(json.dumps({"version": "1.3.0rc12"}))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRTLLM_STANDIN_SERVE")}
-    env.update(PYTHONPATH=str(standin_image.PYLIB_DIR), TRTLLM_STANDIN_CONFIG=str(behaviour))
-    r = subprocess.run([sys.executable, "-c", SCRIPT.replace(CONTAINER_CONFIG, str(cfg)),
-                        *[table.validator_imports("1.3.0rc12")[0], *table.validator_imports("1.3.0rc12")[1]]],
-                       env=env, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    module, names = table.validator_imports("1.3.0rc12")
+    r = _run_in_image_script(tmp_path, _config(_plan("1.2.0rc6", "draft_target")), "1.3.0rc12", module, names)
     assert r.returncode == 1 and "invalid decoding type 'DraftTarget'" in r.stdout.splitlines()[-1], r.stdout
 
 
