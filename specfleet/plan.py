@@ -45,6 +45,7 @@ class HostPlan:
     mirror_name: str | None = None  # that mirror's inventory name
     hub_upstream: str | None = None  # that mirror's upstream Hub (its hub_endpoint): where hub_fallback goes when it is down
     mirror_down: bool = False  # set by `specfleet rollout` when the mirror failed its warm-up phase
+    _rendered: tuple | None = field(default=None, init=False, repr=False, compare=False)  # HostPlan.rendered's cache
 
     @property
     def uses_mirror(self) -> bool:
@@ -55,16 +56,18 @@ class HostPlan:
         return HostPaths.of(self.settings)
 
     @property
+    def rendered(self) -> "Rendered":
+        """The release's files and id, derived once per (settings, pins): the steps read them many times a run."""
+        pins = tuple((role, p.repo, p.commit) for role, p in sorted(self.pins.items()))
+        cached = self._rendered
+        if cached is None or cached[0] is not self.settings or cached[1] != pins:
+            cached = self._rendered = (self.settings, pins, Rendered.of(self.settings, pins))
+        return cached[2]
+
+    @property
     def release_id(self) -> str:
         """Content address of what is served: same inputs -> same release (so re-runs change nothing)."""
-        s = self.settings
-        material = {
-            "config": config_yaml(s), "unit": unit_text(s), "smoke": smoke_request(s),
-            "models": {role: [p.repo, p.commit] for role, p in sorted(self.pins.items())},
-            "tiktoken": s.tiktoken_sha256 if s.profile["tiktoken"] else None,
-        }
-        digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
-        return f"r-{digest[:12]}"
+        return self.rendered.release_id
 
     def release_record(self, created: str) -> dict:
         s = self.settings
@@ -84,13 +87,34 @@ class HostPlan:
             "url": f"http://{health_host}:{s.serve_port}",
             "gate": {"health_timeout_sec": s.health_timeout_sec, "health_interval_sec": s.health_interval_sec,
                      "smoke_timeout_sec": s.smoke_timeout_sec},
-            "config_sha256": hashlib.sha256(config_yaml(s).encode()).hexdigest(),
+            "config_sha256": hashlib.sha256(self.rendered.config.encode()).hexdigest(),
             "rendering": RENDERING,
             "trtllm_version": s.trtllm_version,
         }
 
     def files(self, redact: bool = True) -> dict[str, str]:
-        return rendered_files(self.settings, redact=redact)
+        return rendered_files(self.settings, redact=redact, release=self.rendered if self.settings.profile else None)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What a release serves, rendered from one host's settings and model pins."""
+
+    config: str  # extra-llm-api-config.yml
+    unit: str  # the systemd unit
+    smoke: str  # the smoke request's JSON body
+    release_id: str
+
+    @classmethod
+    def of(cls, s: Settings, pins: tuple[tuple[str, str, str], ...]) -> "Rendered":
+        config, unit, smoke = config_yaml(s), unit_text(s), smoke_request(s)
+        material = {
+            "config": config, "unit": unit, "smoke": smoke,
+            "models": {role: [repo, commit] for role, repo, commit in pins},
+            "tiktoken": s.tiktoken_sha256 if s.profile["tiktoken"] else None,
+        }
+        digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+        return cls(config, unit, smoke, f"r-{digest[:12]}")
 
 
 def inventory_path() -> Path:

@@ -16,6 +16,9 @@ from .settings import Settings
 
 # Package data: specfleet/templates/ (jinja2's PackageLoader finds it in a wheel install as in a clone).
 TEMPLATES = jinja2.PackageLoader("specfleet", "templates")
+# One environment per process: each template is compiled once (auto_reload off: package data does not change).
+ENV = jinja2.Environment(loader=TEMPLATES, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                         autoescape=False, auto_reload=False)
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"
 CONTAINER_TIKTOKEN = "/opt/tiktoken"
@@ -132,9 +135,7 @@ def systemd_args(args: list[str]) -> str:
 
 def unit_text(s: Settings) -> str:
     p = HostPaths.of(s)
-    env = jinja2.Environment(loader=TEMPLATES, undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False)
-    return env.get_template("trtllm-serve.service.j2").render(
+    return ENV.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=p.current,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
         docker_args=systemd_args(docker_run_args(s)), serve_args=systemd_args(serve_args(s)),
@@ -155,17 +156,20 @@ def token_text(s: Settings, redact: bool = True) -> str:
     return (REDACTED if redact else s.hf_token.get_secret_value()) + "\n"
 
 
-def rendered_files(s: Settings, redact: bool = True) -> dict[str, str]:
+def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, str]:
     """Host path -> content for every file a converge writes whose content is known before deploying.
 
-    Release files are written under releases/<id>/ and reached through the `current` link.
+    Release files are written under releases/<id>/ and reached through the `current` link. `release`: the
+    plan's already rendered release (plan.Rendered), so a host's files are rendered once.
     """
     p = HostPaths.of(s)
-    files = {
-        f"{p.current}/extra-llm-api-config.yml": config_yaml(s),
-        f"{p.current}/{s.service_name}.service": unit_text(s),
-        f"{p.current}/smoke.json": smoke_request(s),
-    }
+    files = {}
+    if s.profile is not None:
+        files = {
+            f"{p.current}/extra-llm-api-config.yml": release.config if release else config_yaml(s),
+            f"{p.current}/{s.service_name}.service": release.unit if release else unit_text(s),
+            f"{p.current}/smoke.json": release.smoke if release else smoke_request(s),
+        }
     if s.hf_token is not None:
         files[p.token_file] = token_text(s, redact)
     return files

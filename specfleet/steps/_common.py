@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+import weakref
 from dataclasses import dataclass
 from importlib import resources
 from weakref import WeakKeyDictionary
@@ -15,7 +16,6 @@ from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
 from ..plan import HostPlan
-from ..render import config_yaml
 from ..settings import TIKTOKEN_FILES
 from ..validate_in_image import config_key, image_key
 
@@ -90,10 +90,14 @@ def sha256(content: bytes | str) -> str:
 
 def wanted_files(plan: HostPlan) -> dict[str, Want]:
     """Every small file/dir/link a converge manages, with what it must be (one status read covers all)."""
-    cached = getattr(plan, "_wanted", None)
-    if cached is None:
-        cached = plan._wanted = _wanted_files(plan)
-    return cached
+    cached = _WANTED.get(id(plan))
+    if cached is None or cached[0] is not plan.settings or cached[1] is not plan.pins:
+        cached = _WANTED[id(plan)] = (plan.settings, plan.pins, _wanted_files(plan))
+        weakref.finalize(plan, _WANTED.pop, id(plan), None)
+    return cached[2]
+
+
+_WANTED: dict[int, tuple] = {}  # id(HostPlan) -> (settings, pins, wanted files) while the plan lives
 
 
 def _wanted_files(plan: HostPlan) -> dict[str, Want]:
@@ -135,7 +139,7 @@ def _read_status(plan: HostPlan) -> HostStatus:
     files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
     return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
                          image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users),
-                         config_key=config_key(config_yaml(s)) if s.profile is not None else "")
+                         config_key=config_key(plan.rendered.config) if s.profile is not None else "")
 
 
 def needs_validation(plan: HostPlan) -> bool:
@@ -144,7 +148,7 @@ def needs_validation(plan: HostPlan) -> bool:
     s, st = plan.settings, host_status(plan)
     if s.profile is None:
         return False
-    return not st.image_id or f"{config_key(config_yaml(s))}-{image_key(st.image_id)}" not in st.validated
+    return not st.image_id or f"{config_key(plan.rendered.config)}-{image_key(st.image_id)}" not in st.validated
 
 
 def differs(plan: HostPlan, path: str) -> bool:

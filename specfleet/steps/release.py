@@ -15,7 +15,6 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from ..render import config_yaml
 from ..validate_in_image import host_command
 from ._common import current_plan, differs, needs_validation
 
@@ -46,4 +45,4 @@ def release():
         s = plan.settings
         server.shell(name=f"Validate {rid}'s extra-llm-api-config.yml with {s.image}'s own TensorRT-LLM",
                      commands=[host_command(host.name, s.data_dir, f"{rdir}/extra-llm-api-config.yml",
-                                            config_yaml(s), s.image, s.gpus, s.llm_schema.contract)])
+                                            plan.rendered.config, s.image, s.gpus, s.llm_schema.contract)])

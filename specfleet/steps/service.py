@@ -12,7 +12,7 @@ import hashlib
 
 from pyinfra.api import deploy
 
-from ..render import RENDERING_CHANGED, unit_text
+from ..render import RENDERING_CHANGED
 from ._common import current_plan, host_status
 from .jobs import host_job
 
@@ -24,7 +24,7 @@ def switch_checks(plan) -> list[tuple[str, str]]:
     """(kind, why) for each reason the host must (re)activate the plan's release: release (what changed: config,
     model, image, ...), unit, down (not running), enable (not enabled at boot), gate (not passed)."""
     st = host_status(plan)
-    unit_sha = hashlib.sha256(unit_text(plan.settings).encode()).hexdigest()
+    unit_sha = hashlib.sha256(plan.rendered.unit.encode()).hexdigest()
     checks = (
         (st.current != plan.release_id, "release", f"release {st.current or '(none)'} -> {plan.release_id}"
                                                    + _what_changed(plan, st.current_release if st.current else {})),

@@ -1,0 +1,39 @@
+"""Derived values are computed once per host and templates compiled once per process (issue 17, point 5):
+counted on a whole no-op converge of 3 hosts on pyinfra's @fake connector. The benchmark (benchmarks/) prints
+what this saves; this test fails when a step goes back to re-rendering."""
+
+import jinja2
+
+from specfleet import plan as plan_mod
+from specfleet import render
+from specfleet.steps import converge
+from tests.unit.fakehost import changed_ops, converged_responses, make_plans, run_deploy
+
+
+def test_a_noop_converge_renders_each_host_once_and_compiles_no_template_twice(monkeypatch):
+    plans = make_plans({f"spark-0{i}": {"operator_users": ["nvidia"]} for i in range(3)}, "eagle3")
+    renders, compiles = [], []
+    real_of, real_compile = plan_mod.Rendered.of.__func__, jinja2.Environment.compile
+
+    def counting_of(cls, s, pins):
+        renders.append(s.host)
+        return real_of(cls, s, pins)
+
+    def counting_compile(env, source, name=None, filename=None, raw=False, defer_init=False):
+        compiles.append(name)
+        return real_compile(env, source, name, filename, raw, defer_init)
+
+    monkeypatch.setattr(plan_mod.Rendered, "of", classmethod(counting_of))
+    monkeypatch.setattr(jinja2.Environment, "compile", counting_compile)
+    render.ENV.cache.clear()  # as in a fresh process
+    state = run_deploy(plans, converge, "eagle3", responses=converged_responses)
+    assert not state.failed_hosts and changed_ops(state) == {h: [] for h in plans}
+    assert sorted(renders) == sorted(plans), renders  # once per host, whatever the number of steps reading it
+    assert compiles.count("trtllm-serve.service.j2") == 1, compiles
+
+
+def test_a_changed_setting_renders_again():
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    before = plan.release_id
+    plan.settings = plan.settings.model_copy(update={"serve_port": 8123})
+    assert plan.release_id != before and "--port 8123" in plan.rendered.unit
