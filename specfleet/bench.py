@@ -8,30 +8,28 @@ stdlib client `specfleet/host/bench_load.py`, which streams completions and drai
 every bench release sets `enable_iter_perf_stats: true`). Every host returns to the release it served before,
 also when interrupted or when a variant fails its gate.
 
-The arithmetic (summaries, acceptance, speed-up) is pure and unit-tested (tests/unit/test_bench*.py)."""
+This module is the pure part: variants, prompts, the arithmetic (summaries, acceptance, speed-up; unit-tested in
+tests/unit/test_bench*.py), the table and plot, the fleet-file rewrite of --apply. The run on the hosts:
+bench_run.py; the command: cli/bench.py."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import json
-import logging
 import math
 import re
-import sys
 import time
-import uuid
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-import click
+import yaml
 
-from .plan import EXIT_INVALID, HostPlan, PlanError, build_plans, load_inventory_or_fail
+from .llm_options import deep_merge
+from .plan import HostPlan, build_plans
 from .profiles import PROFILES
-from .project import use_project
 
-EXIT_OK, EXIT_FAILED = 0, 1
 DEFAULT_GROUP = "bench"
 LOAD_TOOL = "specfleet-bench-load"
 
@@ -285,12 +283,10 @@ def plot(results: list[dict], path: Path, title: str) -> Path:
     return path
 
 
-# ---- plans and host-side steps ------------------------------------------------------------------------------
+# ---- plans, results, outputs, the fleet-file rewrite ---------------------------------------------------------
 def variant_plans(inventory, hosts_variants: list[tuple[str, Variant]], keep_extra: int) -> dict[str, HostPlan]:
     """Per host, the plan of its variant: the host's vars + the variant's extra_llm_api_options (deep-merged over
     the host's own) + enable_iter_perf_stats; keep_releases raised so the release served before is never pruned."""
-    from .llm_options import deep_merge
-
     plans: dict[str, HostPlan] = {}
     by_profile: dict[str, list[tuple[str, Variant]]] = {}
     for h, v in hosts_variants:
@@ -310,214 +306,12 @@ def variant_plans(inventory, hosts_variants: list[tuple[str, Variant]], keep_ext
     return plans
 
 
-def _restore_deploy():
-    from pyinfra import host
-    from pyinfra.api import deploy
-
-    from .steps._common import current_plan, host_status
-    from .steps.jobs import host_job
-
-    @deploy("Bench: return to the release served before")
-    def restore(targets: dict[str, str]):
-        plan = current_plan()
-        s, p = plan.settings, plan.paths
-        target = targets.get(host.name)
-        st = host_status(plan)
-        if not target or (target == st.current and st.active == "active" and st.gate_passed(target)):
-            return
-        host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
-                 argv=[p.host_tool, "--data-dir", s.data_dir, "activate", target, "--revert"])
-
-    return restore
-
-
-def _load_deploy():
-    from pyinfra.api import deploy
-    from pyinfra.operations import files, python
-
-    from .steps._common import current_plan
-    from .steps.jobs import run_on_host
-
-    @deploy("Bench: load")
-    def load(specs: dict[str, dict], out: dict):
-        plan = current_plan()
-        tool = f"{plan.paths.bin}/{LOAD_TOOL}"
-        files.put(name=f"Install {LOAD_TOOL}", src=str(resources.files("specfleet.host") / "bench_load.py"),
-                  dest=tool, user="root", group="root", mode="755")
-
-        def run(state, host):
-            ok, stdout, stderr = run_on_host(state, host, f"python3 {tool}", stdin=json.dumps(specs[host.name]))
-            try:
-                out[host.name] = json.loads(stdout[-1])
-            except (IndexError, ValueError):
-                out[host.name] = {"error": (stderr or stdout or ["no output"])[-1]}
-            return True
-
-        python.call(name="Run the bench load on the host (against its loopback server)", function=run)
-
-    return load
-
-
-# ---- the command ---------------------------------------------------------------------------------------------
-def _log(msg: str) -> None:
-    click.echo(f"[bench {time.strftime('%H:%M:%S')}] {msg}", err=True)
-
-
-@click.command()
-@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--variants", "variant_specs", multiple=True, required=True,
-              help="Variants, e.g. 'baseline eagle3:max_draft_len=1,2,3 draft_target:max_draft_len=2,4' "
-                   "(space-separated, or repeat --variants).")
-@click.option("--limit", default=DEFAULT_GROUP, show_default=True, help="Bench hosts or groups (comma-separated).")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True)
-@click.option("--requests", "n_requests", type=click.IntRange(1, 10000), default=8, show_default=True,
-              help="Measured requests per bucket (after the warm-up).")
-@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True, help="Warm-up requests per bucket (not measured).")
-@click.option("--buckets", default="short,medium,long", show_default=True, help="Prompt-length buckets to run.")
-@click.option("--max-tokens", type=click.IntRange(1, 65536), default=256, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Directory for bench.json and bench.png (default: bench-<time>/ in the current directory).")
-@click.option("--health-timeout", type=int, default=None, help="Override health_timeout_sec for the gates.")
-@click.option("--apply", "apply_to", default=None, metavar="GROUP",
-              help="Write the best variant's overrides into GROUP's vars in the fleet file (shows the diff first).")
-@click.option("--yes", is_flag=True, help="With --apply: write without asking.")
-def bench(inventory_file, variant_specs, limit, concurrency, n_requests, warmup, buckets, max_tokens, temperature,
-          out_dir, health_timeout, apply_to, yes):
-    """Benchmark speculative-decoding VARIANTS on bench hosts: each variant is a release staged, switched and
-    gated on a host; the load runs on the host; every host returns to the release it served before.
-
-    Exit 0: every variant measured; 1: a variant failed (its gate, its load) or a host was unreachable; 2: invalid
-    input (nothing touched)."""
-    from .rollout import read_statuses, run_on, select
-    from .steps import lock, stage, switch, unlock
-
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("pyinfra.specfleet").setLevel(logging.INFO)
-    try:
-        variants = parse_variants(variant_specs)
-        wanted = [b.strip() for b in buckets.split(",") if b.strip()]
-        unknown = [b for b in wanted if b not in BUCKETS]
-        if unknown or not wanted:
-            raise ValueError(f"--buckets: '{buckets}': allowed: {', '.join(BUCKETS)}")
-        use_project(inventory_file)
-        inventory = load_inventory_or_fail()
-        hosts = select(inventory.hosts, inventory.groups, limit)
-        if not hosts:
-            raise PlanError([f"--limit {limit}: matches no host of the inventory"
-                             + (" (add a `bench` group to the fleet file or pass --limit)" if limit == DEFAULT_GROUP else "")])
-        rounds = assign_rounds(variants, hosts)
-        all_plans = [variant_plans(inventory, r, keep_extra=len(rounds) + 1) for r in rounds]
-        base_plans = build_plans(inventory, None, resolve=False)
-        if apply_to and apply_to not in inventory.groups and apply_to != "all":
-            raise PlanError([f"--apply {apply_to}: no such group in the fleet file (groups: {', '.join(inventory.groups)})"])
-    except (PlanError, ValueError) as exc:
-        for line in getattr(exc, "lines", [str(exc)]):
-            click.echo(line, err=True)
-        sys.exit(EXIT_INVALID)
-
-    bench_id = uuid.uuid4().hex[:8]
-    prompts = prompt_set({b: BUCKETS[b] for b in wanted}, per_bucket=max(n_requests, warmup, 1))
-    out_path = Path(out_dir or f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
-    _log(f"{bench_id}: {len(variants)} variant(s) on {len(hosts)} host(s) in {len(rounds)} round(s)")
-    held: dict[str, str] = {}
-    lock_failed = run_on(base_plans, hosts, lock, bench_id, held, "bench")
-    if held:
-        run_on(base_plans, [h for h in hosts if h not in lock_failed], unlock, bench_id, "bench")
-        for h, owner in held.items():
-            click.echo(f"{h}: refused: another run holds the lock: {owner}", err=True)
-        sys.exit(EXIT_FAILED)
-    usable = [h for h in hosts if h not in lock_failed]
-    before = {h: info.get("current") for h, info in read_statuses(base_plans, usable).items()}
-    results: list[dict] = []
-    for h in lock_failed:
-        _log(f"{h}: unreachable; its variants are skipped")
-    touched: set[str] = set()
-    interrupted = False
-    try:
-        for index, (rnd, plans) in enumerate(zip(rounds, all_plans), 1):
-            pairs = [(h, v) for h, v in rnd if h in usable]
-            for h, v in rnd:
-                if h not in usable:
-                    results.append(_result(v, h, plans.get(h), error="host unreachable"))
-            hs = [h for h, _ in pairs]
-            if not hs:
-                continue
-            _log(f"round {index}/{len(rounds)}: " + ", ".join(f"{h} <- {v.name}" for h, v in pairs))
-            touched.update(hs)
-            failed = run_on(plans, hs, stage)
-            ok = [h for h in hs if h not in failed]
-            failed |= run_on(plans, ok, switch, health_timeout)
-            after = read_statuses(plans, hs)
-            live = [h for h in hs if h not in failed and (after.get(h) or {}).get("current") == plans[h].release_id]
-            specs = {h: {"url": _url(plans[h]), "model": plans[h].settings.profile["target"]["repo"],
-                         "buckets": prompts, "requests": n_requests, "concurrency": concurrency, "warmup": warmup,
-                         "max_tokens": max_tokens, "temperature": temperature, "metrics": True} for h in live}
-            raw: dict[str, dict] = {}
-            if live:
-                _log(f"round {index}: load on {', '.join(live)} ({len(wanted)} bucket(s) x {n_requests} request(s), "
-                     f"concurrency {concurrency})")
-                run_on(plans, live, _load_deploy(), specs, raw)
-            for h, v in pairs:
-                if h not in live:
-                    why = ("failed to stage" if h not in ok else
-                           "failed its gate (rolled back)" if (after.get(h) or {}).get("current") != plans[h].release_id
-                           else "failed to switch")
-                    results.append(_result(v, h, plans[h], error=why))
-                elif "error" in raw.get(h, {"error": "no result"}):
-                    results.append(_result(v, h, plans[h], error=f"load failed: {raw.get(h, {}).get('error', 'no result')}"))
-                else:
-                    results.append(_result(v, h, plans[h], raw=raw[h]))
-                _log(f"  {h} {v.name}: {results[-1].get('error') or 'measured'}")
-    except KeyboardInterrupt:
-        interrupted = True
-        _log("interrupted: returning every host to the release it served before")
-    finally:
-        restore_plans = {h: base_plans[h] for h in touched}
-        targets = {h: before.get(h) for h in touched}
-        not_restored = run_on(restore_plans, [h for h in touched if targets[h]], _restore_deploy(), targets)
-        run_on(base_plans, usable, unlock, bench_id, "bench")
-        final = read_statuses(base_plans, list(touched)) if touched else {}
-        for h in touched:
-            if not targets[h]:
-                _log(f"{h}: served no release before the bench; it now serves {final.get(h, {}).get('current')}")
-            elif h in not_restored or final.get(h, {}).get("current") != targets[h]:
-                _log(f"{h}: NOT back on {targets[h]} (serves {final.get(h, {}).get('current')}): "
-                     f"run pyinfra inventory.py deploys/rollback.py --limit {h} --data rollback_to={targets[h]}")
-            else:
-                _log(f"{h}: back on {targets[h]}")
-    if interrupted:
-        sys.exit(130)
-
-    add_speedups(results)
-    standin = any("standin" in (r.get("image") or "").lower() for r in results)
-    doc = {"bench_id": bench_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "standin": standin,
-           "settings": {"concurrency": concurrency, "requests": n_requests, "warmup": warmup, "max_tokens": max_tokens,
-                        "temperature": temperature, "buckets": {b: BUCKETS[b] for b in wanted}, "ignore_eos": True},
-           "prompts": prompts, "results": results}
-    out_path.mkdir(parents=True, exist_ok=True)
-    (out_path / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
-    title = f"specfleet bench {bench_id}" + (" -- STAND-IN, SYNTHETIC figures (not TensorRT-LLM)" if standin else "")
-    png = plot(results, out_path / "bench.png", title)
-    click.echo("\n".join(table(results)))
-    click.echo(f"\nwrote {out_path / 'bench.json'} and {png}")
-    if standin:
-        click.echo("NOTE: this bench ran against the trtllm-serve STAND-IN (image name contains 'standin'): the figures "
-                   "come from its SYNTHETIC speculative-decoding model, not from TensorRT-LLM on a GPU.")
-    if any(r["profile"] == "draft_target" for r in results):
-        click.echo("note: draft_target serves another target model (Llama-3.3-70B) than baseline (gpt-oss-120b): "
-                   "its speed-up compares different models.")
-    failed_any = [r for r in results if r.get("error")]
-    if apply_to:
-        apply_best(results, inventory.path, apply_to, yes)
-    sys.exit(EXIT_FAILED if failed_any else EXIT_OK)
-
-
-def _url(plan: HostPlan) -> str:
+def serve_url(plan: HostPlan) -> str:
     return plan.release_record("")["url"]
 
 
-def _result(v: Variant, h: str, plan: HostPlan | None, raw: dict | None = None, error: str | None = None) -> dict:
+def variant_result(v: Variant, h: str, plan: HostPlan | None, raw: dict | None = None,
+                   error: str | None = None) -> dict:
     env = (raw or {}).get("env") or {}
     out = {"variant": v.name, "profile": v.profile, "params": dict(v.params), "max_draft_len": v.max_draft_len,
            "overrides": {"extra_llm_api_options": v.options} if v.options else {}, "host": h, "error": error,
@@ -530,39 +324,48 @@ def _result(v: Variant, h: str, plan: HostPlan | None, raw: dict | None = None, 
     return out
 
 
-def apply_best(results: list[dict], fleet_path: Path, group: str, yes: bool) -> bool:
-    """Write the best variant's overrides into GROUP's vars of the fleet file, after showing the diff."""
-    import difflib
+def parse_buckets(spec: str) -> list[str]:
+    """`--buckets short,medium`: the prompt-length buckets to run (ValueError with one line on bad input)."""
+    wanted = [b.strip() for b in spec.split(",") if b.strip()]
+    if [b for b in wanted if b not in BUCKETS] or not wanted:
+        raise ValueError(f"--buckets: '{spec}': allowed: {', '.join(BUCKETS)}")
+    return wanted
 
-    import yaml
 
-    from .llm_options import deep_merge
+def write_outputs(out_path: Path, bench_id: str, settings: dict, prompts: dict,
+                  results: list[dict]) -> tuple[Path, Path, bool]:
+    """bench.json and bench.png in `out_path` (speed-ups added to `results`); returns their paths and whether the
+    figures come from the trtllm-serve stand-in (its image name contains 'standin')."""
+    add_speedups(results)
+    standin = any("standin" in (r.get("image") or "").lower() for r in results)
+    doc = {"bench_id": bench_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "standin": standin,
+           "settings": settings, "prompts": prompts, "results": results}
+    out_path.mkdir(parents=True, exist_ok=True)
+    (out_path / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
+    title = f"specfleet bench {bench_id}" + (" -- STAND-IN, SYNTHETIC figures (not TensorRT-LLM)" if standin else "")
+    return out_path / "bench.json", plot(results, out_path / "bench.png", title), standin
 
+
+def with_best_variant(results: list[dict], fleet_path: Path, group: str) -> tuple[dict | None, str, str | None]:
+    """(best variant, the fleet file's text, its text with the best variant's overrides deep-merged into GROUP's
+    vars); no best variant: (None, "", None); no such group in the file: (best, text, None)."""
     best = best_variant(results)
     if not best:
-        click.echo("--apply: no speculative variant beat baseline; nothing written")
-        return False
+        return None, "", None
     options = (best.get("overrides") or {}).get("extra_llm_api_options") or {}
     old_text = Path(fleet_path).read_text()
     doc = yaml.safe_load(old_text)
     node = doc["all"] if group == "all" else _find_group(doc["all"], group)
     if node is None:
-        click.echo(f"--apply: group {group} not found in {fleet_path}", err=True)
-        return False
+        return best, old_text, None
     node.setdefault("vars", {}) if node.get("vars") is not None else node.__setitem__("vars", {})
     node["vars"]["extra_llm_api_options"] = deep_merge(node["vars"].get("extra_llm_api_options") or {}, options)
-    new_text = yaml.safe_dump(doc, sort_keys=False)
-    diff = "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
-                                        str(fleet_path), str(fleet_path) + " (with " + best["variant"] + ")"))
-    click.echo(f"--apply: best variant {best['variant']}; diff of {fleet_path}:\n{diff}")
-    click.echo("(note: the rewrite drops YAML comments)" if "#" in old_text else "", nl="#" in old_text)
-    if not yes and not click.confirm("write it?", default=False):
-        click.echo("not written")
-        return False
-    Path(fleet_path).write_text(new_text)
-    click.echo(f"wrote {fleet_path}; roll it out with specfleet rollout inventory.py deploys/{best['profile']}.py "
-               f"(these options apply to every profile deployed to {group}: baseline has no speculative_config)")
-    return True
+    return best, old_text, yaml.safe_dump(doc, sort_keys=False)
+
+
+def fleet_diff(fleet_path: Path, old_text: str, new_text: str, variant: str) -> str:
+    return "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
+                                        str(fleet_path), str(fleet_path) + " (with " + variant + ")"))
 
 
 def _find_group(node: dict, name: str):

@@ -6,51 +6,14 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from importlib import resources
 
 from pyinfra.api import FactBase
 
-_SCRIPT = r"""
-echo "arch	$(uname -m)"
-( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
-droot=
-if out=$(docker info --format '{{json .Runtimes}}{{"\n"}}{{.DefaultRuntime}}{{"\n"}}{{.DockerRootDir}}{{"\n"}}{{json .SecurityOptions}}' 2>&1); then
-  echo "docker	ok"; echo "runtimes	$(printf '%s\n' "$out" | sed -n 1p)"
-  echo "default_runtime	$(printf '%s\n' "$out" | sed -n 2p)"; droot=$(printf '%s\n' "$out" | sed -n 3p)
-  echo "docker_security	$(printf '%s\n' "$out" | sed -n 4p)"
-else echo "docker	$(printf '%s' "$out" | tail -n 1)"; fi
-echo "gpu_hook	$(command -v nvidia-container-runtime-hook 2>/dev/null)"
-echo "apparmor	$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)	$(grep -c '^docker-default ' /sys/kernel/security/apparmor/profiles 2>/dev/null)	$(command -v apparmor_parser 2>/dev/null)"
-echo "dpkg_busy	$(ps -eo comm= 2>/dev/null | grep -E -x 'apt|apt-get|aptitude|dpkg|unattended-upgr' | sort -u | tr '\n' ' ')"
-echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
-echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
-echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
-echo "current	$(basename "$(readlink "$DATA/current" 2>/dev/null)" 2>/dev/null)"
-echo "previous	$(cat "$DATA/previous" 2>/dev/null)"
-echo "releases	$(ls "$DATA/releases" 2>/dev/null | tr '\n' ' ')"
-echo "lock	$(cat "$DATA/lock/owner" 2>/dev/null)"
-echo "unit_sha256	$(sha256sum "/etc/systemd/system/$SVC.service" 2>/dev/null | cut -d' ' -f1)"
-echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
-d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
-echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
-if [ -n "$droot" ]; then set -- $(df -PB1 "$d" "$droot" 2>/dev/null | awk 'NR>1{print $1, $4}')
-  [ "$#" -eq 4 ] && echo "docker_root	$4	$([ "$1" = "$3" ] && echo same || echo other)	$droot"; fi
-echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
-printf '%s\n' "$SIZES" | while IFS= read -r f; do [ -n "$f" ] || continue
-  s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
-printf '%s\n' "$FILES" | while IFS= read -r f; do [ -n "$f" ] || continue
-  if [ -L "$f" ]; then echo "file	link|$(readlink "$f")	$f"
-  elif [ -d "$f" ]; then echo "file	dir|$(stat -c '%a|%U|%G' "$f")	$f"
-  elif [ -f "$f" ]; then echo "file	file|$(stat -c '%a|%U|%G' "$f")|$(sha256sum "$f" | cut -d' ' -f1)	$f"; fi
-done
-printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
-  echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
-echo "gate	$(tr -d '\n' 2>/dev/null < "$DATA/gate.json")"
-echo "current_release	$(tr -d '\n' 2>/dev/null < "$DATA/current/release.json")"
-j=$(cat "$DATA/jobs/active" 2>/dev/null); [ -n "$j" ] && echo "job	$j	$(systemctl is-active "specfleet-job-$j" 2>/dev/null)	$(sed -n 's/.*"key": "\([^"]*\)".*/\1/p' "$DATA/jobs/$j/job.json" 2>/dev/null)"
-echo "validated	$(ls "$DATA/validated" 2>/dev/null | grep -e "^$CFG-" | tr '\n' ' ')"
-echo "hub_client	$(sed -n 's/^Version: //p' "$DATA"/venv/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
-true
-"""
+from .host.layout import JOB_UNIT_PREFIX, Layout
+
+# The probe (a shell program of its own, shipped in the one remote command; paths from host/layout.py).
+_SCRIPT = (resources.files("specfleet.host") / "probes" / "host_status.sh").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -99,16 +62,20 @@ class SpecfleetHost(FactBase):
         return HostStatus()
 
     def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key=""):
+        lay = Layout(data_dir, service_name=service)
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
             "CFG": config_key or "-none-",  # validate_in_image.config_key of the release's config
             "SIZES": "\n".join(sizes),
             "FILES": "\n".join(files),
             "USERS": "\n".join(users),
+            "CURRENT": lay.current, "PREVIOUS": lay.previous, "RELEASES": lay.releases, "LOCK_OWNER": lay.lock_owner,
+            "UNIT": lay.unit_file, "GATE": lay.gate_file, "RECORD": lay.current_record, "ACTIVE_JOB": lay.active_job,
+            "JOBS": lay.jobs, "JOB_UNIT_PREFIX": JOB_UNIT_PREFIX, "VALIDATED": lay.validated, "VENV": lay.venv,
         }
         # One path per line (Hub file names may hold spaces; the controller refuses control characters).
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        return f"{assigns}; export DATA SVC PORT IMAGE CFG; {_SCRIPT}"
+        return f"{assigns}; export DATA SVC PORT IMAGE CFG; export {' '.join(list(env)[8:])}; {_SCRIPT}"
 
     def process(self, output):
         st = HostStatus()
@@ -169,7 +136,7 @@ class ReleaseStatus(FactBase):
     """`specfleet-host status` as JSON: current/previous release, releases, unit state, gate, job ({} if absent)."""
 
     def command(self, data_dir):
-        return f"{data_dir}/bin/specfleet-host --data-dir {data_dir} status 2>/dev/null || echo '{{}}'"
+        return f"{shlex.join(Layout(data_dir).host_tool_argv('status'))} 2>/dev/null || echo '{{}}'"
 
     def process(self, output):
         try:

@@ -56,6 +56,14 @@ class _Group:
 
 def load_inventory(path: str | Path) -> Inventory:
     path = Path(path)
+    reader = _Reader(str(path))
+    reader.walk("all", _with_top_level_groups(str(path), _read_yaml(path)), 0, ("all",))
+    if not reader.order:
+        raise InventoryError(f"{path}: no hosts defined (add hosts under all.hosts or a group's hosts)")
+    return reader.inventory(path)
+
+
+def _read_yaml(path: Path) -> dict:
     where = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -70,8 +78,11 @@ def load_inventory(path: str | Path) -> Inventory:
         raise InventoryError(f"{where}: {line}not valid YAML: {problem}") from None
     if not isinstance(doc, dict) or not doc:
         raise InventoryError(f"{where}: top level must be a mapping of groups, e.g. `all:` with `hosts:`/`children:`/`vars:`")
+    return doc
 
-    # Top-level groups other than `all` are implicit children of `all` (as in Ansible).
+
+def _with_top_level_groups(where: str, doc: dict) -> dict:
+    """`all`'s definition, with the other top-level groups as its children (implicit, as in Ansible)."""
     top = dict(doc)
     all_def = top.pop("all", None) or {}
     if not isinstance(all_def, dict):
@@ -83,17 +94,41 @@ def load_inventory(path: str | Path) -> Inventory:
             raise InventoryError(f"{where}: all.children: must be a mapping of group names")
         children.update(top)
     all_def["children"] = children
+    return all_def
 
-    groups: dict[str, _Group] = {}
-    host_groups: dict[str, list[str]] = {}
-    order: list[str] = []
 
-    def walk(name: str, definition: Any, depth: int, trail: tuple[str, ...]) -> None:
+class _Reader:
+    """Walks the group tree once, collecting groups, each host's groups and the hosts in file order."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.groups: dict[str, _Group] = {}
+        self.host_groups: dict[str, list[str]] = {}
+        self.order: list[str] = []
+
+    def walk(self, name: str, definition: Any, depth: int, trail: tuple[str, ...]) -> None:
         loc = ".".join(trail)
         if name in trail[:-1]:
-            raise InventoryError(f"{where}: {loc}: group '{name}' contains itself")
-        if definition is None:
-            definition = {}
+            raise InventoryError(f"{self.where}: {loc}: group '{name}' contains itself")
+        gvars, hosts, kids = self._parts(loc, {} if definition is None else definition)
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = _Group(name, depth, {}, {}, [])
+        group.depth = max(group.depth, depth)
+        group.vars.update(gvars)
+        self._add_hosts(group, loc, hosts)
+        for child, cdef in kids.items():
+            cname = str(child)
+            if not NAME_RE.match(cname):
+                raise InventoryError(f"{self.where}: {loc}.children: invalid group name '{cname}'")
+            if cname == "all":
+                raise InventoryError(f"{self.where}: {loc}.children: 'all' cannot be a child group")
+            if cname not in group.children:
+                group.children.append(cname)
+            self.walk(cname, cdef, depth + 1, trail + ("children", cname))
+
+    def _parts(self, loc: str, definition: Any) -> tuple[dict, dict, dict]:
+        where = self.where
         if not isinstance(definition, dict):
             raise InventoryError(f"{where}: {loc}: a group must be a mapping with hosts/children/vars, got {type(definition).__name__}")
         unknown = sorted(set(definition) - set(GROUP_KEYS))
@@ -108,75 +143,64 @@ def load_inventory(path: str | Path) -> Inventory:
         kids = definition.get("children") or {}
         if not isinstance(kids, dict):
             raise InventoryError(f"{where}: {loc}.children: must be a mapping of group names")
+        return gvars, hosts, kids
 
-        group = groups.get(name)
-        if group is None:
-            group = groups[name] = _Group(name, depth, {}, {}, [])
-        group.depth = max(group.depth, depth)
-        group.vars.update(gvars)
+    def _add_hosts(self, group: _Group, loc: str, hosts: dict) -> None:
         for host, hvars in hosts.items():
             hname = str(host)
             if not NAME_RE.match(hname):
-                raise InventoryError(f"{where}: {loc}.hosts: invalid host name '{hname}'")
+                raise InventoryError(f"{self.where}: {loc}.hosts: invalid host name '{hname}'")
             if hvars is None:
                 hvars = {}
             if not isinstance(hvars, dict) or not all(isinstance(k, str) for k in hvars):
-                raise InventoryError(f"{where}: {loc}.hosts.{hname}: host vars must be a mapping (or empty)")
+                raise InventoryError(f"{self.where}: {loc}.hosts.{hname}: host vars must be a mapping (or empty)")
             group.hosts.setdefault(hname, {}).update(hvars)
-            if hname not in host_groups:
-                host_groups[hname] = []
-                order.append(hname)
-            if name not in host_groups[hname]:
-                host_groups[hname].append(name)
-        for child, cdef in kids.items():
-            cname = str(child)
-            if not NAME_RE.match(cname):
-                raise InventoryError(f"{where}: {loc}.children: invalid group name '{cname}'")
-            if cname == "all":
-                raise InventoryError(f"{where}: {loc}.children: 'all' cannot be a child group")
-            if cname not in group.children:
-                group.children.append(cname)
-            walk(cname, cdef, depth + 1, trail + ("children", cname))
+            if hname not in self.host_groups:
+                self.host_groups[hname] = []
+                self.order.append(hname)
+            if group.name not in self.host_groups[hname]:
+                self.host_groups[hname].append(group.name)
 
-    walk("all", all_def, 0, ("all",))
-    if not order:
-        raise InventoryError(f"{where}: no hosts defined (add hosts under all.hosts or a group's hosts)")
+    def _membership(self) -> dict[str, set[str]]:
+        """Every host belongs to each ancestor group of the groups that list it (and to all)."""
+        parents: dict[str, set[str]] = {g: set() for g in self.groups}
+        for g in self.groups.values():
+            for c in g.children:
+                parents[c].add(g.name)
 
-    # Every host belongs to each ancestor group of the groups that list it.
-    parents: dict[str, set[str]] = {g: set() for g in groups}
-    for g in groups.values():
-        for c in g.children:
-            parents[c].add(g.name)
+        def ancestors(g: str, seen: set[str]) -> set[str]:
+            for p in parents[g]:
+                if p not in seen:
+                    seen.add(p)
+                    ancestors(p, seen)
+            return seen
 
-    def ancestors(g: str, seen: set[str]) -> set[str]:
-        for p in parents[g]:
-            if p not in seen:
-                seen.add(p)
-                ancestors(p, seen)
-        return seen
+        membership: dict[str, set[str]] = {}
+        for host in self.order:
+            member = set(self.host_groups[host])
+            for g in list(member):
+                member |= ancestors(g, set())
+            member.add("all")
+            membership[host] = member
+        return membership
 
-    inv = Inventory(path=path, hosts=order)
-    membership: dict[str, set[str]] = {}
-    for host in order:
-        member = set(host_groups[host])
-        for g in list(member):
-            member |= ancestors(g, set())
-        member.add("all")
-        membership[host] = member
-    for gname in groups:
-        inv.groups[gname] = [h for h in order if gname in membership[h]]
-
-    for host in order:
-        merged: dict[str, Any] = {}
-        for g in sorted(membership[host], key=lambda n: (groups[n].depth, n)):
-            merged = _merge_vars(merged, groups[g].vars)
-        for g in sorted(membership[host], key=lambda n: (groups[n].depth, n)):
-            if host in groups[g].hosts:
-                merged = _merge_vars(merged, groups[g].hosts[host])
-        inv.host_vars[host] = merged
-        inv.explicit[host] = {k for g in membership[host] if g != "all" for k in groups[g].vars} | \
-            {k for g in membership[host] if host in groups[g].hosts for k in groups[g].hosts[host]}
-    return inv
+    def inventory(self, path: Path) -> Inventory:
+        groups, membership = self.groups, self._membership()
+        inv = Inventory(path=path, hosts=self.order)
+        for gname in groups:
+            inv.groups[gname] = [h for h in self.order if gname in membership[h]]
+        for host in self.order:
+            levels = sorted(membership[host], key=lambda n: (groups[n].depth, n))
+            merged: dict[str, Any] = {}
+            for g in levels:
+                merged = _merge_vars(merged, groups[g].vars)
+            for g in levels:
+                if host in groups[g].hosts:
+                    merged = _merge_vars(merged, groups[g].hosts[host])
+            inv.host_vars[host] = merged
+            inv.explicit[host] = {k for g in membership[host] if g != "all" for k in groups[g].vars} | \
+                {k for g in membership[host] if host in groups[g].hosts for k in groups[g].hosts[host]}
+        return inv
 
 
 def _merge_vars(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

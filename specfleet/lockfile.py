@@ -16,8 +16,11 @@ from pathlib import Path
 
 import yaml
 
+from . import registry
 from .hub import ModelPin, lookup, models_of, pin_of
-from .settings import Problem, Settings
+from .inventory import Inventory
+from .profiles import PROFILES
+from .settings import Problem, Settings, build_fleet
 
 LOCK_VERSION = 1
 LOCK_COMMAND = "specfleet lock inventory.py"
@@ -173,6 +176,30 @@ def _wanted(repo_or_image: str, only: tuple[str, ...]) -> bool:
     return repo_or_image in only or bare in only or bare.rsplit(":", 1)[0] in only
 
 
+def fleets_to_lock(inventory: Inventory,
+                   profile: str | None) -> tuple[dict[str, dict[str, Settings]], list[str], list[str]]:
+    """What `specfleet lock` pins: per profile (the one given, else every profile), the settings of each host valid
+    for it. Returns (fleets, errors, notes): a host valid for no profile is an error (its problems); a host invalid
+    for some profiles only is a note per profile (not locked for it)."""
+    fleets: dict[str, dict[str, Settings]] = {}
+    problems: dict[str, dict[str, list[str]]] = {}
+    for name in ([profile] if profile else sorted(PROFILES)):
+        fleet, probs = build_fleet(inventory, name)
+        bad = {p.host for p in probs}
+        fleets[name] = {h: s for h, s in fleet.items() if h not in bad}
+        for p in probs:
+            problems.setdefault(p.host, {}).setdefault(name, []).append(str(p))
+    errors: list[str] = []
+    notes: list[str] = []
+    for h, per_profile in problems.items():
+        if len(per_profile) == len(fleets):  # valid for no profile: a real error
+            errors += list(dict.fromkeys(line for probs in per_profile.values() for line in probs))
+        else:
+            notes += [f"{h}: not valid for profile {name}, not locked for it ({probs[0].split(': ', 1)[1]})"
+                      for name, probs in per_profile.items()]
+    return fleets, errors, notes
+
+
 def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrade: bool = False,
                 only: tuple[str, ...] = (), prune: bool = True, digest_of=None,
                 skip_unknown_revisions: bool = False) -> LockResult:
@@ -182,9 +209,7 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
     is empty) are resolved again and old -> new is reported. With `prune`, entries no host uses are dropped.
     With `skip_unknown_revisions` (locking every profile), a revision a repo does not have is a note, not an error:
     a host's draft_revision names a revision of ITS profile's draft, which other profiles' drafts lack."""
-    from .registry import NotPinned, resolve_digest
-
-    digest_of = digest_of or resolve_digest
+    digest_of = digest_of or registry.resolve_digest
     path = lock_path(fleet_file)
     old = Lock()
     if path.exists():
@@ -275,7 +300,7 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
                 lines.append(f"image {ref}: unchanged ({digest[:19]})")
             else:
                 lines.append(f"image {ref}: pinned to {digest}")
-        except NotPinned as exc:
+        except registry.NotPinned as exc:
             new.images[ref] = {"image_digest": None, "note": f"not pinned: {exc}"}
             lines.append(f"image {ref}: not in a registry, not pinned ({exc})")
     if prune:

@@ -1,93 +1,16 @@
-"""The fleet's Hub mirror: olah on the hosts of the inventory group `hub_mirror` (deploys/hub_mirror.py).
-
-What it renders (systemd units + olah's config, from the validated settings), the one status read of a mirror
-host (MirrorStatus), the warm-up program run there as a host job, and `specfleet mirror status`.
-
-Layout on the mirror host (everything under mirror_cache_dir):
-    venv/        olah, pinned (mirror_requirement), from pip_index_url
-    olah.toml    olah's config (upstream = the mirror host's hub_endpoint)
-    repos/       olah's cache: files/models/<org>/<repo>/resolve/<commit>/<file> (written by the service user)
-    logs/        olah's logs
-Units: specfleet-hub-mirror.service (olah on 127.0.0.1:mirror_engine_port), specfleet-hub-mirror-proxy.socket
-(mirror_bind:mirror_port, IPAddressDeny=any + IPAddressAllow=mirror_allowed_networks) and
-specfleet-hub-mirror-proxy.service (systemd-socket-proxyd relaying accepted connections to olah).
+"""The fleet's Hub mirror (olah on the hosts of the inventory group `hub_mirror`, deploys/hub_mirror.py): the one
+status read of a mirror host (MirrorStatus) and the warm-up program run there as a host job. What it renders and
+its layout: mirror_files.py; its steps: steps/mirror.py; `specfleet mirror status` reads it with status.read_mirrors.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
-import sys
 from dataclasses import dataclass, field
 
-import click
-import jinja2
 from pyinfra.api import FactBase
 
-from .render import TEMPLATES, systemd_args, systemd_word
-from .settings import Settings, mirror_url
-
-NAME = "specfleet-hub-mirror"  # systemd unit names (olah; -proxy.socket / -proxy.service in front of it)
-USER = "specfleet-mirror"  # system user olah runs as (owns repos/ and logs/, nothing else)
-UNIT_DIR = "/etc/systemd/system"
-
-
-@dataclass(frozen=True)
-class MirrorPaths:
-    cache_dir: str
-
-    venv = property(lambda self: f"{self.cache_dir}/venv")
-    python = property(lambda self: f"{self.cache_dir}/venv/bin/python")
-    config = property(lambda self: f"{self.cache_dir}/olah.toml")
-    repos = property(lambda self: f"{self.cache_dir}/repos")
-    logs = property(lambda self: f"{self.cache_dir}/logs")
-    service = property(lambda self: f"{UNIT_DIR}/{NAME}.service")
-    socket = property(lambda self: f"{UNIT_DIR}/{NAME}-proxy.socket")
-    proxy = property(lambda self: f"{UNIT_DIR}/{NAME}-proxy.service")
-
-
-def upstream_parts(endpoint: str) -> tuple[str, str, str]:
-    """(scheme, netloc, LFS netloc) of the mirror's upstream Hub (validated: http(s)://host[:port], no path)."""
-    scheme, _, netloc = endpoint.partition("://")
-    netloc = netloc.rstrip("/")
-    lfs = "cdn-lfs.huggingface.co" if netloc == "huggingface.co" else netloc
-    return scheme, netloc, lfs
-
-
-def advertised_url(s: Settings, connection: dict) -> str:
-    """Where the fleet reaches this mirror host (what the other hosts' hub_endpoint defaults to)."""
-    return mirror_url({"mirror_address": s.mirror_address, "mirror_port": s.mirror_port}, connection, s.host)
-
-
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=TEMPLATES, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              autoescape=False)
-
-
-def _listen(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
-def mirror_files(s: Settings, connection: dict) -> dict[str, str]:
-    """Host path -> content of every file the mirror deploy writes (no secret in any of them)."""
-    p = MirrorPaths(s.mirror_cache_dir)
-    scheme, netloc, lfs = upstream_parts(s.hub_endpoint)
-    mirror_netloc = advertised_url(s, connection).split("://", 1)[1]
-    env = _env()
-    q = json.dumps  # TOML basic strings: the validated values need no escapes beyond JSON's
-    config = env.get_template("olah.toml.j2").render(
-        host=q("127.0.0.1"), port=s.mirror_engine_port, hf_scheme=q(scheme), hf_netloc=q(netloc),
-        hf_lfs_netloc=q(lfs), mirror_netloc=q(mirror_netloc), repos_path=q(p.repos))
-    service = env.get_template("hub-mirror.service.j2").render(
-        name=NAME, upstream=s.hub_endpoint, user=USER, cache_dir=systemd_word(p.cache_dir),
-        exec_start=systemd_args([p.python, "-m", "olah.server", "--config", p.config, "--log-path", p.logs]),
-        writable=systemd_args([p.repos, p.logs]))
-    socket = env.get_template("hub-mirror-proxy.socket.j2").render(
-        port=s.mirror_port, listen=_listen(s.mirror_bind, s.mirror_port),
-        allowed_networks=" ".join(s.mirror_allowed_networks))
-    proxy = env.get_template("hub-mirror-proxy.service.j2").render(name=NAME, engine_port=s.mirror_engine_port)
-    return {p.config: config, p.service: service, p.socket: socket, p.proxy: proxy}
-
+from .mirror_files import NAME, USER
 
 # ---- the one status read of a mirror host ------------------------------------------------------------------
 _SCRIPT = r"""
@@ -217,47 +140,3 @@ for repo, commit, path, size in todo:
         time.sleep(wait)
 print(f"warm: {len(todo)} file(s), {total} bytes through {base}", flush=True)
 """
-
-
-# ---- specfleet mirror status ---------------------------------------------------------------------------------
-@click.group("mirror")
-def cli() -> None:
-    """The fleet's Hub mirror (hosts of the inventory group hub_mirror)."""
-
-
-@cli.command("status")
-@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
-def status(inventory_file: str) -> None:
-    """Each mirror host: service state, cached repos/commits with bytes, free disk of its cache."""
-    from pyinfra import host
-    from pyinfra.api import deploy
-
-    from .plan import EXIT_INVALID, fleet_plans_or_exit
-    from .rollout import run_on
-
-    inventory, plans = fleet_plans_or_exit(inventory_file)
-    mirrors = [h for h, plan in plans.items() if plan.is_mirror]
-    if not mirrors:
-        click.echo("the inventory has no hub_mirror group", err=True)
-        sys.exit(EXIT_INVALID)
-    found: dict[str, MirrorState] = {}
-
-    @deploy("Read the mirror's status")
-    def collect():
-        s = plans[host.name].settings
-        found[host.name] = host.get_fact(MirrorStatus, cache_dir=s.mirror_cache_dir, python=s.mirror_python,
-                                         files=(), dirs=())
-
-    run_on(plans, mirrors, collect)
-    for name in mirrors:
-        s, st = plans[name].settings, found.get(name)
-        url = advertised_url(s, plans[name].connection)
-        if st is None:
-            click.echo(f"{name}: unreachable ({url})")
-            continue
-        click.echo(f"{name}: {url} (upstream {s.hub_endpoint}): olah {st.olah or 'not installed'}, service {st.service or '-'}, "
-                   f"socket {st.socket or '-'}; cache {s.mirror_cache_dir}: {st.cached_bytes / 1e9:.2f} GB cached, "
-                   f"{st.free_bytes / 1e9:.1f} GB free")
-        for key, size in sorted(st.commits.items()):
-            repo, _, commit = key.partition("/resolve/")
-            click.echo(f"  {repo}@{commit[:12]}  {size / 1e9:.3f} GB")

@@ -18,7 +18,9 @@ from pathlib import Path
 from .hub import ModelPin, resolve_pins
 from .lockfile import pins_from_lock
 from .inventory import Inventory, InventoryError, load_inventory
-from .render import RENDERING, HostPaths, config_yaml, rendered_files, smoke_request, unit_text
+from .mirror_files import advertised_url
+from .host.layout import Layout
+from .render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
 from .project import project_dir, use_project
 from .settings import MIRROR_GROUP, Problem, Settings, build_fleet, split_vars
 
@@ -45,24 +47,29 @@ class HostPlan:
     mirror_name: str | None = None  # that mirror's inventory name
     hub_upstream: str | None = None  # that mirror's upstream Hub (its hub_endpoint): where hub_fallback goes when it is down
     mirror_down: bool = False  # set by `specfleet rollout` when the mirror failed its warm-up phase
-    _rendered: tuple | None = field(default=None, init=False, repr=False, compare=False)  # HostPlan.rendered's cache
+    # Values derived from (settings, pins), computed once. pyinfra hands out a shallow copy of host data on every
+    # access, so the memo is a dict that all those copies share.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def uses_mirror(self) -> bool:
         return self.is_mirror or (self.mirror_url is not None and self.settings.hub_endpoint == self.mirror_url)
 
     @property
-    def paths(self) -> HostPaths:
-        return HostPaths.of(self.settings)
+    def paths(self) -> Layout:
+        return Layout.of(self.settings)
+
+    def derived(self, name: str, compute):
+        """`compute(self)`, once per (settings, pins): recomputed only when either is replaced."""
+        hit = self._memo.get(name)
+        if hit is None or hit[0] is not self.settings or hit[1] is not self.pins:
+            hit = self._memo[name] = (self.settings, self.pins, compute(self))
+        return hit[2]
 
     @property
     def rendered(self) -> "Rendered":
-        """The release's files and id, derived once per (settings, pins): the steps read them many times a run."""
-        pins = tuple((role, p.repo, p.commit) for role, p in sorted(self.pins.items()))
-        cached = self._rendered
-        if cached is None or cached[0] is not self.settings or cached[1] != pins:
-            cached = self._rendered = (self.settings, pins, Rendered.of(self.settings, pins))
-        return cached[2]
+        """The release's files and id: the steps read them many times a run."""
+        return self.derived("rendered", lambda plan: Rendered.of(plan.settings, plan.pins))
 
     @property
     def release_id(self) -> str:
@@ -106,11 +113,11 @@ class Rendered:
     release_id: str
 
     @classmethod
-    def of(cls, s: Settings, pins: tuple[tuple[str, str, str], ...]) -> "Rendered":
+    def of(cls, s: Settings, pins: dict[str, ModelPin]) -> "Rendered":
         config, unit, smoke = config_yaml(s), unit_text(s), smoke_request(s)
         material = {
             "config": config, "unit": unit, "smoke": smoke,
-            "models": {role: [repo, commit] for role, repo, commit in pins},
+            "models": {role: [p.repo, p.commit] for role, p in sorted(pins.items())},
             "tiktoken": s.tiktoken_sha256 if s.profile["tiktoken"] else None,
         }
         digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
@@ -152,16 +159,6 @@ def fleet_plans(inventory_file: str, profile: str | None = None, resolve: bool =
     return inventory, build_plans(inventory, profile, resolve=resolve)
 
 
-def fleet_plans_or_exit(inventory_file: str) -> tuple[Inventory, dict[str, HostPlan]]:
-    """fleet_plans for a command line: bad input prints one line per problem on stderr and exits 2."""
-    try:
-        return fleet_plans(inventory_file)
-    except PlanError as exc:
-        for line in exc.lines:
-            print(line, file=sys.stderr)
-        raise SystemExit(EXIT_INVALID) from None
-
-
 def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
                 overrides: dict | None = None, live: bool = False, deploying: bool = False) -> dict[str, HostPlan]:
     """Validate every host (all problems at once), then pin models on the controller.
@@ -182,7 +179,6 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
              for h, s in fleet.items()}
     first = next((h for h in inventory.hosts if h in mirrors), None)
     if first is not None:
-        from .mirror import advertised_url
         url = advertised_url(plans[first].settings, plans[first].connection)
         for plan in plans.values():
             plan.mirror_url, plan.mirror_name, plan.hub_upstream = url, first, plans[first].settings.hub_endpoint

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
 import jinja2
 import yaml
 
+from .host.layout import CONFIG_FILE, DRAFT_LINK, SMOKE_FILE, Layout
 from .settings import Settings
 
 # Package data: specfleet/templates/ (jinja2's PackageLoader finds it in a wheel install as in a clone).
@@ -32,52 +32,13 @@ RENDERING_CHANGED = {
 }
 
 
-@dataclass(frozen=True)
-class HostPaths:
-    """Where things live on a host; every path derives from data_dir / secrets_dir."""
-
-    data_dir: str
-    secrets_dir: str
-    service_name: str
-
-    @classmethod
-    def of(cls, s: Settings) -> "HostPaths":
-        return cls(s.data_dir, s.secrets_dir, s.service_name)
-
-    hf_home = property(lambda self: f"{self.data_dir}/hf")
-    hub_cache = property(lambda self: f"{self.data_dir}/hf/hub")
-    tiktoken = property(lambda self: f"{self.data_dir}/tiktoken")
-    drafts = property(lambda self: f"{self.data_dir}/drafts")
-    releases = property(lambda self: f"{self.data_dir}/releases")
-    current = property(lambda self: f"{self.data_dir}/current")
-    bin = property(lambda self: f"{self.data_dir}/bin")
-    venv = property(lambda self: f"{self.data_dir}/venv")
-    host_tool = property(lambda self: f"{self.data_dir}/bin/specfleet-host")
-    fetch_tool = property(lambda self: f"{self.data_dir}/bin/fetch-model")
-    token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
-    unit_file = property(lambda self: f"/etc/systemd/system/{self.service_name}.service")
-    lock = property(lambda self: f"{self.data_dir}/lock")
-    previous = property(lambda self: f"{self.data_dir}/previous")
-    gate_file = property(lambda self: f"{self.data_dir}/gate.json")
-    jobs = property(lambda self: f"{self.data_dir}/jobs")
-
-    def repo_dir(self, repo: str) -> str:
-        return f"{self.hub_cache}/models--{repo.replace('/', '--')}"
-
-    def snapshot(self, repo: str, commit: str) -> str:
-        return f"{self.repo_dir(repo)}/snapshots/{commit}"
-
-    def draft_dir(self, repo: str, commit: str) -> str:
-        return f"{self.drafts}/{repo.replace('/', '--')}/{commit}"
-
-
 def config_yaml(s: Settings) -> str:
     """extra-llm-api-config.yml: the profile's options deep-merged with extra_llm_api_options."""
     return yaml.safe_dump(s.llm_api_options, sort_keys=False, default_flow_style=False)
 
 
 def docker_run_args(s: Settings) -> list[str]:
-    p = HostPaths.of(s)
+    p = Layout.of(s)
     args = ["--rm", "--name", s.service_name, "--init"]
     if s.gpus:
         args.append("--gpus=all")
@@ -90,8 +51,8 @@ def docker_run_args(s: Settings) -> list[str]:
         args += ["-e", f"{key}={value}"]
     args += ["-v", f"{p.hf_home}:{CONTAINER_HF_HOME}:ro"]
     if s.draft_container_dir:
-        args += ["-v", f"{p.current}/draft:{s.draft_container_dir.rstrip('/')}:ro"]
-    args += ["-v", f"{p.current}/extra-llm-api-config.yml:{CONTAINER_CONFIG}:ro"]
+        args += ["-v", f"{p.current_file(DRAFT_LINK)}:{s.draft_container_dir.rstrip('/')}:ro"]
+    args += ["-v", f"{p.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
     if s.profile and s.profile["tiktoken"]:
         args += ["-v", f"{p.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
     return args
@@ -134,7 +95,7 @@ def systemd_args(args: list[str]) -> str:
 
 
 def unit_text(s: Settings) -> str:
-    p = HostPaths.of(s)
+    p = Layout.of(s)
     return ENV.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=p.current,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
@@ -150,10 +111,15 @@ def smoke_request(s: Settings) -> str:
     return json.dumps({"model": s.profile["target"]["repo"], **s.profile["smoke"]}, indent=1) + "\n"
 
 
+def token_file_text(secret: str) -> str:
+    """THE token file format: the token and a newline (what `hf` and huggingface_hub read)."""
+    return secret + "\n"
+
+
 def token_text(s: Settings, redact: bool = True) -> str:
     if s.hf_token is None:
         return ""
-    return (REDACTED if redact else s.hf_token.get_secret_value()) + "\n"
+    return token_file_text(REDACTED if redact else s.hf_token.get_secret_value())
 
 
 def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, str]:
@@ -162,13 +128,13 @@ def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, 
     Release files are written under releases/<id>/ and reached through the `current` link. `release`: the
     plan's already rendered release (plan.Rendered), so a host's files are rendered once.
     """
-    p = HostPaths.of(s)
+    p = Layout.of(s)
     files = {}
     if s.profile is not None:
         files = {
-            f"{p.current}/extra-llm-api-config.yml": release.config if release else config_yaml(s),
-            f"{p.current}/{s.service_name}.service": release.unit if release else unit_text(s),
-            f"{p.current}/smoke.json": release.smoke if release else smoke_request(s),
+            p.current_file(CONFIG_FILE): release.config if release else config_yaml(s),
+            p.current_file(f"{s.service_name}.service"): release.unit if release else unit_text(s),
+            p.current_file(SMOKE_FILE): release.smoke if release else smoke_request(s),
         }
     if s.hf_token is not None:
         files[p.token_file] = token_text(s, redact)

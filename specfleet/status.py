@@ -1,4 +1,5 @@
-"""`specfleet status` (one row per host from ONE read-only remote command per host, run through pyinfra's API)
+"""What the read-only commands read from hosts: `specfleet status` (ONE read-only remote command per host, run
+through pyinfra's API; status_report.py makes the rows), `specfleet mirror status` (the mirror hosts' MirrorStatus)
 and `specfleet logs HOST [-f] [-n N]` (the unit's journal over SSH with the inventory's connection data).
 
 /metrics drains: trtllm-serve removes the iteration stats it returns. So `status` reads /metrics only with
@@ -10,15 +11,14 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 
-import click
 from pyinfra import host
 from pyinfra.api import FactBase, deploy
 
-from .plan import EXIT_INVALID, PlanError, fleet_plans
-
-EXIT_OK, EXIT_UNHEALTHY = 0, 1
+from . import runner
+from .mirror import MirrorState, MirrorStatus
+from .plan import HostPlan, PlanError
+from .steps._common import current_plan
 
 # Runs on the host with python3 (specfleet's host tools need it too); prints one JSON object. Read-only except
 # for /metrics, which it reads (and so drains) only when asked and no bench holds the host's lock.
@@ -137,109 +137,29 @@ class HostOverview(FactBase):
 
 @deploy("Status (read only)")
 def collect(out: dict, metrics: bool):
-    from .steps._common import current_plan
-
     s = current_plan().settings
     out[host.name] = host.get_fact(HostOverview, data_dir=s.data_dir, service=s.service_name, metrics=metrics)
 
 
-def healthy(info: dict | None) -> tuple[bool, str]:
-    """(healthy, why not): reachable, a current release, unit active, /health 200, its gate passed."""
-    if not info:
-        return False, "unreachable"
-    if info.get("error"):
-        return False, f"status not read: {info['error']}"
-    gate = info.get("gate") or {}
-    for bad, why in ((not info.get("release"), "no release"), (info.get("unit") != "active", f"unit {info.get('unit')}"),
-                     (info.get("health") != 200, f"/health {info.get('health')}"),
-                     (gate.get("release") != info.get("release") or gate.get("result") != "passed",
-                      f"gate {gate.get('result') or 'never run'}" + ("" if gate.get("release") in (None, info.get("release"))
-                                                                     else f" (for {gate.get('release')})"))):
-        if bad:
-            return False, why
-    return True, "ok"
-
-
-def _gb(x):
-    return "-" if x is None else f"{x / 1e9:.1f}G"
-
-
-def _dur(s):
-    if s is None:
-        return "-"
-    d, rest = divmod(int(s), 86400)
-    h, rest = divmod(rest, 3600)
-    m, sec = divmod(rest, 60)
-    return f"{d}d{h:02d}h" if d else f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
-
-
-def rows(hosts: list[str], found: dict[str, dict]) -> list[dict]:
-    out = []
-    for h in hosts:
-        info = found.get(h) or {}
-        ok, why = healthy(found.get(h))
-        m = info.get("metrics") or {}
-        gate = info.get("gate") or {}
-        out.append({"host": h, "reachable": bool(found.get(h)) and not info.get("error"), "healthy": ok, "problem": None if ok else why,
-                    "release": info.get("release"), "profile": info.get("profile"), "unit": info.get("unit"),
-                    "health": info.get("health"), "gate": gate.get("result"), "gate_release": gate.get("release"),
-                    "gate_at": gate.get("at"), "uptime_s": info.get("uptime_s"), "iter_stats": info.get("iter_stats"),
-                    "metrics": info.get("metrics"), "tokens_per_s": m.get("tokens_per_s"),
-                    "acceptance_length": m.get("acceptance_length"), "acceptance_rate": m.get("acceptance_rate"),
-                    "memory": info.get("memory"), "disk_free_bytes": info.get("disk_free_bytes"), "lock": info.get("lock"),
-                    "image": info.get("image")})
-    return out
-
-
-def table(rs: list[dict]) -> list[str]:
-    head = ("host", "state", "release", "profile", "unit", "health", "gate", "gate at", "uptime", "tok/s", "acc.len",
-            "mem used", "disk free")
-    lines = [head]
-    for r in rs:
-        mem = r["memory"] or {}
-        used = _gb(mem.get("used_bytes")) + (" gpu" if mem.get("source") == "nvidia-smi" else "") if mem else "-"
-        lines.append((r["host"], "ok" if r["healthy"] else f"BAD: {r['problem']}", r["release"] or "-", r["profile"] or "-",
-                      r["unit"] or "-", str(r["health"] if r["health"] is not None else "-"), r["gate"] or "-",
-                      r["gate_at"] or "-", _dur(r["uptime_s"]),
-                      f"{r['tokens_per_s']:.1f}" if r["tokens_per_s"] else "-",
-                      f"{r['acceptance_length']:.2f}" if r["acceptance_length"] else "-", used, _gb(r["disk_free_bytes"])))
-    widths = [max(len(str(row[i])) for row in lines) for i in range(len(head))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
-
-
-@click.command()
-@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed), as in pyinfra.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per host) instead of the table.")
-@click.option("--metrics", is_flag=True, help="Also read /metrics (tokens/s, acceptance) where the release enables "
-                                              "iteration stats. It DRAINS trtllm-serve's queue; skipped on hosts a bench holds.")
-def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool) -> None:
-    """One row per host: release, profile, unit, /health, last gate, uptime, memory in use, disk free
-    (and with --metrics tokens/s and acceptance). Read-only: one command per host.
-
-    Exit 0: every host healthy; 1: a host is unreachable or unhealthy; 2: invalid input."""
-    from .rollout import run_on, select
-
-    try:
-        inventory, plans = fleet_plans(inventory_file)
-        hosts = select(inventory.hosts, inventory.groups, limit)
-        if not hosts:
-            raise PlanError([f"--limit {limit}: matches no host of the inventory"])
-    except PlanError as exc:
-        for line in exc.lines:
-            click.echo(line, err=True)
-        sys.exit(EXIT_INVALID)
+def read_overviews(plans: dict[str, HostPlan], hosts: list[str], metrics: bool) -> dict[str, dict]:
+    """Each reachable host's HostOverview (the unreachable ones are left out)."""
     found: dict = {}
-    failed = run_on(plans, hosts, collect, found, metrics)
-    found = {h: v for h, v in found.items() if h not in failed}
-    rs = rows(hosts, found)
-    if as_json:
-        click.echo(json.dumps(rs, indent=1))
-    else:
-        click.echo("\n".join(table(rs)))
-        if not metrics:
-            click.echo("(tok/s and acceptance: pass --metrics; reading /metrics drains trtllm-serve's iteration stats)")
-    sys.exit(EXIT_OK if all(r["healthy"] for r in rs) else EXIT_UNHEALTHY)
+    failed = runner.run_on(plans, hosts, collect, found, metrics)
+    return {h: v for h, v in found.items() if h not in failed}
+
+
+@deploy("Read the mirror's status")
+def collect_mirror(found: dict):
+    s = current_plan().settings
+    found[host.name] = host.get_fact(MirrorStatus, cache_dir=s.mirror_cache_dir, python=s.mirror_python,
+                                     files=(), dirs=())
+
+
+def read_mirrors(plans: dict[str, HostPlan], mirrors: list[str]) -> dict[str, MirrorState]:
+    """Each reachable mirror host's status (one read-only command each)."""
+    found: dict[str, MirrorState] = {}
+    runner.run_on(plans, mirrors, collect_mirror, found)
+    return found
 
 
 def ssh_argv(name: str, connection: dict, remote: str) -> list[str]:
@@ -263,26 +183,8 @@ def ssh_argv(name: str, connection: dict, remote: str) -> list[str]:
     return [*argv, target, remote]
 
 
-@click.command()
-@click.argument("host_name", metavar="HOST")
-@click.option("--inventory", "inventory_file", default="inventory.py", show_default=True,
-              type=click.Path(dir_okay=False), help="The project's inventory.py.")
-@click.option("-f", "--follow", is_flag=True, help="Follow the journal until Ctrl-C.")
-@click.option("-n", "--lines", type=click.IntRange(0, 1_000_000), default=100, show_default=True)
-def logs(host_name: str, inventory_file: str, follow: bool, lines: int) -> None:
-    """Print (or follow) the serving unit's journal on HOST (journalctl -u <service_name>) over SSH."""
-    try:
-        inventory, plans = fleet_plans(inventory_file)
-        if host_name not in plans:
-            raise PlanError([f"{host_name}: not in the inventory (hosts: {', '.join(plans)})"])
-        plan = plans[host_name]
-        remote = (f"journalctl -u {shlex.quote(plan.settings.service_name)} -n {lines} --no-pager"
-                  + (" -f" if follow else ""))
-        argv = ssh_argv(host_name, plan.connection, remote)
-    except PlanError as exc:
-        for line in exc.lines:
-            click.echo(line, err=True)
-        sys.exit(EXIT_INVALID)
+def follow_journal(argv: list[str]) -> int:
+    """Run the ssh command of `specfleet logs` until it ends or Ctrl-C: 0 when it succeeded or was stopped, else 1."""
     proc = subprocess.Popen(argv)
     try:
         rc = proc.wait()
@@ -290,4 +192,4 @@ def logs(host_name: str, inventory_file: str, follow: bool, lines: int) -> None:
         proc.terminate()
         proc.wait()
         rc = 0
-    sys.exit(0 if rc == 0 else 1)
+    return 0 if rc == 0 else 1

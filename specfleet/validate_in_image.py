@@ -3,13 +3,13 @@
 specfleet's schema (llm_options.py) refuses bad options on the controller, but it is a copy: the
 authority is the TensorRT-LLM inside the image the host will run. So the release step runs, on the host,
 a short container of that image (`docker run --rm --network none --entrypoint python3 -v
-<release>/extra-llm-api-config.yml:CONTAINER_CONFIG:ro IMAGE -c SCRIPT`), which does with the file what
+<release>/extra-llm-api-config.yml:CONTAINER_CONFIG:ro IMAGE -c SCRIPT`, SCRIPT being host/probes/validate_config.py), which does with the file what
 `trtllm-serve --extra_llm_api_options` (or `--config`) does in tensorrt_llm/commands/serve.py
 (NVIDIA/TensorRT-LLM): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
 `update_llm_args_with_extra_dict` (which turns the config blocks into their classes), then build the PyTorch
 backend's args, `TorchLlmArgs(**args)`; the module and both names are the version's (trtllm_versions.py, read
 from upstream per version, passed to the script as arguments; what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,
-`extra="forbid"`). The model is a dummy id (VALIDATE_MODEL): building the args loads no weights, and
+`extra="forbid"`). The model is a dummy id (validate_config.MODEL): building the args loads no weights, and
 `--network none` keeps anything from downloading. No GPU is used; with `gpus: true` the container gets
 `--gpus=all` only so the image's CUDA libraries load as they do in the service.
 
@@ -29,47 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+from importlib import resources
 
-CONTAINER_CONFIG = "/tmp/specfleet-config.yml"
-VALIDATE_MODEL = "specfleet/validate-only"  # dummy model id: argument validation only, nothing is loaded
-VERDICT_DIR = "validated"  # under data_dir
+from .host.layout import Layout
+from .host.probes.validate_config import PATH as CONTAINER_CONFIG
 
-SCRIPT = r'''
-import sys
-PATH = "/tmp/specfleet-config.yml"
-def say(line):
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-try:
-    import importlib
-    import yaml
-    # argv: MODULE ARGS_CLASS MERGE_FUNCTION, the version's names (specfleet/trtllm_versions.py)
-    module = importlib.import_module(sys.argv[1])
-    TorchLlmArgs = getattr(module, sys.argv[2])
-    try:
-        update_llm_args_with_extra_dict = getattr(module, sys.argv[3])
-    except AttributeError:  # an image of an unknown version whose serve.py takes it from llm_utils (older builds)
-        update_llm_args_with_extra_dict = getattr(importlib.import_module("tensorrt_llm.llmapi.llm_utils"), sys.argv[3])
-except Exception as exc:
-    say("cannot import TensorRT-LLM's argument classes: %s: %s" % (type(exc).__name__, " ".join(str(exc).split())))
-    sys.exit(1)
-try:
-    with open(PATH) as fh:
-        extra = yaml.safe_load(fh)
-    if extra is None:
-        extra = {}
-    if not isinstance(extra, dict):
-        raise ValueError("the YAML top level must be a mapping, got %s" % type(extra).__name__)
-    args = update_llm_args_with_extra_dict({"model": "specfleet/validate-only", "backend": "pytorch"}, extra, PATH)
-    TorchLlmArgs(**args)
-except Exception as exc:
-    text = " ".join(line.strip() for line in str(exc).splitlines()
-                    if line.strip() and not line.strip().startswith("For further information"))
-    text = " ".join(text.split())
-    say("%s: %s" % (type(exc).__name__, text[:1000]))
-    sys.exit(1)
-say("OK")
-'''
+# The program that runs in the image (a file of its own: specfleet/host/probes/validate_config.py).
+SCRIPT = (resources.files("specfleet.host") / "probes" / "validate_config.py").read_text(encoding="utf-8")
 
 
 def script_args(contract) -> list[str]:
@@ -95,7 +61,7 @@ def host_command(host_name: str, data_dir: str, config_path: str, config: str, i
     """The shell command the release step runs: resolve the image id on the host (it may have been pulled in this
     run), skip when a verdict exists, else run the container, keep its last line and cache an OK."""
     q = shlex.quote
-    vdir = f"{data_dir}/{VERDICT_DIR}"
+    vdir = Layout(data_dir).validated
     refused = f"{host_name}: extra_llm_api_options: refused by {image}'s own TensorRT-LLM: "
     docker = (["docker", "run", "--rm", "--network", "none"] + (["--gpus=all"] if gpus else [])
               + ["--entrypoint", "python3", "-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image, *script_args(contract)])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the tests and the local try-it fleet need, on a fresh Debian/Ubuntu machine (run as root).
-# arm64 guests (specfleet vm up --arch arm64, tests/vm/test_arm64.py): qemu-system-aarch64 boots them, and their
+# arm64 guests (specfleet-lab up --arch arm64, tests/vm/test_arm64.py): qemu-system-aarch64 boots them, and their
 # images (and the arm64 trtllm-serve stand-in) are built by mmdebstrap through qemu-user, which needs
 # binfmt_misc mounted and qemu-aarch64 registered (qemu-user-static + binfmt-support).
 set -euo pipefail
@@ -27,4 +27,6 @@ if [ "$(uname -m)" != aarch64 ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 
     exit 1
   fi
 fi
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+# this package with its test extra, and the VM lab (lab/: the `specfleet-lab` distribution and command, outside
+# the runtime wheel)
+python3 -m pip install -q --disable-pip-version-check -e ".[test]" -e ./lab

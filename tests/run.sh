@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/install-deps.sh
-exec python3 -m pytest -p no:cacheprovider -o junit_family=xunit2 --durations=30 tests "$@"
+exec python3 -m pytest -p no:cacheprovider -o junit_family=xunit2 --durations=30 tests benchmarks "$@"

@@ -41,80 +41,31 @@ import uuid
 from collections import deque
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # layout.py and hostlib.py are installed next to it
+from hostlib import Fail, Progress, atomic_write, now_iso, prune_unused, read_json, say, sh, tail  # noqa: E402
+from layout import CONFIG_FILE, DRAFT_LINK, JOB_UNIT_PREFIX, RECORD_FILE, SMOKE_FILE, UNIT_DIR, Layout, cache_folder  # noqa: E402
+
 JOB_KEEP = 20  # finished job directories kept for their logs
 
 
-class Fail(Exception):
-    pass
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, text=True, capture_output=True)
-    if check and proc.returncode != 0:
-        detail = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1]
-        raise Fail(f"{' '.join(cmd)} failed: {detail}")
-    return proc
-
-
-def say(*lines: str, err: bool = False) -> None:
-    """Print to the job log / terminal; a vanished reader (SSH session gone) never stops the work."""
-    try:
-        print(*lines, sep="\n", file=sys.stderr if err else sys.stdout, flush=True)
-    except (BrokenPipeError, OSError):
-        pass
-
-
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> bool:
-    """Write only if the content differs; returns whether it changed."""
-    if path.exists() and path.read_text() == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-    return True
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class Progress:
-    """The progress file a job's controller reads (SPECFLEET_PROGRESS_FILE, set by `job run`)."""
-
-    def __init__(self):
-        path = os.environ.get("SPECFLEET_PROGRESS_FILE")
-        self.path = Path(path) if path else None
-
-    def __call__(self, **fields) -> None:
-        if self.path is not None:
-            atomic_write(self.path, json.dumps({**fields, "updated": time.time()}) + "\n", 0o600)
-
-
 class Host:
-    def __init__(self, data_dir: str, unit_dir: str = "/etc/systemd/system"):
+    def __init__(self, data_dir: str, unit_dir: str = UNIT_DIR):
+        self.layout = lay = Layout(data_dir)
         self.data = Path(data_dir)
         self.unit_dir = Path(unit_dir)
-        self.releases = self.data / "releases"
-        self.current_link = self.data / "current"
-        self.previous_file = self.data / "previous"
-        self.gate_file = self.data / "gate.json"
-        self.jobs = self.data / "jobs"
-        self.hub = self.data / "hf" / "hub"
+        self.releases = Path(lay.releases)
+        self.current_link = Path(lay.current)
+        self.previous_file = Path(lay.previous)
+        self.gate_file = Path(lay.gate_file)
+        self.jobs = Path(lay.jobs)
+        self.hub = Path(lay.hub_cache)
+        self.drafts = Path(lay.drafts)
+        self.lock_dir, self.lock_file = Path(lay.lock), Path(lay.lock_owner)
         self.progress = Progress()
 
     # ---- releases ------------------------------------------------------------------------------
     def record(self, rid: str) -> dict:
-        path = self.releases / rid / "release.json"
+        path = self.releases / rid / RECORD_FILE
         if not path.exists():
             raise Fail(f"release {rid} not found on this host ({path} missing)")
         record = read_json(path)
@@ -133,11 +84,11 @@ class Host:
             rid = self.previous_file.read_text().strip()
         except OSError:
             return None
-        return rid if rid and (self.releases / rid / "release.json").exists() else None
+        return rid if rid and (self.releases / rid / RECORD_FILE).exists() else None
 
     def all_records(self) -> list[dict]:
         out = []
-        for path in self.releases.glob("*/release.json"):
+        for path in self.releases.glob(f"*/{RECORD_FILE}"):
             try:
                 out.append(json.loads(path.read_text()))
             except (OSError, ValueError):
@@ -153,14 +104,14 @@ class Host:
     # ---- activate: switch (if needed) + gate + revert ----------------------------------------------
     def check_complete(self, rec: dict) -> None:
         rdir = self.releases / rec["id"]
-        for name in ("extra-llm-api-config.yml", "smoke.json", f"{rec['service']}.service"):
+        for name in (CONFIG_FILE, SMOKE_FILE, f"{rec['service']}.service"):
             if not (rdir / name).is_file():
                 raise Fail(f"release {rec['id']} is incomplete: {name} missing")
         target = rec["models"]["target"]
-        snap = self.hub / f"models--{target['repo'].replace('/', '--')}" / "snapshots" / target["commit"]
+        snap = self.hub / cache_folder(target["repo"]) / "snapshots" / target["commit"]
         if not snap.is_dir():
             raise Fail(f"release {rec['id']} needs {target['repo']}@{target['commit'][:12]}, not in the cache")
-        if "draft" in rec["models"] and not (rdir / "draft").is_dir():
+        if "draft" in rec["models"] and not (rdir / DRAFT_LINK).is_dir():
             raise Fail(f"release {rec['id']} is incomplete: its draft model dir is missing")
 
     def _install(self, rec: dict) -> bool:
@@ -170,7 +121,7 @@ class Host:
         if old and old != rid:
             atomic_write(self.previous_file, old + "\n")
         for model in rec["models"].values():
-            ref = self.hub / f"models--{model['repo'].replace('/', '--')}" / "refs" / "main"
+            ref = self.hub / cache_folder(model["repo"]) / "refs" / "main"
             if atomic_write(ref, model["commit"]):
                 say(f"refs/main of {model['repo']} -> {model['commit'][:12]}")
         unit_dst = self.unit_dir / f"{service}.service"
@@ -285,7 +236,7 @@ class Host:
             time.sleep(gate["health_interval_sec"])
         self.progress(kind="gate", release=rec["id"], phase="smoke", elapsed=round(time.monotonic() - start, 1),
                       timeout=limit, unit="active", last="/health 200")
-        body = (self.releases / rec["id"] / "smoke.json").read_bytes()
+        body = (self.releases / rec["id"] / SMOKE_FILE).read_bytes()
         req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=gate["smoke_timeout_sec"]) as resp:
@@ -320,7 +271,7 @@ class Host:
         state = self._job_state(jid) or {"state": "starting"}
         out = {"id": jid, "key": spec["key"], **state, "progress": read_json(d / "progress.json") or {}}
         if out["state"] in ("starting", "running"):
-            unit = sh("systemctl", "is-active", f"specfleet-job-{jid}", check=False).stdout.strip()
+            unit = sh("systemctl", "is-active", f"{JOB_UNIT_PREFIX}{jid}", check=False).stdout.strip()
             if unit not in ("active", "activating", "deactivating"):
                 # the unit is gone but the job never recorded an end: it was killed (or the host rebooted)
                 out.update(state="lost", message=f"job {jid} ({spec['key']}) ended without a result (unit {unit or 'gone'})")
@@ -346,7 +297,7 @@ class Host:
             d.mkdir(mode=0o700)
             atomic_write(d / "job.json", json.dumps({"key": key, "argv": argv, "env": env, "created": now_iso()}) + "\n", 0o600)
             atomic_write(self.jobs / "active", jid + "\n", 0o600)
-            proc = sh("systemd-run", f"--unit=specfleet-job-{jid}", f"--description=specfleet job {key}", "--quiet",
+            proc = sh("systemd-run", f"--unit={JOB_UNIT_PREFIX}{jid}", f"--description=specfleet job {key}", "--quiet",
                       "--collect", "--property=KillMode=mixed", sys.executable, os.path.abspath(__file__),
                       "--data-dir", str(self.data), "job", "run", jid, check=False)
             if proc.returncode != 0:
@@ -397,12 +348,12 @@ class Host:
         text = json.dumps(state) + "\n"
         try:
             atomic_write(self.jobs / jid / "state.json", text, 0o600)
-            Path(f"/run/specfleet-job-{jid}.json").unlink(missing_ok=True)
+            Path(Layout.job_run_state(jid)).unlink(missing_ok=True)
         except OSError:
-            atomic_write(Path(f"/run/specfleet-job-{jid}.json"), text, 0o600)  # data disk full
+            atomic_write(Path(Layout.job_run_state(jid)), text, 0o600)  # data disk full
 
     def _job_state(self, jid: str) -> dict | None:
-        return read_json(Path(f"/run/specfleet-job-{jid}.json")) or read_json(self.jobs / jid / "state.json")
+        return read_json(Path(Layout.job_run_state(jid))) or read_json(self.jobs / jid / "state.json")
 
     def _forget_old_jobs(self) -> None:
         dirs = sorted((p for p in self.jobs.iterdir() if p.is_dir()), key=lambda p: p.name)
@@ -414,7 +365,7 @@ class Host:
     # ---- status / prune / lock ------------------------------------------------------------------
     def status(self) -> dict:
         cur = self.current()
-        service = self.record(cur)["service"] if cur and (self.releases / cur / "release.json").exists() else None
+        service = self.record(cur)["service"] if cur and (self.releases / cur / RECORD_FILE).exists() else None
         started = None
         if service:
             started = sh("docker", "inspect", "--format", "{{.State.StartedAt}}", service, check=False).stdout.strip() or None
@@ -429,47 +380,20 @@ class Host:
         }
 
     def prune(self, keep: int) -> None:
-        records = self.all_records()
-        protect = {self.current(), self.previous()}
+        """Delete releases beyond the `keep` newest (never current/previous), then what no kept release uses."""
+        records, protect = self.all_records(), {self.current(), self.previous()}
         kept = [r for r in records if r["id"] in protect]
-        for r in records:
-            if len(kept) >= keep:
-                break
-            if r not in kept:
-                kept.append(r)
+        kept += [r for r in records if r not in kept][:max(keep - len(kept), 0)]
         kept_ids = {r["id"] for r in kept}
         for r in records:
             if r["id"] not in kept_ids:
                 shutil.rmtree(self.releases / r["id"], ignore_errors=True)
                 say(f"pruned release {r['id']}")
-        used = {(m["repo"], m["commit"]) for r in kept for m in r["models"].values()}
-        drafts = self.data / "drafts"
-        for d in drafts.glob("*/*"):
-            if (d.parent.name.replace("--", "/", 1), d.name) not in used:
-                shutil.rmtree(d, ignore_errors=True)
-                say(f"pruned draft dir {d}")
-        for repo_dir in self.hub.glob("models--*"):
-            repo = repo_dir.name[len("models--"):].replace("--", "/", 1)
-            keep_commits = {c for r, c in used if r == repo}
-            if not keep_commits:
-                shutil.rmtree(repo_dir, ignore_errors=True)
-                say(f"pruned model {repo} (no kept release uses it)")
-                continue
-            for snap in (repo_dir / "snapshots").glob("*"):
-                if snap.name not in keep_commits:
-                    shutil.rmtree(snap, ignore_errors=True)
-                    say(f"pruned snapshot {repo}@{snap.name[:12]}")
-            live = {os.path.realpath(p) for p in (repo_dir / "snapshots").rglob("*") if p.is_symlink()}
-            for blob in (repo_dir / "blobs").glob("*"):
-                if blob.name.endswith((".incomplete", ".specfleet-partial", ".lock")):
-                    continue  # a fetch may own it (jobs are serialized, but a manual fetch is not)
-                if str(blob.resolve()) not in live:
-                    blob.unlink()
-                    say(f"pruned blob {repo}/{blob.name[:16]}")
+        prune_unused(self.hub, self.drafts, {(m["repo"], m["commit"]) for r in kept for m in r["models"].values()})
 
     def lock_owner(self) -> str | None:
         try:
-            return (self.data / "lock" / "owner").read_text().strip()
+            return self.lock_file.read_text().strip()
         except OSError:
             return None
 
@@ -482,7 +406,7 @@ class Host:
         held_by = parts[1] if len(parts) > 1 else ""
         if not force and run_id != held_by:
             raise Fail(f"not unlocking: held by {holder} (pass its id {held_by}, or --force)")
-        shutil.rmtree(self.data / "lock", ignore_errors=True)
+        shutil.rmtree(self.lock_dir, ignore_errors=True)
         say(f"released the lock held by {holder}")
 
 
@@ -494,14 +418,6 @@ def n_restarts(service: str) -> int:
 def journal_tail(service: str, lines: int = 30) -> str:
     out = sh("journalctl", "-u", service, "-n", str(lines), "--no-pager", "-o", "cat", check=False)
     return out.stdout.rstrip() or "(journal empty)"
-
-
-def tail(path: Path, lines: int) -> str:
-    try:
-        data = path.read_bytes()[-65536:]
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,8 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 
-from ._common import changes, current_plan, host_status, pending
+from ._common import current_plan, host_status
+from .changes import changes, pending
 from .cleanup import cleanup
 from .docker_access import docker_access
 from .encodings import encodings

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import shlex
-import weakref
 from dataclasses import dataclass
 from importlib import resources
 from weakref import WeakKeyDictionary
@@ -15,7 +13,10 @@ from pyinfra.api import operation
 from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
+from ..grammars import pinned_version
+from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, MODULES, RECORD_FILE
 from ..plan import HostPlan
+from ..render import token_text
 from ..settings import TIKTOKEN_FILES
 from ..validate_in_image import config_key, image_key
 
@@ -90,14 +91,7 @@ def sha256(content: bytes | str) -> str:
 
 def wanted_files(plan: HostPlan) -> dict[str, Want]:
     """Every small file/dir/link a converge manages, with what it must be (one status read covers all)."""
-    cached = _WANTED.get(id(plan))
-    if cached is None or cached[0] is not plan.settings or cached[1] is not plan.pins:
-        cached = _WANTED[id(plan)] = (plan.settings, plan.pins, _wanted_files(plan))
-        weakref.finalize(plan, _WANTED.pop, id(plan), None)
-    return cached[2]
-
-
-_WANTED: dict[int, tuple] = {}  # id(HostPlan) -> (settings, pins, wanted files) while the plan lives
+    return plan.derived("wanted_files", _wanted_files)
 
 
 def _wanted_files(plan: HostPlan) -> dict[str, Want]:
@@ -107,18 +101,19 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
         s.secrets_dir: Want("dir", "700"),
         s.data_dir: Want("dir"),
         p.bin: Want("dir"),
-        p.host_tool: Want("file", "755", sha256=sha256((host_dir / "specfleet_host.py").read_bytes())),
-        p.fetch_tool: Want("file", "755", sha256=sha256((host_dir / "fetch_model.py").read_bytes())),
     }
+    for name, source in HOST_PROGRAMS.items():
+        want[f"{p.bin}/{name}"] = Want("file", "644" if name in MODULES else "755",
+                                       sha256=sha256((host_dir / source).read_bytes()))
     if s.hf_token is not None:
-        want[p.token_file] = Want("file", "600", sha256=sha256(s.hf_token.get_secret_value() + "\n"))
+        want[p.token_file] = Want("file", "600", sha256=sha256(token_text(s, redact=False)))
     if s.profile is None:
         return want
     if s.profile["tiktoken"]:
         want[p.tiktoken] = Want("dir")
         for name in TIKTOKEN_FILES:
             want[f"{p.tiktoken}/{name}"] = Want("file", "644", sha256=s.tiktoken_sha256[name])
-    rdir = f"{p.releases}/{plan.release_id}"
+    rdir = p.release_dir(plan.release_id)
     want[p.releases] = Want("dir")
     want[rdir] = Want("dir")
     for path, content in plan.files().items():
@@ -126,8 +121,8 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
             want[f"{rdir}/{path.rsplit('/', 1)[1]}"] = Want("file", "644", sha256=sha256(content))
     if "draft" in plan.pins:
         pin = plan.pins["draft"]
-        want[f"{rdir}/draft"] = Want("link", target=p.draft_dir(pin.repo, pin.commit))
-    want[f"{rdir}/release.json"] = Want("file", "644")  # written once: it records the creation time
+        want[f"{rdir}/{DRAFT_LINK}"] = Want("link", target=p.draft_dir(pin.repo, pin.commit))
+    want[f"{rdir}/{RECORD_FILE}"] = Want("file", "644")  # written once: it records the creation time
     return want
 
 
@@ -168,92 +163,5 @@ def refuse(message: str):
 
 def hub_client_ok(plan: HostPlan) -> bool:
     """Whether the fetch virtualenv already holds exactly the pinned huggingface_hub."""
-    pinned = re.fullmatch(r"huggingface_hub\s*==\s*([\w.]+)", plan.settings.hub_client_requirement)
-    return bool(pinned) and host_status(plan).hub_client == pinned.group(1)
-
-
-@dataclass
-class Fetch:
-    role: str
-    repo: str
-    commit: str
-    files: int  # files to download into the snapshot
-    bytes: int
-    links: int  # draft hard links to (re)make (no download)
-
-
-@dataclass
-class Changes:
-    """What a converge would do on the host, decided from the one status read (the steps decide the same way)."""
-
-    current: str
-    release: str | None  # the plan's release (None: profile-less deploy)
-    switch: list[tuple[str, str]]  # (kind, why) from service.switch_checks
-    fetches: list[Fetch]
-    pull: str | None  # image to pull
-    token: str | None  # "write" / "remove"
-    users: list[str]  # added to the docker group
-    install: str | None  # hub client requirement to install
-    writes: list[str]  # other managed files/dirs/links (tools, encodings, release files) to write
-    validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
-
-    @property
-    def restart(self) -> list[str]:
-        from .service import RESTARTS
-        return [why for kind, why in self.switch if kind in RESTARTS]
-
-    @property
-    def unit_rewrite(self) -> bool:
-        return any(kind == "unit" for kind, _ in self.switch)
-
-    def lines(self) -> list[str]:
-        out = [f"write {path}" for path in self.writes]
-        if self.token:
-            out.append(f"{self.token} the Hugging Face token file")
-        out += [f"add {u} to the docker group" for u in self.users]
-        if self.validate:
-            out.append(f"validate the config with {self.validate}'s own TensorRT-LLM (no cached verdict)")
-        if self.install:
-            out.append(f"install {self.install}")
-        if self.pull:
-            out.append(f"pull {self.pull}")
-        for f in self.fetches:
-            out.append(f"fetch {f.role} {f.repo}@{f.commit[:12]}: {f.files} file(s), {f.bytes:,} bytes"
-                       + (f", {f.links} draft link(s)" if f.links else ""))
-        out += [why for _, why in self.switch]
-        return out
-
-
-def changes(plan: HostPlan) -> Changes:
-    from .service import switch_checks
-
-    s, st, p = plan.settings, host_status(plan), plan.paths
-    token = None
-    if s.hf_token is None and p.token_file in st.files:
-        token = "remove"
-    elif s.hf_token is not None and differs(plan, p.token_file):
-        token = "write"
-    writes = [path for path in wanted_files(plan) if path != p.token_file and differs(plan, path)]
-    users = [u for u in s.operator_users if st.groups.get(u) and "docker" not in st.groups[u]]
-    fetches: list[Fetch] = []
-    switch: list[tuple[str, str]] = []
-    pull = None
-    if s.profile is not None:
-        pull = None if st.image_id else s.image
-        for role, pin in plan.pins.items():
-            todo = missing(plan, st, role)
-            if todo:
-                snap = [(path, size) for path, size in todo if "/snapshots/" in path]
-                fetches.append(Fetch(role, pin.repo, pin.commit, len(snap), sum(size for _, size in snap), len(todo) - len(snap)))
-        switch = switch_checks(plan)
-    return Changes(current=st.current, release=plan.release_id if s.profile is not None else None, switch=switch,
-                   fetches=fetches, pull=pull, token=token, users=users,
-                   install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
-                   validate=s.image if needs_validation(plan) else None)
-
-
-def pending(plan: HostPlan) -> list[str]:
-    """What a converge would change on the host, from the one status read (empty: nothing to do).
-
-    Decides whether a converge takes the host's run lock; `specfleet plan` prints it (via `changes`)."""
-    return changes(plan).lines()
+    pinned = pinned_version(plan.settings.hub_client_requirement, "huggingface_hub")
+    return pinned is not None and host_status(plan).hub_client == pinned

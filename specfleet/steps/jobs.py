@@ -46,8 +46,7 @@ def _say(host, line: str, error: bool = False) -> None:
 
 
 def _follow(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
-    s = current_plan().settings
-    tool = f"{s.data_dir}/bin/specfleet-host --data-dir {s.data_dir}"
+    tool = shlex.join(current_plan().paths.host_tool_argv())
     start = start_command(tool, key, argv, env)
     waited: str | None = None
     while True:

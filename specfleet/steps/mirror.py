@@ -25,8 +25,10 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import python, server
 
-from ..mirror import NAME, USER, WARM, MirrorPaths, MirrorStatus, advertised_url, mirror_files
-from ._common import current_plan, refuse, sha256
+from ..mirror import WARM, MirrorStatus
+from ..mirror_files import NAME, USER, MirrorPaths, advertised_url, mirror_files
+from ._common import _STATUS, blob_path, current_plan, host_status, missing, refuse, sha256
+from .changes import changes
 from .jobs import _follow, _say, run_on_host
 from .token import _write_token
 
@@ -192,8 +194,6 @@ def mirror_setup():
 def needed_files(state) -> list[tuple[str, str, str, int]]:
     """(repo, commit, file, size) that some non-mirror host of this run still has to fetch, from the status each
     of them read (the same decision its models step makes); each file once."""
-    from ._common import _STATUS, blob_path, missing
-
     statuses = _STATUS.get(state, {})
     out: dict[tuple[str, str, str], int] = {}
     for other in state.inventory:
@@ -278,8 +278,6 @@ def fetch_endpoint(state, host, plan) -> str:
 def mirror_warm() -> None:
     """The shared warm-up operation (see the module docstring). Added on the mirror hosts and on every host that
     downloads from the mirror (hub_endpoint = the mirror's URL) and has models to fetch."""
-    from ._common import changes
-
     plan = current_plan()
     if not plan.uses_mirror or plan.settings.profile is None:
         return
@@ -296,8 +294,6 @@ def mirror_warm() -> None:
 def warm_phase():
     """`specfleet rollout`'s phase before it stages: the mirror set up and warmed with what the hosts that download
     from it still need (each of them only reads its status here)."""
-    from ._common import host_status
-
     plan = current_plan()
     if plan.is_mirror:
         mirror_setup()

@@ -11,9 +11,8 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
+from ..constants import GB
 from ._common import current_plan, host_status, missing, refuse
-
-GB = 1_000_000_000
 
 
 def problems_of(plan, st) -> list[str]:

@@ -15,6 +15,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
+from ..host.layout import CONFIG_FILE, DRAFT_LINK, RECORD_FILE
 from ..validate_in_image import host_command
 from ._common import current_plan, differs, needs_validation
 
@@ -24,7 +25,7 @@ def release():
     plan = current_plan()
     p = plan.paths
     rid = plan.release_id
-    rdir = f"{p.releases}/{rid}"
+    rdir = p.release_dir(rid)
     for path, what in ((p.releases, "Releases directory"), (rdir, f"Release {rid}")):
         if differs(plan, path):
             files.directory(name=what, path=path, user="root", group="root", mode="755")
@@ -33,16 +34,16 @@ def release():
         if path.startswith(p.current + "/") and differs(plan, f"{rdir}/{name}"):
             files.put(name=f"Release {rid}: {name}", src=StringIO(content), dest=f"{rdir}/{name}",
                       user="root", group="root", mode="644")
-    if "draft" in plan.pins and differs(plan, f"{rdir}/draft"):
+    if "draft" in plan.pins and differs(plan, f"{rdir}/{DRAFT_LINK}"):
         pin = plan.pins["draft"]
-        files.link(name=f"Release {rid}: draft -> {pin.repo}@{pin.commit[:12]}", path=f"{rdir}/draft",
+        files.link(name=f"Release {rid}: draft -> {pin.repo}@{pin.commit[:12]}", path=f"{rdir}/{DRAFT_LINK}",
                    target=p.draft_dir(pin.repo, pin.commit), symbolic=True)
-    if differs(plan, f"{rdir}/release.json"):
+    if differs(plan, f"{rdir}/{RECORD_FILE}"):
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        files.put(name=f"Release {rid}: release.json", src=StringIO(json.dumps(plan.release_record(created), indent=1) + "\n"),
-                  dest=f"{rdir}/release.json", user="root", group="root", mode="644")
+        files.put(name=f"Release {rid}: {RECORD_FILE}", src=StringIO(json.dumps(plan.release_record(created), indent=1) + "\n"),
+                  dest=f"{rdir}/{RECORD_FILE}", user="root", group="root", mode="644")
     if needs_validation(plan):
         s = plan.settings
         server.shell(name=f"Validate {rid}'s extra-llm-api-config.yml with {s.image}'s own TensorRT-LLM",
-                     commands=[host_command(host.name, s.data_dir, f"{rdir}/extra-llm-api-config.yml",
+                     commands=[host_command(host.name, s.data_dir, f"{rdir}/{CONFIG_FILE}",
                                             plan.rendered.config, s.image, s.gpus, s.llm_schema.contract)])

@@ -30,5 +30,5 @@ def rollback():
         return
     lock(CONVERGE_ID, kind="rollback")  # never interleaved with a converge or a rollout on the same host
     host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
-             argv=[p.host_tool, "--data-dir", s.data_dir, "activate", target, "--revert"])
+             argv=p.host_tool_argv("activate", target, "--revert"))
     unlock(CONVERGE_ID, kind="rollback")

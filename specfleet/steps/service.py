@@ -77,10 +77,10 @@ def activate(health_timeout_sec: int | None = None):
     reasons = switch_reasons(plan)
     if not reasons:
         return
-    argv = [p.host_tool, "--data-dir", s.data_dir, "activate", plan.release_id, "--revert"]
+    argv = p.host_tool_argv("activate", plan.release_id, "--revert")
     if health_timeout_sec:
         argv += ["--timeout", str(int(health_timeout_sec))]
     host_job(name=f"Activate release {plan.release_id} and gate it ({'; '.join(reasons)})",
              key=f"activate:{plan.release_id}", argv=argv)
     host_job(name=f"Prune releases beyond keep_releases={s.keep_releases}", key="prune",
-             argv=[p.host_tool, "--data-dir", s.data_dir, "prune", "--keep", str(s.keep_releases)])
+             argv=p.host_tool_argv("prune", "--keep", str(s.keep_releases)))

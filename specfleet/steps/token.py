@@ -14,6 +14,7 @@ import shlex
 from pyinfra.api import deploy
 from pyinfra.operations import files, python
 
+from ..render import token_file_text
 from ._common import current_plan, differs, host_status
 from .jobs import run_on_host
 
@@ -22,7 +23,7 @@ def _write_token(state, host, path: str, token: str) -> bool:
     tmp = f"{path.rsplit('/', 1)[0]}/.hf_token.tmp"
     script = (f"umask 077 && cat > {shlex.quote(tmp)} && chown root:root {shlex.quote(tmp)} && "
               f"chmod 600 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
-    ok, _, err = run_on_host(state, host, f"sh -c {shlex.quote(script)}", stdin=token + "\n")
+    ok, _, err = run_on_host(state, host, f"sh -c {shlex.quote(script)}", stdin=token_file_text(token))
     if not ok:
         host.log_styled(f"writing the token file failed: {' '.join(err[-1:])}", fg="red")
     return ok

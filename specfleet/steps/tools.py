@@ -1,8 +1,8 @@
-"""Host tools: specfleet's two host programs and a virtualenv with the pinned huggingface_hub."""
+"""Host tools: specfleet's host programs (and the host layout they import) and a virtualenv with the pinned
+huggingface_hub."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from importlib import resources
 
@@ -10,11 +10,9 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip
 
-from ._common import current_plan, differs, host_status
-
-#: How long apt waits for the dpkg lock (held e.g. by unattended-upgrades after boot) before failing with
-#: "Could not get lock /var/lib/dpkg/lock-frontend. It is held by process N (unattended-upgr)".
-DPKG_LOCK_TIMEOUT_SEC = 600
+from ..constants import DPKG_LOCK_TIMEOUT_SEC
+from ..host.layout import HOST_PROGRAMS, MODULES
+from ._common import current_plan, differs, host_status, hub_client_ok
 
 
 @deploy("Host tools")
@@ -25,12 +23,12 @@ def tools():
         if differs(plan, path):
             files.directory(name=what, path=path, user="root", group="root", mode="755")
     host_dir = resources.files("specfleet.host")
-    for path, source in ((p.host_tool, "specfleet_host.py"), (p.fetch_tool, "fetch_model.py")):
+    for name, source in HOST_PROGRAMS.items():
+        path = f"{p.bin}/{name}"
         if differs(plan, path):
-            files.put(name=f"Install {path.rsplit('/', 1)[1]}", src=str(host_dir / source), dest=path,
-                      user="root", group="root", mode="755")
-    pinned = re.fullmatch(r"huggingface_hub ?== ?([A-Za-z0-9.]+)", s.hub_client_requirement)
-    if pinned and host_status(plan).hub_client == pinned.group(1):
+            files.put(name=f"Install {name}", src=str(host_dir / source), dest=path,
+                      user="root", group="root", mode="644" if name in MODULES else "755")
+    if hub_client_ok(plan):
         return  # the virtualenv already has exactly the pinned client
     # DGX OS 7 (Ubuntu 24.04) has no python3-venv by default, and unattended-upgrades may hold the dpkg lock
     # right after boot: apt waits for the lock (bounded) instead of failing at once.

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from specfleet.host.layout import CONFIG_FILE, DRAFT_LINK
 from specfleet.render import config_yaml, unit_text
 from specfleet.settings import TIKTOKEN_FILES
 
@@ -58,11 +59,11 @@ def test_models_complete_at_the_recorded_commit(spark):
         if role == "target":
             assert spark.host.file(f"{repo_dir}/refs/main").content_string.strip() == model["commit"]
         else:
-            draft = spark.host.file(f"{spark.plan.paths.current}/draft")
+            draft = spark.host.file(spark.plan.paths.current_file(DRAFT_LINK))
             assert draft.is_directory
     # gpt-oss: only the root weights, never the original/ and metal/ copies
     if spark.release["models"]["target"]["repo"] == "openai/gpt-oss-120b":
-        snap = f"{spark.plan.paths.repo_dir('openai/gpt-oss-120b')}/snapshots/{spark.release['models']['target']['commit']}"
+        snap = spark.plan.paths.snapshot("openai/gpt-oss-120b", spark.release["models"]["target"]["commit"])
         assert not spark.host.file(f"{snap}/original").exists and not spark.host.file(f"{snap}/metal").exists
 
 
@@ -74,7 +75,7 @@ def test_hf_cache_ls_lists_the_models(spark):
 
 
 def test_config_file_equals_render_output(spark):
-    f = spark.host.file(f"{spark.plan.paths.current}/extra-llm-api-config.yml")
+    f = spark.host.file(spark.plan.paths.current_file(CONFIG_FILE))
     assert f.content_string == config_yaml(spark.s)
 
 

@@ -56,7 +56,7 @@ def spark(request) -> Spark:
     name = request.param
     base = build_plans(_INVENTORY, None, resolve=False)[name]
     host = _connect(name, base.connection)
-    current = host.file(f"{base.settings.data_dir}/current/release.json")
+    current = host.file(base.paths.current_record)
     if not current.exists:
         pytest.fail(f"{name}: no current release ({current.path} missing): converge it first")
     release = json.loads(current.content_string)

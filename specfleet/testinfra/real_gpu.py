@@ -17,7 +17,7 @@ def gpu_spark(spark):
     if not spark.s.gpus:
         pytest.skip(f"{spark.name}: gpus is false (not a real Spark)")
     hook = spark.host.run("nvidia-container-runtime-hook --version </dev/null")
-    if "STAND-IN" in hook.stdout:  # the VM fleet's documented stand-in toolkit (specfleet/vm.py): no GPU
+    if "STAND-IN" in hook.stdout:  # the VM lab's stand-in toolkit (lab/specfleet_lab/hooks/customize.sh): no GPU
         pytest.skip(f"{spark.name}: the NVIDIA container toolkit is specfleet's stand-in (no GPU)")
     return spark
 

@@ -18,6 +18,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.operations import run_ops
 
+from specfleet.host.layout import HOST_PROGRAMS, MODULES
 from specfleet.hub import ModelPin, models_of
 from specfleet.inventory import Inventory as FleetInventory
 from specfleet.inventory import load_inventory
@@ -182,8 +183,8 @@ def converged_responses(plan: HostPlan, **status: Any) -> dict:
     if s.hf_token is not None:
         uploads[p.token_file] = ((s.hf_token.get_secret_value() + "\n").encode(), "-rw-------")
     host_dir = resources.files("specfleet.host")
-    uploads[p.host_tool] = ((host_dir / "specfleet_host.py").read_bytes(), "-rwxr-xr-x")
-    uploads[p.fetch_tool] = ((host_dir / "fetch_model.py").read_bytes(), "-rwxr-xr-x")
+    for name, source in HOST_PROGRAMS.items():
+        uploads[f"{p.bin}/{name}"] = ((host_dir / source).read_bytes(), "-rw-r--r--" if name in MODULES else "-rwxr-xr-x")
     for path, content in plan.files(redact=False).items():
         if path.startswith(p.current + "/"):
             uploads[f"{rdir}/{path.rsplit('/', 1)[1]}"] = (content.encode(), "-rw-r--r--")

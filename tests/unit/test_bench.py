@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specfleet import bench
+from specfleet import bench, bench_run
 from specfleet.cli import main
 from tests.vm.test_trtllm_standin import (EAGLE_MODEL, EAGLE_SEED, Server, _fake_hf_model, free_port,
                                           write_yaml)
@@ -169,9 +169,9 @@ def modelled_request_s(prompt_tokens: int, tokens_per_iter: int, k: int) -> floa
 
 def test_bench_recovers_acceptance_and_speedup_from_the_standin(standin):
     buckets = {"short": 24, "long": 1024}
-    base = bench._result(bench.Variant("baseline", "baseline"), "h1", None, raw=run_load(standin(None), buckets))
+    base = bench.variant_result(bench.Variant("baseline", "baseline"), "h1", None, raw=run_load(standin(None), buckets))
     v = bench.parse_variants(["eagle3:max_draft_len=3"])[0]
-    spec = bench._result(v, "h2", None, raw=run_load(standin(3, EAGLE), buckets))
+    spec = bench.variant_result(v, "h2", None, raw=run_load(standin(3, EAGLE), buckets))
     results = [base, spec]
     bench.add_speedups(results)
     for b, words in buckets.items():
@@ -213,18 +213,18 @@ BENCH_FLEET = """all:
 
 
 class FakeFleet:
-    """Stands in for rollout.run_on/read_statuses: hosts switch to a variant's release unless told to fail the gate."""
+    """Stands in for runner.run_on/read_statuses: hosts switch to a variant's release unless told to fail the gate."""
 
     def __init__(self, monkeypatch, fail_gate=(), interrupt_on_load=False):
-        from specfleet import rollout
+        from specfleet import runner
         self.cur = {"spark-01": "r-before1", "spark-02": "r-before2", "spark-09": "r-other"}
         self.calls: list[tuple[str, tuple]] = []
         self.fail_gate, self.interrupt = set(fail_gate), interrupt_on_load
         self.loads = 0
-        monkeypatch.setattr(rollout, "run_on", self.run_on)
-        monkeypatch.setattr(rollout, "read_statuses", lambda plans, hosts: {h: {"current": self.cur[h], "active": "active"} for h in hosts})
-        monkeypatch.setattr(bench, "_load_deploy", lambda: "LOAD")
-        monkeypatch.setattr(bench, "_restore_deploy", lambda: "RESTORE")
+        monkeypatch.setattr(runner, "run_on", self.run_on)
+        monkeypatch.setattr(runner, "read_statuses", lambda plans, hosts: {h: {"current": self.cur[h], "active": "active"} for h in hosts})
+        monkeypatch.setattr(bench_run, "_load_deploy", lambda: "LOAD")
+        monkeypatch.setattr(bench_run, "_restore_deploy", lambda: "RESTORE")
 
     def run_on(self, plans, hosts, fn, *args):
         name = fn if isinstance(fn, str) else fn.__name__
@@ -315,14 +315,14 @@ def test_load_and_restore_deploys_on_the_fake_connector():
     plans = make_plans({"spark-01": {}}, "eagle3")
     answer = {"env": {"arch": "aarch64", "gpu": "NVIDIA GB10"}, "buckets": {}}
     out: dict = {}
-    state = run_deploy(plans, bench._load_deploy(), {"@fake/spark-01": {"url": "u"}}, out,
+    state = run_deploy(plans, bench_run._load_deploy(), {"@fake/spark-01": {"url": "u"}}, out,
                        responses=lambda p: {**converged_responses(p), bench.LOAD_TOOL: json.dumps(answer)})
     cmds = executed(state)["spark-01"]
     assert any(f"python3 /var/lib/specfleet/bin/{bench.LOAD_TOOL}" in c for c in cmds), cmds
     assert out["@fake/spark-01"] == answer
     rid = plans["spark-01"].release_id
-    state = run_deploy(plans, bench._restore_deploy(), {"@fake/spark-01": "r-000000000000"},
+    state = run_deploy(plans, bench_run._restore_deploy(), {"@fake/spark-01": "r-000000000000"},
                        responses=lambda p: converged_responses(p, releases=[rid, "r-000000000000"]))
     assert any("activate r-000000000000 --revert" in c for c in executed(state)["spark-01"])
-    state = run_deploy(plans, bench._restore_deploy(), {"@fake/spark-01": rid}, responses=converged_responses)
+    state = run_deploy(plans, bench_run._restore_deploy(), {"@fake/spark-01": rid}, responses=converged_responses)
     assert not any(" activate " in c for c in executed(state)["spark-01"])

@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 
 from specfleet.settings import load_defaults
+from specfleet_lab import Guest, write_inventory
 from tests.vm import lab
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -31,12 +32,10 @@ def test_each_ci_only_key_has_its_line_in_the_readme():
 
 
 def test_ci_inventory_is_the_fleet_inventory_plus_ci_vars(tmp_path, monkeypatch):
-    from specfleet import vm
-
-    guests = [vm.Guest(name=f"spark-{i}", port=2200 + i, overlay=tmp_path / f"{i}.qcow2", pidfile=tmp_path / f"{i}.pid",
-                       console_log=tmp_path / f"{i}.log", key_path=tmp_path / "id_ed25519", argv=[]) for i in (1, 2)]
+    guests = [Guest(name=f"spark-{i}", port=2200 + i, overlay=tmp_path / f"{i}.qcow2", pidfile=tmp_path / f"{i}.pid",
+                    console_log=tmp_path / f"{i}.log", key_path=tmp_path / "id_ed25519", argv=[]) for i in (1, 2)]
     fleet_inv = tmp_path / "inventory.yml"
-    vm.write_inventory(fleet_inv, guests, tmp_path / "id_ed25519")
+    write_inventory(fleet_inv, guests, tmp_path / "id_ed25519")
     monkeypatch.setattr(lab, "write_lock", lambda inventory: inventory)  # `specfleet lock` needs the Hub stand-in
     out = lab.write_ci_inventory(fleet_inv, 8080, tmp_path / "ci.yml")
     data = yaml.safe_load(out.read_text())["all"]["vars"]

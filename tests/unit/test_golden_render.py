@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from specfleet.inventory import load_inventory
-from specfleet.mirror import mirror_files
+from specfleet.mirror_files import mirror_files
 from specfleet.plan import PlanError, build_plans
 from specfleet.profiles import PROFILES
 from tests.unit.fakehost import write_fake_lock

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from specfleet.mirror import NAME, MirrorPaths, mirror_files, parse_mirror_state
+from specfleet.mirror import parse_mirror_state
+from specfleet.mirror_files import NAME, MirrorPaths, mirror_files
 from specfleet.plan import PlanError, build_plans, load_inventory_or_fail
 from specfleet.steps import converge, mirror_setup
 from specfleet.steps._common import sha256
@@ -306,10 +307,10 @@ class _Rollout:
     """specfleet rollout with run_on recorded (no hosts): which deploy ran on which hosts, in order."""
 
     def __init__(self, monkeypatch, fail: dict | None = None):
-        from specfleet import rollout
+        from specfleet import runner
         self.calls: list[tuple[str, list[str]]] = []
         self.fail = fail or {}
-        monkeypatch.setattr(rollout, "run_on", self.run_on)
+        monkeypatch.setattr(runner, "run_on", self.run_on)
 
     def run_on(self, plans, hosts, fn, *args):
         name = getattr(fn, "__name__", str(fn))
@@ -362,8 +363,8 @@ def test_rollout_with_a_failed_warm_stages_hub_fallback_hosts_from_the_upstream_
         if fn.__name__ == "stage":
             seen.update({h: plans[h].mirror_down for h in hosts})
         return original(plans, hosts, fn, *args)
-    from specfleet import rollout
-    monkeypatch.setattr(rollout, "run_on", run_on)
+    from specfleet import runner
+    monkeypatch.setattr(runner, "run_on", run_on)
     CliRunner().invoke(main, ["rollout", str(tmp_path / "inventory.py"), str(tmp_path / "eagle3.py")])
     assert seen == {"spark-02": False, "spark-03": True}  # spark-01 (no hub_fallback) refused; spark-03 stages upstream
 

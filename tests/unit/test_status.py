@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from specfleet import rollout, status
+from specfleet import runner, status, status_report
 from specfleet.cli import main
 from tests.unit.fakehost import make_plans, run_deploy
 from tests.unit.test_bench import standin  # noqa: F401 (fixture: the stand-in served locally)
@@ -54,7 +54,7 @@ def test_probe_reads_everything_and_metrics_only_when_asked(tmp_path, standin): 
     assert info["memory"]["source"] in ("meminfo", "nvidia-smi") and info["memory"]["used_bytes"] > 0
     assert info["disk_free_bytes"] > 0 and info["lock"] is None
     assert info["unit"] != "active"  # no such unit here: unhealthy, said so
-    assert status.healthy(info) == (False, f"unit {info['unit']}")
+    assert status_report.healthy(info) == (False, f"unit {info['unit']}")
     (data / "lock").mkdir()
     (data / "lock" / "owner").write_text("bench 1234abcd by me@ctl pid 1 since x\n")
     assert "skipped" in _probe(data, metrics=True)["metrics"]  # a bench is reading /metrics: leave it alone
@@ -69,17 +69,17 @@ def test_probe_reads_everything_and_metrics_only_when_asked(tmp_path, standin): 
 def test_probe_health_down_and_no_release(tmp_path):
     data = _scratch(tmp_path, "http://127.0.0.1:9")  # nothing listens on port 9
     info = _probe(data)
-    assert info["health"] != 200 and status.healthy({**info, "unit": "active"})[1].startswith("/health ")
+    assert info["health"] != 200 and status_report.healthy({**info, "unit": "active"})[1].startswith("/health ")
     empty = _probe(tmp_path / "nothing-here")
-    assert empty["release"] is None and status.healthy({**empty, "unit": "active"}) == (False, "no release")
+    assert empty["release"] is None and status_report.healthy({**empty, "unit": "active"}) == (False, "no release")
 
 
 def test_healthy_rules():
     good = {"release": "r-1", "unit": "active", "health": 200, "gate": {"release": "r-1", "result": "passed"}}
-    assert status.healthy(good) == (True, "ok")
-    assert status.healthy(None) == (False, "unreachable")
-    assert status.healthy({**good, "gate": {"release": "r-0", "result": "passed"}}) == (False, "gate passed (for r-0)")
-    assert status.healthy({**good, "gate": {"release": "r-1", "result": "failed"}}) == (False, "gate failed")
+    assert status_report.healthy(good) == (True, "ok")
+    assert status_report.healthy(None) == (False, "unreachable")
+    assert status_report.healthy({**good, "gate": {"release": "r-0", "result": "passed"}}) == (False, "gate passed (for r-0)")
+    assert status_report.healthy({**good, "gate": {"release": "r-1", "result": "failed"}}) == (False, "gate failed")
 
 
 FLEET = """all:
@@ -117,7 +117,7 @@ def test_status_command_table_json_and_exit_codes(fleet_file, monkeypatch, tmp_p
     (tmp_path / "inventory.py").write_text("")
     monkeypatch.chdir(tmp_path)
     answers = {"spark-01": GOOD, "spark-02": GOOD, "spark-03": GOOD}
-    monkeypatch.setattr(rollout, "run_on", _fake_run_on(answers))
+    monkeypatch.setattr(runner, "run_on", _fake_run_on(answers))
     r = CliRunner().invoke(main, ["status", "inventory.py"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()

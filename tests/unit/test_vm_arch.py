@@ -1,21 +1,24 @@
 """Guest architectures of the VM fleet (x86_64, arm64), without booting anything: parsing `--arch`, one image
 recipe per architecture, the QEMU command line per guest, the accelerator, the inventory and fleet.json."""
 
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
-from specfleet import vm
 from specfleet.inventory import load_inventory
+from specfleet_lab import Fleet, Guest, ImageInfo, VMError, accel, cli, guest_arches, recipe, write_inventory
+from specfleet_lab.arch import qemu_binary
+from specfleet_lab.guest import qemu_argv
 from tests.vm import wheelhouse
 from tests.vm.trtllm_standin import image as standin_image
 
 
-def guest(arch: str, tmp_path: Path, name: str = "spark-1", port: int = 2222) -> vm.Guest:
-    return vm.Guest(name=name, port=port, overlay=tmp_path / f"{name}.qcow2", pidfile=tmp_path / f"{name}.pid",
-                    console_log=tmp_path / f"{name}.log", key_path=tmp_path / "id", argv=[], arch=arch)
+def guest(arch: str, tmp_path: Path, name: str = "spark-1", port: int = 2222) -> Guest:
+    return Guest(name=name, port=port, overlay=tmp_path / f"{name}.qcow2", pidfile=tmp_path / f"{name}.pid",
+                 console_log=tmp_path / f"{name}.log", key_path=tmp_path / "id", argv=[], arch=arch)
 
 
 @pytest.mark.parametrize("spec, count, expected", [
@@ -27,7 +30,7 @@ def guest(arch: str, tmp_path: Path, name: str = "spark-1", port: int = 2222) ->
     (["arm64", "x86_64", "arm64"], None, ["arm64", "x86_64", "arm64"]),
 ])
 def test_guest_arches(spec, count, expected):
-    assert vm.guest_arches(count, spec) == expected
+    assert guest_arches(count, spec) == expected
 
 
 @pytest.mark.parametrize("spec, count, message", [
@@ -37,18 +40,18 @@ def test_guest_arches(spec, count, expected):
     ("arm64", 0, "count must be >= 1"),
 ])
 def test_bad_arches_are_one_clear_error(spec, count, message):
-    with pytest.raises(vm.VMError, match=message.replace("(", r"\(")):
-        vm.guest_arches(count, spec)
+    with pytest.raises(VMError, match=message.replace("(", r"\(")):
+        guest_arches(count, spec)
 
 
 def test_the_recipe_and_its_hash_differ_per_arch():
-    x86, arm = vm.recipe("x86_64"), vm.recipe("arm64")
+    x86, arm = recipe.recipe("x86_64"), recipe.recipe("arm64")
     assert "linux-image-cloud-amd64" in x86["packages"] and "linux-image-arm64" not in x86["packages"]
     assert "linux-image-arm64" in arm["packages"] and "linux-image-cloud-amd64" not in arm["packages"]
     assert arm["arch"] == "arm64" and "MODULES=list" in arm["essential_hook"]
-    assert vm.recipe_hash("x86_64") != vm.recipe_hash("arm64")
-    assert vm.recipe_hash() == vm.recipe_hash("x86_64") == vm.recipe_hash("amd64")
-    assert vm.recipe_hash("aarch64") == vm.recipe_hash("arm64")
+    assert recipe.recipe_hash("x86_64") != recipe.recipe_hash("arm64")
+    assert recipe.recipe_hash() == recipe.recipe_hash("x86_64") == recipe.recipe_hash("amd64")
+    assert recipe.recipe_hash("aarch64") == recipe.recipe_hash("arm64")
     # the x86_64 recipe is the one from before arm64 guests: cached x86_64 images stay valid
     assert "arch" not in x86 and "essential_hook" not in x86
     # only the kernel differs in the package list
@@ -57,8 +60,8 @@ def test_the_recipe_and_its_hash_differ_per_arch():
 
 def test_initramfs_hook_is_valid_shell_and_writes_no_conffile(tmp_path):
     import subprocess
-    subprocess.run(["sh", "-n"], input=vm.INITRAMFS_HOOK, text=True, check=True)
-    subprocess.run(["sh", "-c", vm.INITRAMFS_HOOK, "hook", str(tmp_path)], check=True)
+    subprocess.run(["sh", "-n"], input=recipe.INITRAMFS_HOOK, text=True, check=True)
+    subprocess.run(["sh", "-c", recipe.INITRAMFS_HOOK, "hook", str(tmp_path)], check=True)
     conf = (tmp_path / "etc/initramfs-tools/conf.d/specfleet-vm.conf").read_text()
     assert "MODULES=list" in conf and "COMPRESS=gzip" in conf
     hook = tmp_path / "etc/initramfs-tools/hooks/specfleet-virtio"
@@ -70,9 +73,9 @@ def test_initramfs_hook_is_valid_shell_and_writes_no_conffile(tmp_path):
 
 
 def test_qemu_argv_per_arch(tmp_path, monkeypatch):
-    monkeypatch.setattr(vm.shutil, "which", lambda name: f"/usr/bin/{name}")
-    x86 = vm._qemu_argv(guest("x86_64", tmp_path), Path("/k"), Path("/i"), 2048, 1, "tcg", "spark-1")
-    arm = vm._qemu_argv(guest("arm64", tmp_path), Path("/k"), Path("/i"), 2048, 2, "tcg", "spark-1")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    x86 = qemu_argv(guest("x86_64", tmp_path), Path("/k"), Path("/i"), 2048, 1, "tcg", "spark-1")
+    arm = qemu_argv(guest("arm64", tmp_path), Path("/k"), Path("/i"), 2048, 2, "tcg", "spark-1")
     assert x86[0] == "/usr/bin/qemu-system-x86_64" and "-M" not in x86
     assert "console=ttyS0" in x86[x86.index("-append") + 1]
     assert arm[0] == "/usr/bin/qemu-system-aarch64"
@@ -85,44 +88,44 @@ def test_qemu_argv_per_arch(tmp_path, monkeypatch):
 
 
 def test_missing_qemu_binary_names_the_package(monkeypatch):
-    monkeypatch.setattr(vm.shutil, "which", lambda name: None)
-    with pytest.raises(vm.VMError, match="qemu-system-arm"):
-        vm._qemu_binary("arm64")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(VMError, match="qemu-system-arm"):
+        qemu_binary("arm64")
 
 
 def test_a_foreign_arch_is_always_tcg(tmp_path, monkeypatch):
-    monkeypatch.setattr(vm, "host_arch", lambda: "x86_64")
+    monkeypatch.setattr(accel, "host_arch", lambda: "x86_64")
     monkeypatch.setenv("SPECFLEET_VM_ACCEL", "kvm")
-    info = vm.ImageInfo(dir=tmp_path, disk=tmp_path / "d", kernel=tmp_path / "k", initrd=tmp_path / "i",
-                        key=tmp_path / "id", recipe_hash="h", built=False, cached=True, seconds=0, size_bytes=0,
-                        arch="arm64")
-    assert vm.choose_accel(info, tmp_path) == "tcg"
+    info = ImageInfo(dir=tmp_path, disk=tmp_path / "d", kernel=tmp_path / "k", initrd=tmp_path / "i",
+                     key=tmp_path / "id", recipe_hash="h", built=False, cached=True, seconds=0, size_bytes=0,
+                     arch="arm64")
+    assert accel.choose_accel(info, tmp_path) == "tcg"
     info.arch = "x86_64"
-    assert vm.choose_accel(info, tmp_path) == "kvm"  # the x86_64 path is unchanged (forced here)
+    assert accel.choose_accel(info, tmp_path) == "kvm"  # the x86_64 path is unchanged (forced here)
 
 
 def test_default_smp_per_arch(monkeypatch):
     monkeypatch.delenv("SPECFLEET_VM_SMP", raising=False)
-    monkeypatch.setattr(vm.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert vm.default_smp(1, "arm64") == 2 and vm.default_smp(2, "arm64") == 1
-    assert vm.default_smp(3, "x86_64") == 1
-    with pytest.raises(vm.VMError):
-        vm.default_smp(1, "sparc")
+    monkeypatch.setattr(accel.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert accel.default_smp(1, "arm64") == 2 and accel.default_smp(2, "arm64") == 1
+    assert accel.default_smp(3, "x86_64") == 1
+    with pytest.raises(VMError):
+        accel.default_smp(1, "sparc")
 
 
 def test_guest_json_roundtrip_keeps_the_arch(tmp_path):
     g = guest("arm64", tmp_path)
-    back = vm.Guest.from_json(g.to_json())
+    back = Guest.from_json(g.to_json())
     assert back.arch == "arm64" and wheelhouse.guest_arch(back) == "aarch64"
     old = g.to_json()
     del old["arch"]  # fleet.json of a fleet brought up before arm64 guests
-    assert vm.Guest.from_json(old).arch == "x86_64"
+    assert Guest.from_json(old).arch == "x86_64"
 
 
 def test_inventory_groups_guests_by_arch_and_loads(tmp_path):
     guests = [guest("x86_64", tmp_path, "spark-1", 2201), guest("arm64", tmp_path, "spark-2", 2202)]
     path = tmp_path / "inventory.yml"
-    vm.write_inventory(path, guests, tmp_path / "id")
+    write_inventory(path, guests, tmp_path / "id")
     inv = yaml.safe_load(path.read_text())
     children = inv["all"]["children"]
     assert set(children["vm_fleet"]["hosts"]) == {"spark-1", "spark-2"}
@@ -165,7 +168,7 @@ def test_load_standin_image_streams_each_arch_its_own_tar(tmp_path, monkeypatch)
 @pytest.mark.parametrize("args", [["up", "--arch", "sparc"], ["up", "--arch", "x86_64,arm64", "--count", "3"],
                                   ["build-image", "--arch", "mips"]])
 def test_cli_bad_arch_is_one_line_without_traceback(args, tmp_path):
-    result = CliRunner().invoke(vm.cli, [*args, "--workdir", str(tmp_path)] if args[0] == "up" else args)
+    result = CliRunner().invoke(cli.main, [*args, "--workdir", str(tmp_path)] if args[0] == "up" else args)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -180,10 +183,10 @@ def test_cli_parses_a_mixed_fleet(monkeypatch, tmp_path):
     def fake_up(**kw):
         seen.update(kw)
         gs = [guest(a, tmp_path, f"spark-{i}", 2200 + i) for i, a in enumerate(kw["arch"], start=1)]
-        return vm.Fleet(guests=gs, workdir=tmp_path, inventory_path=tmp_path / "inventory.yml", key_path=tmp_path / "id")
+        return Fleet(guests=gs, workdir=tmp_path, inventory_path=tmp_path / "inventory.yml", key_path=tmp_path / "id")
 
-    monkeypatch.setattr(vm, "up", fake_up)
-    result = CliRunner().invoke(vm.cli, ["up", "--arch", "x86_64,arm64", "--workdir", str(tmp_path)])
+    monkeypatch.setattr(cli, "up", fake_up)
+    result = CliRunner().invoke(cli.main, ["up", "--arch", "x86_64,arm64", "--workdir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert seen["arch"] == ["x86_64", "arm64"] and seen["count"] == 2
     assert "spark-2\t127.0.0.1:2202\tarm64" in result.output
@@ -198,11 +201,11 @@ def test_vm_up_in_process_leaves_the_callers_sigterm_handler(monkeypatch, tmp_pa
 
     def fake_up(**kw):
         inside["handler"] = signal.getsignal(signal.SIGTERM)
-        return vm.Fleet(guests=[guest("x86_64", tmp_path, "spark-1", 2201)], workdir=tmp_path,
-                        inventory_path=tmp_path / "inventory.yml", key_path=tmp_path / "id")
+        return Fleet(guests=[guest("x86_64", tmp_path, "spark-1", 2201)], workdir=tmp_path,
+                     inventory_path=tmp_path / "inventory.yml", key_path=tmp_path / "id")
 
-    monkeypatch.setattr(vm, "up", fake_up)
-    result = CliRunner().invoke(vm.cli, ["up", "--workdir", str(tmp_path)])
+    monkeypatch.setattr(cli, "up", fake_up)
+    result = CliRunner().invoke(cli.main, ["up", "--workdir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert inside["handler"] is not before  # vm up's own while it ran
     assert signal.getsignal(signal.SIGTERM) is before

@@ -12,22 +12,23 @@ import subprocess
 import pytest
 import yaml
 
-from specfleet import vm
+from specfleet_lab import Guest, recipe, write_inventory
+from specfleet_lab.guest import as_user
 
 
 def _heredoc(target: str) -> str:
     """The body the customize hook writes to `target` with `cat > "$R<target>" <<'EOF'`."""
-    m = re.search(rf'^cat > "\$R{re.escape(target)}" <<\'EOF\'\n(.*?)\nEOF$', vm.CUSTOMIZE_HOOK, flags=re.M | re.S)
+    m = re.search(rf'^cat > "\$R{re.escape(target)}" <<\'EOF\'\n(.*?)\nEOF$', recipe.CUSTOMIZE_HOOK, flags=re.M | re.S)
     assert m, target
     return m.group(1) + "\n"
 
 
 def test_hook_is_valid_shell():
-    subprocess.run(["sh", "-n"], input=vm.CUSTOMIZE_HOOK, text=True, check=True)
+    subprocess.run(["sh", "-n"], input=recipe.CUSTOMIZE_HOOK, text=True, check=True)
 
 
 def test_root_cannot_log_in_and_the_operator_can():
-    hook = vm.CUSTOMIZE_HOOK
+    hook = recipe.CUSTOMIZE_HOOK
     assert "PermitRootLogin no" in hook
     assert "/root/.ssh/authorized_keys" not in hook
     assert "/home/spark/.ssh/authorized_keys" in hook and "NOPASSWD:ALL" in hook
@@ -54,9 +55,9 @@ def test_standin_runtime_execs_runc_and_is_docker_s_nvidia_runtime(tmp_path):
 
 
 def test_recipe_version_is_in_the_hash(monkeypatch):
-    h = vm.recipe_hash()
-    monkeypatch.setattr(vm, "RECIPE_VERSION", vm.RECIPE_VERSION + 1)
-    assert vm.recipe_hash() != h
+    h = recipe.recipe_hash()
+    monkeypatch.setattr(recipe, "RECIPE_VERSION", recipe.RECIPE_VERSION + 1)
+    assert recipe.recipe_hash() != h
 
 
 @pytest.mark.parametrize("user,cmd,remote", [
@@ -65,21 +66,21 @@ def test_recipe_version_is_in_the_hash(monkeypatch):
     ("nobody", "echo 'a b' > /x", "sudo -n -H -u nobody sh -c 'echo '\"'\"'a b'\"'\"' > /x'"),
 ])
 def test_commands_run_through_the_operator_and_sudo(user, cmd, remote):
-    assert vm._as_user(user, cmd) == remote
+    assert as_user(user, cmd) == remote
 
 
 def test_quoting_survives_the_remote_shell():
     """What the guest's login shell runs: with a `sudo` that drops its options, the command runs unchanged."""
     cmd = """printf '%s|' 'a b' "c'd" $((6*7)) "$HOME" """
     fake_sudo = 'sudo() { while [ "${1#-}" != "$1" ]; do [ "$1" = -u ] && shift; shift; done; "$@"; }; '
-    out = subprocess.run(["sh", "-c", fake_sudo + vm._as_user("root", cmd)], capture_output=True, text=True,
+    out = subprocess.run(["sh", "-c", fake_sudo + as_user("root", cmd)], capture_output=True, text=True,
                          env={"HOME": "/root-home", "PATH": "/usr/bin:/bin"})
     assert out.stdout == "a b|c'd|42|/root-home|", out
 
 
-def _guest(tmp_path) -> vm.Guest:
-    return vm.Guest(name="spark-1", port=2222, overlay=tmp_path / "o.qcow2", pidfile=tmp_path / "p",
-                    console_log=tmp_path / "c.log", key_path=tmp_path / "id_ed25519", argv=[])
+def _guest(tmp_path) -> Guest:
+    return Guest(name="spark-1", port=2222, overlay=tmp_path / "o.qcow2", pidfile=tmp_path / "p",
+                 console_log=tmp_path / "c.log", key_path=tmp_path / "id_ed25519", argv=[])
 
 
 def test_ssh_put_get_log_in_as_the_operator(tmp_path, monkeypatch):
@@ -91,7 +92,7 @@ def test_ssh_put_get_log_in_as_the_operator(tmp_path, monkeypatch):
             kw["stdout"].write(b"content")
         return subprocess.CompletedProcess(argv, 0, b"", b"")
 
-    monkeypatch.setattr(vm.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     g = _guest(tmp_path)
     g.ssh("systemctl is-active docker")
     src = tmp_path / "ca.crt"
@@ -109,7 +110,7 @@ def test_ssh_put_get_log_in_as_the_operator(tmp_path, monkeypatch):
 
 def test_fleet_inventory_connects_as_the_operator_with_sudo(tmp_path):
     inv = tmp_path / "inventory.yml"
-    vm.write_inventory(inv, [_guest(tmp_path)], tmp_path / "id_ed25519")
+    write_inventory(inv, [_guest(tmp_path)], tmp_path / "id_ed25519")
     v = yaml.safe_load(inv.read_text())["all"]["vars"]
     assert v["ssh_user"] == "spark" and v["_sudo"] is True
     assert "ssh -i" in _guest(tmp_path).login_command() and "spark@127.0.0.1" in _guest(tmp_path).login_command()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet import vm
+from specfleet_lab import Fleet, Guest, VMError
+from specfleet_lab.guest import as_user
 from tests.vm import lab, wheelhouse
 from tests.vm.phases import PhaseClock
 
@@ -227,18 +228,18 @@ def test_load_image_streams_into_docker_import(tmp_path, monkeypatch):
         calls.append((argv, stdin.name, stdin.read()))
         return subprocess.CompletedProcess(argv, 0, b"sha256:abc\n", b"")
 
-    monkeypatch.setattr(vm.subprocess, "run", fake_run)
-    guests = [vm.Guest(name=f"spark-{i}", port=2220 + i, overlay=tmp_path / f"{i}.qcow2", pidfile=tmp_path / f"{i}.pid",
-                       console_log=tmp_path / f"{i}.log", key_path=tmp_path / "key", argv=[]) for i in (1, 2)]
-    fleet = vm.Fleet(guests=guests, workdir=tmp_path, inventory_path=tmp_path / "inv.yml", key_path=tmp_path / "key")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    guests = [Guest(name=f"spark-{i}", port=2220 + i, overlay=tmp_path / f"{i}.qcow2", pidfile=tmp_path / f"{i}.pid",
+                    console_log=tmp_path / f"{i}.log", key_path=tmp_path / "key", argv=[]) for i in (1, 2)]
+    fleet = Fleet(guests=guests, workdir=tmp_path, inventory_path=tmp_path / "inv.yml", key_path=tmp_path / "key")
     seconds = fleet.load_image(tarball, "specfleet/x:1", changes=["ENV A=b c", 'CMD ["/bin/sh"]'])
     assert set(seconds) == {"spark-1", "spark-2"} and len(calls) == 2
     for argv, name, data in calls:
         assert "spark@127.0.0.1" in argv and name == str(tarball) and data == b"x" * 1000  # the tarball is stdin
-        assert argv[-1] == vm._as_user("root", "docker import --change 'ENV A=b c' --change 'CMD [\"/bin/sh\"]' "
-                                               "- specfleet/x:1")
+        assert argv[-1] == as_user("root", "docker import --change 'ENV A=b c' --change 'CMD [\"/bin/sh\"]' "
+                                            "- specfleet/x:1")
         assert "cat >" not in argv[-1] and "/var/tmp" not in argv[-1]  # no copy on the guest's disk
 
-    monkeypatch.setattr(vm.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, b"", b"no space"))
-    with pytest.raises(vm.VMError, match="docker import .* failed .*no space"):
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, b"", b"no space"))
+    with pytest.raises(VMError, match="docker import .* failed .*no space"):
         fleet.load_image(tarball, "specfleet/x:1")

@@ -5,12 +5,17 @@ init` a project and `specfleet check` it from there.
 find-links; ~13 s here). The venv uses --system-site-packages and the wheel is installed with --no-deps
 --no-index: the runtime dependencies are the ones already installed for this test run, so nothing is
 downloaded for them. The venv's own site-packages comes first, so `specfleet` there is the wheel's
-(asserted), not this checkout's editable install."""
+(asserted), not this checkout's editable install.
 
+The VM lab (`lab/`, the `specfleet-lab` distribution) is copied into the build's source too, so that a
+packages.find that would pick it up fails `test_the_runtime_wheel_holds_no_lab`."""
+
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,19 +25,51 @@ from tests.unit.fakehost import write_fake_lock
 ROOT = Path(__file__).resolve().parents[2]
 
 
+LAB = ROOT / "lab" / "specfleet_lab"
+
+
+def _run_checked(*cmd) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+
+
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
+def wheel(tmp_path_factory) -> Path:
+    """The runtime wheel, built from a clean copy of the source tree (the lab included, as in a checkout)."""
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"  # a clean copy: an in-tree build/ could carry stale files into the wheel
-    shutil.copytree(ROOT / "specfleet", src / "specfleet", ignore=shutil.ignore_patterns("__pycache__"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(ROOT / "specfleet", src / "specfleet", ignore=ignore)
+    shutil.copytree(ROOT / "lab", src / "lab", ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)  # noqa: E731
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(src))
-    wheel = next((tmp / "dist").glob("specfleet-*.whl"))
-    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp / "venv"))
-    run(sys.executable, "-m", "pip", "--python", str(tmp / "venv/bin/python"), "install", "--no-deps", "--no-index", "-q", str(wheel))
+    _run_checked(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(src))
+    return next((tmp / "dist").glob("specfleet-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("venv")
+    _run_checked(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp / "venv"))
+    _run_checked(sys.executable, "-m", "pip", "--python", str(tmp / "venv/bin/python"), "install", "--no-deps",
+                 "--no-index", "-q", str(wheel))
     return tmp / "venv"
+
+
+def test_the_runtime_wheel_holds_no_lab(wheel):
+    """The VM lab is a distribution of its own: no file of it (by path or by content) and no `specfleet-lab`
+    command in the runtime wheel."""
+    lab_files = {hashlib.sha256(p.read_bytes()).digest(): p.relative_to(LAB.parent).as_posix()
+                 for p in sorted(LAB.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    assert len(lab_files) >= 10, sorted(lab_files.values())  # the lab is there to compare against
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        leaked = [n for n in names if "specfleet_lab" in n or n.startswith("lab/") or n == "specfleet/vm.py"]
+        leaked += [f"{n} (the lab's {lab_files[h]})" for n in names
+                   if n not in leaked and (h := hashlib.sha256(z.read(n)).digest()) in lab_files]
+        entry_points = next((z.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")), "")
+    assert any(n.startswith("specfleet/") for n in names), names  # a real wheel of the runtime package
+    assert not leaked, f"the runtime wheel holds the VM lab: {leaked}"
+    assert "specfleet-lab" not in entry_points and "specfleet_lab" not in entry_points, entry_points
 
 
 def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet import vm
+import specfleet_lab
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.hub_standin import HubStandin
@@ -89,15 +89,15 @@ def _boot_fleet(tmp_path_factory, request):
     count = int(os.environ.get("SPECFLEET_VM_COUNT", "3"))
     workdir = tmp_path_factory.mktemp("fleet")
     # image build timings: cold (if not cached yet) and cached, side by side
-    first = vm.build_image(cache_dir())
+    first = specfleet_lab.build_image(cache_dir())
     figure("guest image build " + ("(cold)" if first.built else "(cached)"), f"{first.seconds:.1f} s")
-    second = vm.build_image(cache_dir())
+    second = specfleet_lab.build_image(cache_dir())
     figure("guest image build (cached)", f"{second.seconds:.2f} s")
     start = time.monotonic()
     try:
-        fleet = vm.up(count=count, workdir=workdir, cache_dir=cache_dir())
+        fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir())
     except BaseException:
-        vm.down(workdir)
+        specfleet_lab.down(workdir)
         raise
     figure(f"boot {count} guests to SSH + systemd running", f"{time.monotonic() - start:.1f} s")
     SESSION_FLEETS.append(fleet)
@@ -107,7 +107,7 @@ def _boot_fleet(tmp_path_factory, request):
             try:
                 _signal_guests(fleet, signal.SIGCONT)  # a stopped QEMU would not act on down()'s SIGTERM
             finally:
-                vm.down(workdir)  # whatever happened above
+                specfleet_lab.down(workdir)  # whatever happened above
 
     request.addfinalizer(down)
     return fleet

@@ -1,7 +1,7 @@
 """The CI lab: a VM fleet + the Hub stand-in + the trtllm-serve stand-in image, and the CI inventory.
 
 The CI inventory differs from a production one ONLY in the vars of `ci_vars()` (documented in the
-README); everything else is what `specfleet vm up` writes (connection vars) plus normal inventory data.
+README); everything else is what `specfleet-lab up` writes (connection vars) plus normal inventory data.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def ci_vars(hub_port: int, image: str = STANDIN_TAG) -> dict:
         "controller_hub_endpoint": f"http://127.0.0.1:{hub_port}",  # the same server, as the controller reaches it
         "tiktoken_base_url": f"http://{GUEST_SEES_CONTROLLER}:{hub_port}/encodings",  # stand-in encodings
         "tiktoken_sha256": dict(STANDIN_TIKTOKEN_SHA256),  # and their hashes
-        "disk_headroom_gb": 1,  # the guests' disks are 6 GB (vm.DISK_SIZE), not a Spark's 4 TB
+        "disk_headroom_gb": 1,  # the guests' disks are 6 GB (specfleet_lab.DISK_SIZE), not a Spark's 4 TB
     }
 
 
@@ -340,7 +340,7 @@ class Prebuild:
         if self.proc.poll() is not None:
             return
         import signal
-        self.proc.send_signal(signal.SIGTERM)  # vm.build_image removes its partial build
+        self.proc.send_signal(signal.SIGTERM)  # specfleet_lab.build_image removes its partial build
         try:
             self.proc.wait(timeout=150)
         except subprocess.TimeoutExpired:
@@ -353,13 +353,14 @@ def prebuild_main(argv: list[str]) -> int:
     at nice 10 (inherited by mmdebstrap and its emulated dpkg): the modules running meanwhile keep the CPU they
     need, and the build takes what is left (it has the whole x86_64 part of the session to finish)."""
     import logging
-    from specfleet import vm
+    from specfleet_lab import build_image
+    from specfleet_lab.cli import exit_on_sigterm
     arch, cache_dir, result_path = argv[0], Path(argv[1]), Path(argv[2])
     os.nice(int(os.environ.get("SPECFLEET_PREBUILD_NICE", "10")))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s prebuild: %(message)s", datefmt="%H:%M:%S")
-    with vm._exit_on_sigterm():
+    with exit_on_sigterm():
         t0 = time.monotonic()
-        image = vm.build_image(cache_dir, arch=arch)
+        image = build_image(cache_dir, arch=arch)
         t1 = time.monotonic()
         standin_key = standin_image.base_recipe_key(standin_image.debian_arch(arch))
         base_cached = any(cache_dir.glob(f"debian-*-{standin_key[:16]}.tar"))

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from specfleet import vm
+import specfleet_lab
+from specfleet_lab import OPERATOR
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import PREBUILDS, cache_dir, figure, paused_session_fleet, start_prebuild
@@ -29,7 +30,7 @@ STATE: dict = {}
 
 
 def fleet_arches() -> list[str]:
-    arches = vm.parse_arches(os.environ.get("SPECFLEET_VM_ARM64_ARCHES") or ARCH)
+    arches = specfleet_lab.parse_arches(os.environ.get("SPECFLEET_VM_ARM64_ARCHES") or ARCH)
     assert ARCH in arches, "this module's fleet needs at least one arm64 guest"
     return arches
 
@@ -55,9 +56,9 @@ def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
     workdir = tmp_path_factory.mktemp(f"fleet-{ARCH}")
     start = time.monotonic()
     try:
-        fleet = vm.up(count=len(arches), arch=arches, workdir=workdir, cache_dir=cache_dir())
+        fleet = specfleet_lab.up(count=len(arches), arch=arches, workdir=workdir, cache_dir=cache_dir())
     except BaseException:
-        vm.down(workdir)
+        specfleet_lab.down(workdir)
         raise
     try:
         figure(f"{ARCH} fleet ({','.join(arches)}): boot to SSH + systemd running", f"{time.monotonic() - start:.1f} s")
@@ -78,21 +79,21 @@ def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
                f"{time.monotonic() - t0:.1f} s")
         yield fleet, inventory
     finally:
-        vm.down(workdir)
+        specfleet_lab.down(workdir)
 
 
 def test_the_guests_are_arm64_with_an_arm64_standin(arm64_fleet):
     fleet, _ = arm64_fleet
     for g in fleet.guests:
-        machine = vm.ARCHES[g.arch].machine
-        assert g.ssh("uname -m", user=vm.OPERATOR).stdout.strip() == machine
-        assert g.ssh("dpkg --print-architecture", user=vm.OPERATOR).stdout.strip() == vm.ARCHES[g.arch].debian
+        machine = specfleet_lab.ARCHES[g.arch].machine
+        assert g.ssh("uname -m", user=OPERATOR).stdout.strip() == machine
+        assert g.ssh("dpkg --print-architecture", user=OPERATOR).stdout.strip() == specfleet_lab.ARCHES[g.arch].debian
         # the stand-in image's own python runs natively (the guest has no qemu-user: a foreign-arch image would
         # fail with "exec format error")
         out = g.ssh(f"docker run --rm --entrypoint python3 {lab.STANDIN_TAG} -c "
                     "'import platform; print(platform.machine())'").stdout.strip()
         assert out == machine, out
-        assert g.ssh("systemctl is-active docker ssh", user=vm.OPERATOR).stdout.split() == ["active", "active"]
+        assert g.ssh("systemctl is-active docker ssh", user=OPERATOR).stdout.split() == ["active", "active"]
     assert ARCH in {g.arch for g in fleet.guests}
 
 

@@ -106,7 +106,7 @@ def test_docker_down_at_restart_reverts_to_the_previous_release(vm_fleet, lab_in
     """Stage a new release, then take docker down so that it fails to start exactly once, then switch: the
     restart fails, the host switches back to the previous release (docker starts then) and gates it."""
     from specfleet.plan import build_plans, load_inventory_or_fail
-    from specfleet.rollout import run_on
+    from specfleet.runner import run_on
     from specfleet.steps import stage, switch
 
     guest = vm_fleet.guests[0]

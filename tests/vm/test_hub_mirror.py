@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet import vm
+import specfleet_lab
 from specfleet.lockfile import lock_path
+from specfleet_lab import OPERATOR
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure
@@ -50,9 +51,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def mirror_guest(tmp_path_factory, request):
     workdir = tmp_path_factory.mktemp("mirror-guest")
-    request.addfinalizer(lambda: vm.down(workdir))
+    request.addfinalizer(lambda: specfleet_lab.down(workdir))
     start = time.monotonic()
-    fleet = vm.up(count=1, workdir=workdir, cache_dir=cache_dir())
+    fleet = specfleet_lab.up(count=1, workdir=workdir, cache_dir=cache_dir())
     figure("hub mirror: boot the mirror guest", f"{time.monotonic() - start:.1f} s")
     return fleet.guests[0]
 
@@ -76,7 +77,7 @@ def tunnel(mirror_guest, request):
     proc = subprocess.Popen(
         ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
          "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-i", str(mirror_guest.key_path), "-p", str(mirror_guest.port),
-         "-L", f"127.0.0.1:{port}:127.0.0.1:{port}", f"{vm.OPERATOR}@{mirror_guest.host}"],
+         "-L", f"127.0.0.1:{port}:127.0.0.1:{port}", f"{OPERATOR}@{mirror_guest.host}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop():

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet import vm
+import specfleet_lab
+from specfleet_lab import OPERATOR
 
 pytestmark = [
     pytest.mark.vm,
@@ -65,7 +66,7 @@ def _our_qemu_pids(workdir: Path) -> list[int]:
 def cache_dir(tmp_path_factory) -> Path:
     if os.environ.get("SPECFLEET_VM_TEST_COLD"):
         return tmp_path_factory.mktemp("vm-cache")
-    return vm.default_cache_dir()
+    return specfleet_lab.default_cache_dir()
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +78,12 @@ def workdir(tmp_path_factory) -> Path:
 def fleet(workdir, cache_dir, request):
     t0 = time.monotonic()
     try:
-        f = vm.up(count=2, workdir=workdir, cache_dir=cache_dir)
+        f = specfleet_lab.up(count=2, workdir=workdir, cache_dir=cache_dir)
         FIGURES["up(2) total s"] = round(time.monotonic() - t0, 1)
         FIGURES.update({f"up(2) {k}": v for k, v in f.timings.items() if k != "states"})
         yield f
     finally:
-        vm.down(workdir)  # even when a test (or up itself) failed
+        specfleet_lab.down(workdir)  # even when a test (or up itself) failed
         assert _our_qemu_pids(workdir) == []
         _report(request.config)
 
@@ -131,12 +132,12 @@ def test_spark_user_has_sudo_but_not_docker(fleet):
 def test_root_cannot_log_in_over_ssh(fleet):
     """As on DGX OS: the operator logs in, root does not (everything privileged goes through sudo)."""
     g = fleet.guests[0]
-    argv = [*g._ssh_base(connect_timeout=10), f"root@{g.host}", "true"]
+    argv = [*g.ssh_base(connect_timeout=10), f"root@{g.host}", "true"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert r.returncode == 255 and "permission denied" in r.stderr.lower(), r
     assert g.ssh("sshd -T 2>/dev/null | grep -i '^permitrootlogin'").stdout.split() == ["permitrootlogin", "no"]
     assert g.ssh("id -un").stdout.strip() == "root"  # Guest.ssh runs as root through the operator's sudo
-    assert g.ssh("id -un", user=vm.OPERATOR).stdout.strip() == "spark"
+    assert g.ssh("id -un", user=OPERATOR).stdout.strip() == "spark"
 
 
 def test_docker_import_and_run(fleet, tmp_path):
@@ -162,8 +163,8 @@ def test_docker_import_and_run(fleet, tmp_path):
 
 
 def test_standin_nvidia_toolkit_gives_docker_the_gpu_code_path(fleet):
-    """The documented stand-in (specfleet/vm.py): docker has a runtime named nvidia, and `--gpus=all` works
-    (the prestart hook is found and run) without any GPU. Uses the image test_docker_import_and_run loaded."""
+    """The documented stand-in (lab/specfleet_lab/hooks/customize.sh): docker has a runtime named nvidia, and
+    `--gpus=all` works (the prestart hook is found and run) without any GPU. Uses the image test_docker_import_and_run loaded."""
     g = fleet.guests[0]
     runtimes = json.loads(g.ssh("docker info --format '{{json .Runtimes}}'").stdout)
     assert runtimes["nvidia"]["path"] == "/usr/local/bin/nvidia-container-runtime-STANDIN"
@@ -189,7 +190,7 @@ def test_inventory_and_fleet_json(fleet):
     hosts = inv["all"]["children"]["vm_fleet"]["hosts"]
     assert hosts == {g.name: {"ssh_hostname": "127.0.0.1", "ssh_port": g.port}
                      for g in fleet.guests}
-    again = vm.load(fleet.workdir)  # another process re-attaches via fleet.json
+    again = specfleet_lab.load(fleet.workdir)  # another process re-attaches via fleet.json
     assert [(g.name, g.port) for g in again.guests] == [(g.name, g.port) for g in fleet.guests]
     assert again.guests[1].ssh("hostname").stdout.strip() == "spark-2"
 
@@ -215,16 +216,16 @@ def test_poweroff_and_boot_again(fleet):
 
 def test_down_is_complete_and_idempotent(fleet, workdir):
     assert _our_qemu_pids(workdir)
-    vm.down(workdir)
+    specfleet_lab.down(workdir)
     assert _our_qemu_pids(workdir) == []
     for g in fleet.guests:
         assert not g.overlay.exists() and not g.pidfile.exists()
         assert g.console_log.exists()  # kept for debugging
     assert not (workdir / "fleet.json").exists()
-    vm.down(workdir)  # twice
-    vm.down(workdir / "never-used")  # nothing up at all
-    with pytest.raises(vm.VMError):
-        vm.load(workdir)
+    specfleet_lab.down(workdir)  # twice
+    specfleet_lab.down(workdir / "never-used")  # nothing up at all
+    with pytest.raises(specfleet_lab.VMError):
+        specfleet_lab.load(workdir)
 
 
 @pytest.mark.full  # the cached-image path: every CI guest after the first build boots from the cache anyway
@@ -232,11 +233,11 @@ def test_second_up_reuses_cached_image(cache_dir, tmp_path, request):
     wd = tmp_path / "fleet2"
     try:
         t0 = time.monotonic()
-        f = vm.up(count=1, workdir=wd, cache_dir=cache_dir)
+        f = specfleet_lab.up(count=1, workdir=wd, cache_dir=cache_dir)
         FIGURES["up(1) total s"] = round(time.monotonic() - t0, 1)
         FIGURES.update({f"up(1) {k}": v for k, v in f.timings.items() if k != "states"})
         assert f.timings["image_cached"] is True
         assert f.guests[0].ssh("hostname").stdout.strip() == "spark-1"
     finally:
-        vm.down(wd)
+        specfleet_lab.down(wd)
     assert _our_qemu_pids(wd) == []

@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash tests/install-deps.sh
+# the VM lab's command: 2 guests in $SPECFLEET_VM_DIR (default .vm); the first time it builds the guest image
+specfleet-lab up --count 2
 exec python3 -m tests.vm.try_it "$@"

@@ -1,7 +1,8 @@
 """Try specfleet locally: 2 QEMU guests stand in for DGX Sparks, the stand-ins for the Hub and for
-trtllm-serve stand in for what cannot run here. Runs the real `pyinfra inventory.py deploys/eagle3.py`.
+trtllm-serve stand in for what cannot run here. Runs the real `pyinfra inventory.py deploys/eagle3.py` on the
+fleet that try.sh brought up with `specfleet-lab up --count 2`.
 
-    bash tests/vm/try.sh          # then, when done:  specfleet vm down
+    bash tests/vm/try.sh          # then, when done:  specfleet-lab down
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specfleet import vm
+import specfleet_lab
+from specfleet_lab import OPERATOR
 from tests.vm import lab
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 
@@ -20,8 +22,8 @@ from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 def main() -> int:
     workdir = Path(os.environ.get("SPECFLEET_VM_DIR", lab.ROOT / ".vm"))
     cache = Path(os.environ.get("SPECFLEET_CACHE_DIR") or Path.home() / ".cache" / "specfleet")
-    print(f"==> bringing up 2 guests in {workdir} (first time: builds the guest image, a few minutes)")
-    fleet = vm.up(count=2, workdir=workdir, cache_dir=cache)
+    fleet = specfleet_lab.load(workdir)  # brought up by try.sh: specfleet-lab up --count 2
+    print(f"==> the fleet in {workdir}: {', '.join(g.name for g in fleet.guests)}")
     print("==> loading the trtllm-serve STAND-IN image into the guests (no GPU here)")
     lab.trust_controller_cas(fleet)
     lab.load_standin_image(fleet, cache)
@@ -32,7 +34,8 @@ def main() -> int:
         rc = subprocess.call([sys.executable, "-m", "pyinfra", "-y", "inventory.py", "deploys/eagle3.py"],
                              cwd=lab.ROOT, env=env)
     if rc != 0:
-        print(f"pyinfra failed (exit {rc}); the fleet is still up for a look. Tear down: specfleet vm down --workdir {workdir}")
+        print(f"pyinfra failed (exit {rc}); the fleet is still up for a look. "
+              f"Tear down: specfleet-lab down --workdir {workdir}")
         return rc
     guest = fleet.guests[0]
     answer = lab.guest_curl_completion(guest, prompt="Explain speculative decoding in one sentence.")
@@ -40,8 +43,8 @@ def main() -> int:
     print(json.dumps(answer, indent=1))
     print(f"\nRe-run the converge (nothing changes):  SPECFLEET_INVENTORY={inventory} HF_TOKEN={STANDIN_TOKEN} "
           "pyinfra -y inventory.py deploys/eagle3.py")
-    print(f"Log in:     {guest.login_command()}   (the operator {vm.OPERATOR}, as on DGX OS; `sudo -i` for root)")
-    print(f"Tear down:  specfleet vm down --workdir {workdir}")
+    print(f"Log in:     {guest.login_command()}   (the operator {OPERATOR}, as on DGX OS; `sudo -i` for root)")
+    print(f"Tear down:  specfleet-lab down --workdir {workdir}")
     return 0
 
 

@@ -1,20 +1,28 @@
-"""The `specfleet` command: commands that touch no host (check, render), plus the VM fleet and rollouts."""
+"""The `specfleet` command line: click only, and nothing in specfleet imports it but specfleet/__main__.py.
+
+This module holds the `main` group, the commands that touch no host (check, render), and registers every command
+family, one thin module each: rollout and releases (rollout.py), status and logs (status.py), bench (bench.py),
+mirror status (mirror.py), lock and plan (lock.py), init and vars (project.py). A command validates its input
+(invalid.py: one line per problem, exit 2), calls the layers below it, and prints."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from .project import use_project
-from .plan import EXIT_INVALID, PlanError, build_plans, deploy_profile, load_inventory_or_fail
+from ..plan import EXIT_INVALID, build_plans, deploy_profile, load_inventory_or_fail
+from . import bench as _bench
+from . import lock as _lock
+from . import mirror as _mirror
+from . import project as _project
+from . import rollout as _rollout
+from . import status as _status
+from .invalid import invalid_input, use_inventory_py
 
 
 def _plans(inventory_file: str, deploy_file: str, hub: bool):
-    if Path(inventory_file).name != "inventory.py":
-        raise PlanError([f"{inventory_file}: expected specfleet's inventory.py (the fleet file itself is named by SPECFLEET_INVENTORY)"])
-    use_project(inventory_file)  # its directory is the project (fleet file default, group_data/all.py)
+    use_inventory_py(inventory_file)  # its directory is the project (fleet file default, group_data/all.py)
     profile = deploy_profile(deploy_file)
     return build_plans(load_inventory_or_fail(), profile, live=hub)  # pins: the lock file, or the Hub with --hub
 
@@ -34,12 +42,8 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
 
     Exit 0 when all hosts are valid; exit 2 with one line per problem (HOST: KEY: what is wrong).
     """
-    try:
+    with invalid_input():
         plans = _plans(inventory_file, deploy_file, hub)
-    except PlanError as exc:
-        for line in exc.lines:
-            click.echo(line, err=True)
-        sys.exit(EXIT_INVALID)
     profile = deploy_profile(deploy_file) or "(no profile)"
     click.echo(f"{len(plans)} host(s) valid for {deploy_file} [{profile}]: {', '.join(plans)}")
     for host, plan in plans.items():
@@ -53,12 +57,8 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
 @click.argument("host")
 def render(inventory_file: str, deploy_file: str, host: str) -> None:
     """Print every file DEPLOY_FILE would write on HOST (the token redacted); contacts nothing."""
-    try:
+    with invalid_input():
         plans = _plans(inventory_file, deploy_file, hub=False)
-    except PlanError as exc:
-        for line in exc.lines:
-            click.echo(line, err=True)
-        sys.exit(EXIT_INVALID)
     if host not in plans:
         click.echo(f"{host}: not in the inventory (hosts: {', '.join(plans)})", err=True)
         sys.exit(EXIT_INVALID)
@@ -70,28 +70,13 @@ def render(inventory_file: str, deploy_file: str, host: str) -> None:
         click.echo(content, nl=not content.endswith("\n"))
 
 
-from . import project as _project  # noqa: E402
-from . import rollout as _rollout  # noqa: E402
-from . import vm as _vm  # noqa: E402
-
-main.add_command(_vm.cli, "vm")
 main.add_command(_rollout.rollout, "rollout")
 main.add_command(_rollout.releases, "releases")
-from . import fleetstate as _fleetstate  # noqa: E402
-
-main.add_command(_fleetstate.lock, "lock")
-main.add_command(_fleetstate.plan_cmd, "plan")
-from . import bench as _bench  # noqa: E402
-
+main.add_command(_lock.lock, "lock")
+main.add_command(_lock.plan_cmd, "plan")
 main.add_command(_bench.bench, "bench")
-from . import status as _status  # noqa: E402
-
 main.add_command(_status.status, "status")
 main.add_command(_status.logs, "logs")
-from . import mirror as _mirror  # noqa: E402
-
 main.add_command(_mirror.cli, "mirror")
-main.add_command(_project.init, "init"); main.add_command(_project.vars_, "vars")  # noqa: E702
-
-if __name__ == "__main__":
-    main()
+main.add_command(_project.init, "init")
+main.add_command(_project.vars_, "vars")

@@ -1,0 +1,136 @@
+"""The `specfleet-lab` command (click only): up, down, build-image, status. SIGTERM (CI cancelling) becomes
+SystemExit only while a command runs, so that partial image builds and half-started fleets are cleaned up."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+import click
+
+from .arch import DEFAULT_ARCH, guest_arches, parse_arches
+from .errors import VMError
+from .fleet import down, up
+from .guest import OPERATOR
+from .image import build_image
+from .state import load
+
+
+def _setup_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s vm: %(message)s",
+                            datefmt="%H:%M:%S")
+
+
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """CI cancels with SIGTERM: inside this block it is SystemExit, so `finally` blocks run (partial image builds
+    are removed, a half-started fleet is torn down). The previous handler comes back afterwards: a command invoked
+    in-process (click's CliRunner in a test run) must not leave its handler behind in the caller's process."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not in the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_workdir_opt = click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), envvar="SPECFLEET_VM_DIR",
+    default=".vm", show_default=True, help="Where overlays, logs, fleet.json and "
+    "inventory.yml live (env SPECFLEET_VM_DIR).")
+_cache_opt = click.option(
+    "--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+    envvar="SPECFLEET_CACHE_DIR", default="~/.cache/specfleet", show_default=True,
+    help="Image cache (env SPECFLEET_CACHE_DIR).")
+
+main = click.Group("specfleet-lab", help="A fleet of QEMU VMs standing in for DGX Spark hosts (CI).")
+
+
+def _arch_option(ctx, param, value):
+    """--arch: one architecture, or a comma-separated list (one per guest); bad input is one line."""
+    if value is None:
+        return None
+    try:
+        return parse_arches(value)
+    except VMError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@main.command("up")
+@click.option("--count", type=click.IntRange(1, 16), default=None,
+              help="Number of guests [default: 3, or one per --arch entry].")
+@click.option("--arch", "arch", default=None, callback=_arch_option, metavar="ARCH[,ARCH...]",
+              help="Guest architecture: x86_64 (default) or arm64 (TCG-emulated, qemu-system-aarch64 "
+                   "-M virt); a comma-separated list gives one architecture per guest, e.g. x86_64,arm64.")
+@_workdir_opt
+@click.option("--memory", "memory_mb", type=click.IntRange(256), default=2048,
+              show_default=True, help="Memory per guest in MiB.")
+@_cache_opt
+@click.option("--smp", type=click.IntRange(1, 64), default=None,
+              help="vCPUs per guest (default: chosen from host cores and --count).")
+def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, cache_dir: Path,
+           smp: int | None) -> None:
+    """Boot COUNT guests and write WORKDIR/inventory.yml."""
+    _setup_logging()
+    try:
+        arches = guest_arches(count, arch)
+    except VMError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        with exit_on_sigterm():
+            fleet = up(count=len(arches), workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
+                       memory_mb=memory_mb, smp=smp, arch=arches)
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+    for g in fleet.guests:
+        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}")
+    click.echo(f"inventory: {fleet.inventory_path}")
+    click.echo(f"log in:    {fleet.guests[0].login_command()}   (operator {OPERATOR}; sudo -i for root)")
+
+
+@main.command("down")
+@_workdir_opt
+def down_cmd(workdir: Path) -> None:
+    """Stop the fleet's guests and remove overlays, pid files and fleet.json."""
+    _setup_logging()
+    try:
+        down(workdir)
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@main.command("build-image")
+@_cache_opt
+@click.option("--arch", "arch", default=None, callback=_arch_option, metavar="ARCH[,ARCH...]",
+              help="x86_64 (default) and/or arm64; one image per architecture.")
+def build_image_cmd(cache_dir: Path, arch: list | None) -> None:
+    """Build (or find cached) the guest image(s) and print the directory of each."""
+    _setup_logging()
+    try:
+        with exit_on_sigterm():
+            for a in dict.fromkeys(arch or [DEFAULT_ARCH]):
+                info = build_image(Path(cache_dir).expanduser(), arch=a)
+                click.echo(str(info.dir))
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@main.command("status")
+@_workdir_opt
+def status_cmd(workdir: Path) -> None:
+    """Show the fleet's guests and whether their QEMU is running."""
+    try:
+        fleet = load(workdir)
+    except VMError as e:
+        raise click.ClickException(str(e)) from None
+    for g in fleet.guests:
+        state = f"running (pid {g.pid})" if g.is_running() else "stopped"
+        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}\t{state}")

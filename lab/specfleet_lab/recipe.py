@@ -1,0 +1,86 @@
+"""The guest image's recipe: Debian suite, mirrors, packages, dpkg options, disk size and the mmdebstrap hooks.
+Everything here determines the image, and its hash keys the image cache: the hooks are shell files in
+`hooks/` (run by mmdebstrap, linted with `sh -n` by the unit tests), and their bytes are part of the hash, so
+editing one rebuilds the image."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+
+from .arch import ARCHES, DEFAULT_ARCH, parse_arch
+
+#: Bump to force a rebuild of every cached image (changes the recipe hash).
+RECIPE_VERSION = 2  # 2: operator-only SSH (PermitRootLogin no), stand-in NVIDIA container toolkit
+
+SUITE = "bookworm"
+MIRRORS = (
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+)
+PACKAGES = (
+    # boot + init
+    "systemd", "systemd-sysv", "udev", "dbus", "kmod", "linux-image-cloud-amd64",
+    "libnss-myhostname",  # the per-guest hostname resolves without editing /etc/hosts
+    # access
+    "openssh-server", "openssh-sftp-server", "sudo",
+    # what deploys use on a DGX OS host
+    "python3", "python3-venv", "python3-pip",
+    "docker.io", "apparmor", "iptables",
+    "curl", "ca-certificates", "iproute2", "procps", "xz-utils",
+)
+DPKG_OPTS = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+)
+DISK_SIZE = "6G"
+
+
+def _hook(name: str) -> str:
+    return (resources.files(__package__) / "hooks" / name).read_text(encoding="utf-8")
+
+
+#: mmdebstrap customize hook (hooks/customize.sh): $1 = rootfs, $2 = public key to authorize. Network, per-guest
+#: identity, the operator user `spark` (no root SSH) and the stand-in NVIDIA container toolkit.
+CUSTOMIZE_HOOK = _hook("customize.sh")
+
+#: mmdebstrap essential hook (hooks/initramfs.sh) of images built under emulation (qemu-user via binfmt_misc):
+#: runs after the Essential:yes packages and BEFORE the kernel package is configured. mkinitramfs with the default
+#: MODULES=most forks thousands of emulated processes (20+ min measured); MODULES=list with the few modules
+#: a `-M virt` guest needs to mount its root (virtio PCI/MMIO, virtio-blk, ext4) and gzip cut that down.
+#: Nothing here is a dpkg conffile (initramfs-tools ships conf.d/ and hooks/ empty).
+INITRAMFS_HOOK = _hook("initramfs.sh")
+
+
+def packages(arch: str = DEFAULT_ARCH) -> list:
+    """The image's packages for `arch`: PACKAGES with that arch's kernel package."""
+    kernel = ARCHES[parse_arch(arch)].kernel_package
+    return [kernel if p == ARCHES[DEFAULT_ARCH].kernel_package else p for p in PACKAGES]
+
+
+def recipe(arch: str = DEFAULT_ARCH) -> dict:
+    """Everything that determines the image; its hash keys the cache. The x86_64 recipe has no `arch` key
+    (it is the recipe from before arm64 guests existed, so its cached images stay valid); any other
+    architecture's recipe names its Debian arch and adds the initramfs hook its emulated build needs."""
+    arch = parse_arch(arch)
+    r = {
+        "recipe_version": RECIPE_VERSION,
+        "suite": SUITE,
+        "variant": "minbase",
+        "mirrors": list(MIRRORS),
+        "packages": packages(arch),
+        "dpkg_opts": list(DPKG_OPTS),
+        "customize_hook": CUSTOMIZE_HOOK,
+        "disk_size": DISK_SIZE,
+    }
+    if arch != DEFAULT_ARCH:
+        r.update(arch=ARCHES[arch].debian, essential_hook=INITRAMFS_HOOK)
+    return r
+
+
+def recipe_hash(arch: str = DEFAULT_ARCH) -> str:
+    blob = json.dumps(recipe(arch), sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()

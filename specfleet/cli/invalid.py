@@ -1,0 +1,44 @@
+"""Invalid input: the checks several commands make of their arguments, and the one way a command refuses it (one
+line per problem on stderr, exit 2; nothing was touched)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, NoReturn
+
+import click
+
+from ..inventory import Inventory
+from ..plan import EXIT_INVALID, HostPlan, PlanError, fleet_plans
+from ..project import use_project
+
+
+def exit_invalid(lines: list[str]) -> NoReturn:
+    for line in lines:
+        click.echo(line, err=True)
+    sys.exit(EXIT_INVALID)
+
+
+@contextmanager
+def invalid_input(*also: type[Exception]) -> Iterator[None]:
+    """A PlanError raised inside (or one of `also`, its message as the line) exits 2 with its lines."""
+    try:
+        yield
+    except (PlanError, *also) as exc:
+        exit_invalid(getattr(exc, "lines", [str(exc)]))
+
+
+def use_inventory_py(inventory_file: str) -> None:
+    """Make the directory of `inventory_file`, specfleet's inventory.py, this run's project (PlanError if it is not)."""
+    if Path(inventory_file).name != "inventory.py":
+        raise PlanError([f"{inventory_file}: expected specfleet's inventory.py (the fleet file itself is named by "
+                         "SPECFLEET_INVENTORY)"])
+    use_project(inventory_file)
+
+
+def fleet_plans_or_exit(inventory_file: str) -> tuple[Inventory, dict[str, HostPlan]]:
+    """plan.fleet_plans for a command: the project of `inventory_file`, its fleet and one plan per host."""
+    with invalid_input():
+        return fleet_plans(inventory_file)

@@ -1,0 +1,72 @@
+"""`specfleet lock` (pin every model and image the fleet uses, in `<fleet>.lock`) and `specfleet plan` (what a
+converge would do on each host, read-only)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..lockfile import fleets_to_lock, update_lock
+from ..plan import PlanError, build_plans, deploy_profile, load_inventory_or_fail
+from ..preview import read_changes, report
+from ..profiles import PROFILES
+from ..selection import select
+from .invalid import exit_invalid, invalid_input, use_inventory_py
+
+
+@click.command()
+@click.argument("args", nargs=-1, metavar="inventory.py [REPO ...]")
+@click.option("--upgrade", is_flag=True, help="Resolve the pins again (all, or only the named model repos / images) "
+                                               "and print old -> new.")
+@click.option("--profile", type=click.Choice(sorted(PROFILES)), default=None,
+              help="Lock only what this profile needs (default: every profile, for every host).")
+def lock(args: tuple[str, ...], upgrade: bool, profile: str | None) -> None:
+    """Pin every model revision (commit + the files the server reads) and image (registry digest) the fleet
+    file's hosts use, in <fleet file>.lock next to it. Existing pins are kept; --upgrade moves them.
+
+    Exit 0 when the lock was written; 2 on invalid input or when the Hub refused (nothing written)."""
+    inventory_file, *repos = args or ("inventory.py",)
+    if not inventory_file.endswith(".py"):  # `specfleet lock --upgrade REPO`: inventory.py implied
+        inventory_file, repos = "inventory.py", list(args)
+    with invalid_input():
+        use_inventory_py(inventory_file)
+    if repos and not upgrade:
+        exit_invalid([f"{' '.join(repos)}: naming repos only makes sense with --upgrade (specfleet lock --upgrade REPO ...)"])
+    with invalid_input():
+        inventory = load_inventory_or_fail()
+    fleets, errors, notes = fleets_to_lock(inventory, profile)
+    if errors:
+        exit_invalid(errors)
+    result = update_lock(fleets, inventory.path, upgrade=upgrade, only=tuple(repos), prune=profile is None,
+                         skip_unknown_revisions=profile is None)
+    if result.problems:
+        exit_invalid(result.problems)
+    for line in notes + result.lines:
+        click.echo(line)
+
+
+@click.command("plan")
+@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("deploy_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed), as in pyinfra.")
+def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
+    """Print what `pyinfra inventory.py DEPLOY_FILE` would do on each host (release, restart and why, bytes to
+    fetch, unit/token rewrites, users added), from the status read a converge makes. Changes nothing.
+
+    Exit 0: nothing would change; 10: something would; 2: invalid input; 1: a host is unreachable."""
+    profile = deploy_profile(deploy_file)
+    with invalid_input():
+        if profile is None:
+            raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); plan eagle3/draft_target/baseline"])
+        use_inventory_py(inventory_file)
+        inventory = load_inventory_or_fail()
+        targets = select(inventory.hosts, inventory.groups, limit)
+        if not targets:
+            raise PlanError([f"--limit {limit}: matches no host of the inventory"])
+        plans = build_plans(inventory, profile)
+    found, unreachable = read_changes(plans, targets)
+    lines, code = report(targets, found, unreachable)
+    for line in lines:
+        click.echo(line)
+    sys.exit(code)

@@ -1,0 +1,37 @@
+"""`specfleet mirror status`: each hub_mirror host's service state, cached commits and free disk."""
+
+from __future__ import annotations
+
+import click
+
+from ..mirror_files import advertised_url
+from ..status import read_mirrors
+from .invalid import exit_invalid, fleet_plans_or_exit
+
+
+@click.group("mirror")
+def cli() -> None:
+    """The fleet's Hub mirror (hosts of the inventory group hub_mirror)."""
+
+
+@cli.command("status")
+@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
+def status(inventory_file: str) -> None:
+    """Each mirror host: service state, cached repos/commits with bytes, free disk of its cache."""
+    inventory, plans = fleet_plans_or_exit(inventory_file)
+    mirrors = [h for h, plan in plans.items() if plan.is_mirror]
+    if not mirrors:
+        exit_invalid(["the inventory has no hub_mirror group"])
+    found = read_mirrors(plans, mirrors)
+    for name in mirrors:
+        s, st = plans[name].settings, found.get(name)
+        url = advertised_url(s, plans[name].connection)
+        if st is None:
+            click.echo(f"{name}: unreachable ({url})")
+            continue
+        click.echo(f"{name}: {url} (upstream {s.hub_endpoint}): olah {st.olah or 'not installed'}, service {st.service or '-'}, "
+                   f"socket {st.socket or '-'}; cache {s.mirror_cache_dir}: {st.cached_bytes / 1e9:.2f} GB cached, "
+                   f"{st.free_bytes / 1e9:.1f} GB free")
+        for key, size in sorted(st.commits.items()):
+            repo, _, commit = key.partition("/resolve/")
+            click.echo(f"  {repo}@{commit[:12]}  {size / 1e9:.3f} GB")

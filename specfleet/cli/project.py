@@ -1,0 +1,51 @@
+"""`specfleet init DIR` (a new fleet project from the packaged scaffold) and `specfleet vars` (every variable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..project import DEFAULT_INVENTORY, project_dir, scaffold_files
+from ..settings import default_comments, load_defaults, load_overrides
+from .invalid import exit_invalid
+
+
+@click.command("init")
+@click.argument("directory", type=click.Path(file_okay=False))
+def init(directory: str) -> None:
+    """Write a new fleet project in DIR (created if missing); overwrites nothing (exit 2)."""
+    root = Path(directory)
+    files = scaffold_files()
+    existing = [rel for rel in files if (root / rel).exists() or (root / rel).is_symlink()]
+    if existing:
+        exit_invalid([f"{directory}: refusing to overwrite {len(existing)} existing file(s): {', '.join(existing)}"])
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+    click.echo(f"wrote a fleet project in {directory}: {', '.join(files)}")
+    click.echo(f"next: cd {directory}; edit {DEFAULT_INVENTORY}; export HF_TOKEN=hf_...; "
+               "specfleet check inventory.py deploys/eagle3.py")
+
+
+def _short(value: object, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+@click.command("vars")
+@click.option("--project", "show_project", is_flag=True,
+              help="Also show the value the current project's group_data/all.py sets, if any.")
+def vars_(show_project: bool) -> None:
+    """Print every variable with its packaged default and what it does (the README's table)."""
+    defaults, comments = load_defaults(), default_comments()
+    overrides = load_overrides(project_dir())[0] if show_project else {}
+    head = "| var | default | what it does |" + (" group_data/all.py |" if show_project else "")
+    click.echo(head)
+    click.echo("|---|---|---|" + ("---|" if show_project else ""))
+    for name, value in defaults.items():
+        row = f"| `{name}` | `{_short(value)}` | {comments[name]} |"
+        if show_project:
+            row += f" {'`' + _short(overrides[name]) + '`' if name in overrides else ''} |"
+        click.echo(row)

@@ -1,0 +1,83 @@
+"""`specfleet rollout` (stage everywhere, then switch batch by batch behind a readiness gate: rollout.py) and
+`specfleet releases` (each host's releases)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import click
+
+from .. import rollout as engine
+from .. import runner
+from ..plan import PlanError, deploy_profile, fleet_plans
+from ..selection import parse_batches, parse_max_fail, select
+from .invalid import fleet_plans_or_exit, invalid_input
+
+
+def _log(msg: str) -> None:
+    click.echo(f"[rollout {time.strftime('%H:%M:%S')}] {msg}", err=True)
+
+
+@click.command()
+@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("deploy_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--batches", default="1,25%", show_default=True,
+              help="Ramp of batch sizes: host counts or percentages; the last entry repeats.")
+@click.option("--max-fail", "max_fail", default="0", show_default=True,
+              help="Halt after a batch once MORE than this many hosts (or N%) have failed.")
+@click.option("--health-timeout", type=int, default=None, help="Override health_timeout_sec for the gate.")
+@click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed), as in pyinfra.")
+def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, health_timeout: int | None,
+            limit: str | None) -> None:
+    """Roll DEPLOY_FILE's release out: stage on every host, then switch batch by batch behind a gate."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("pyinfra.specfleet").setLevel(logging.INFO)  # host job progress and failures
+    profile = deploy_profile(deploy_file)
+    with invalid_input(ValueError):
+        if profile is None:
+            raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); roll out eagle3/draft_target/baseline"])
+        inventory, plans = fleet_plans(inventory_file, profile, resolve=True)
+        # hub_mirror hosts serve no model: they are warmed before the stage, never switched
+        targets = [h for h in select(inventory.hosts, inventory.groups, limit) if not plans[h].is_mirror]
+        if not targets:
+            raise PlanError([f"--limit {limit}: matches no serving host of the inventory"])
+        parse_batches(batches, len(targets))
+        tolerated = parse_max_fail(max_fail, len(targets))
+    r = engine.Rollout(profile, plans, mirrors=[h for h in inventory.hosts if plans[h].is_mirror], targets=targets,
+                       batches=batches, tolerated=tolerated, health_timeout=health_timeout, log=_log)
+    engine.run(r)
+    if r.refused:
+        for h, owner in r.refused.items():
+            click.echo(f"{h}: refused: another rollout holds the lock: {owner}", err=True)
+        sys.exit(engine.EXIT_REFUSED)
+    lines, code = engine.summary(r)
+    click.echo("\n".join(lines))
+    if code:
+        sys.exit(code)
+
+
+@click.command()
+@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed).")
+def releases(inventory_file: str, limit: str | None) -> None:
+    """List each host's releases (newest first); * marks the current one, with its readiness gate result."""
+    inventory, plans = fleet_plans_or_exit(inventory_file)
+    hosts = select(inventory.hosts, inventory.groups, limit)
+    statuses = runner.read_statuses(plans, hosts)
+    for h in hosts:
+        info = statuses.get(h)
+        if not info:
+            click.echo(f"{h}: unreachable or no specfleet release yet")
+            continue
+        job = f", job {info['job']} running" if info.get("job") else ""
+        click.echo(f"{h}: service {info.get('active') or '-'}, previous {info.get('previous') or '-'}{job}")
+        gate = info.get("gate") or {}
+        for rec in info.get("releases", []):
+            mark = "*" if rec["id"] == info.get("current") else " "
+            models = ", ".join(f"{m['repo']}@{m['commit'][:12]}" for m in rec.get("models", {}).values())
+            gated = f"  gate {gate.get('result')} {gate.get('at', '')}" if gate.get("release") == rec["id"] else ""
+            if mark == "*" and not gated:
+                gated = "  gate not passed"
+            click.echo(f"  {mark} {rec['id']}  {rec.get('created', '?')}  {rec.get('profile')}  {rec.get('image')}  {models}{gated}")

@@ -1,0 +1,102 @@
+"""THE host layout: where everything specfleet manages lives on a host, and the host tool's command line.
+
+Stdlib only. The controller imports it (`specfleet.host.layout`) to render, read and change hosts; the deploy also
+installs it on each host next to the host tool (<data_dir>/bin/layout.py), which imports it from there. Every
+other program gets its paths from here, as arguments or environment: no host path is written out anywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UNIT_DIR = "/etc/systemd/system"  # where the deploy writes systemd units
+HOST_TOOL = "specfleet-host"  # the host tool's installed name (host/specfleet_host.py)
+FETCH_TOOL = "fetch-model"  # the model fetcher's installed name (host/fetch_model.py)
+LAYOUT_FILE = "layout.py"  # this module's installed name, next to the host tool
+LIB_FILE = "hostlib.py"  # the host tool's helpers, installed next to it
+# Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the other two).
+HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
+                 LIB_FILE: "hostlib.py"}
+MODULES = (LAYOUT_FILE, LIB_FILE)  # installed as modules (0644), not programs
+JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
+# The files of a release directory (<data_dir>/releases/<id>/, reached as <data_dir>/current/ once active).
+CONFIG_FILE = "extra-llm-api-config.yml"  # trtllm-serve's options
+SMOKE_FILE = "smoke.json"  # the readiness gate's smoke completion request
+RECORD_FILE = "release.json"  # what the release is: id, models, image, gate settings (written once)
+DRAFT_LINK = "draft"  # -> the draft model's directory (speculative decoding with a separate draft)
+
+
+def cache_folder(repo: str) -> str:
+    """Hugging Face's cache folder name of a model repo: `org/name` -> `models--org--name`."""
+    return f"models--{repo.replace('/', '--')}"
+
+
+def repo_of_cache_folder(name: str) -> str:
+    """The inverse of cache_folder: `models--org--name` -> `org/name`."""
+    return name[len("models--"):].replace("--", "/", 1)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path of one host, derived from data_dir (and secrets_dir / service_name for the token and the unit)."""
+
+    data_dir: str
+    secrets_dir: str = ""
+    service_name: str = ""
+
+    @classmethod
+    def of(cls, settings) -> "Layout":
+        """The layout of a host's validated settings (anything with data_dir, secrets_dir and service_name)."""
+        return cls(settings.data_dir, settings.secrets_dir, settings.service_name)
+
+    hf_home = property(lambda self: f"{self.data_dir}/hf")
+    hub_cache = property(lambda self: f"{self.data_dir}/hf/hub")
+    tiktoken = property(lambda self: f"{self.data_dir}/tiktoken")
+    drafts = property(lambda self: f"{self.data_dir}/drafts")
+    releases = property(lambda self: f"{self.data_dir}/releases")
+    current = property(lambda self: f"{self.data_dir}/current")
+    current_record = property(lambda self: f"{self.data_dir}/current/{RECORD_FILE}")
+    previous = property(lambda self: f"{self.data_dir}/previous")
+    gate_file = property(lambda self: f"{self.data_dir}/gate.json")
+    lock = property(lambda self: f"{self.data_dir}/lock")
+    lock_owner = property(lambda self: f"{self.data_dir}/lock/owner")
+    jobs = property(lambda self: f"{self.data_dir}/jobs")
+    active_job = property(lambda self: f"{self.data_dir}/jobs/active")
+    validated = property(lambda self: f"{self.data_dir}/validated")
+    bin = property(lambda self: f"{self.data_dir}/bin")
+    venv = property(lambda self: f"{self.data_dir}/venv")
+    host_tool = property(lambda self: f"{self.data_dir}/bin/{HOST_TOOL}")
+    fetch_tool = property(lambda self: f"{self.data_dir}/bin/{FETCH_TOOL}")
+    layout_file = property(lambda self: f"{self.data_dir}/bin/{LAYOUT_FILE}")
+    token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
+    unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")
+
+    def repo_dir(self, repo: str) -> str:
+        return f"{self.hub_cache}/{cache_folder(repo)}"
+
+    def snapshot(self, repo: str, commit: str) -> str:
+        return f"{self.repo_dir(repo)}/snapshots/{commit}"
+
+    def draft_dir(self, repo: str, commit: str) -> str:
+        return f"{self.drafts}/{repo.replace('/', '--')}/{commit}"
+
+    def release_dir(self, release: str) -> str:
+        return f"{self.releases}/{release}"
+
+    def release_file(self, release: str, name: str) -> str:
+        return f"{self.releases}/{release}/{name}"
+
+    def current_file(self, name: str) -> str:
+        return f"{self.current}/{name}"
+
+    def job_dir(self, job: str) -> str:
+        return f"{self.jobs}/{job}"
+
+    @staticmethod
+    def job_run_state(job: str) -> str:
+        """A job's final state, also written to /run when the data disk is full."""
+        return f"/run/{JOB_UNIT_PREFIX}{job}.json"
+
+    def host_tool_argv(self, *args: str) -> list[str]:
+        """THE host tool's command line: `<data_dir>/bin/specfleet-host --data-dir <data_dir> ARGS...`."""
+        return [self.host_tool, "--data-dir", self.data_dir, *args]

@@ -1,0 +1,46 @@
+#!/bin/sh
+# The one status read of a specfleet host (facts.SpecfleetHost): everything the converge decides on, as
+# `key<TAB>value` lines, in one remote command. Read-only. Paths come from the environment (host/layout.py):
+# DATA CURRENT PREVIOUS RELEASES LOCK_OWNER UNIT GATE RECORD ACTIVE_JOB JOBS JOB_UNIT_PREFIX VALIDATED VENV,
+# and SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and
+# newline-separated lists of paths whose size / state to report and users whose groups to report).
+echo "arch	$(uname -m)"
+( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
+droot=
+if out=$(docker info --format '{{json .Runtimes}}{{"\n"}}{{.DefaultRuntime}}{{"\n"}}{{.DockerRootDir}}{{"\n"}}{{json .SecurityOptions}}' 2>&1); then
+  echo "docker	ok"; echo "runtimes	$(printf '%s\n' "$out" | sed -n 1p)"
+  echo "default_runtime	$(printf '%s\n' "$out" | sed -n 2p)"; droot=$(printf '%s\n' "$out" | sed -n 3p)
+  echo "docker_security	$(printf '%s\n' "$out" | sed -n 4p)"
+else echo "docker	$(printf '%s' "$out" | tail -n 1)"; fi
+echo "gpu_hook	$(command -v nvidia-container-runtime-hook 2>/dev/null)"
+echo "apparmor	$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)	$(grep -c '^docker-default ' /sys/kernel/security/apparmor/profiles 2>/dev/null)	$(command -v apparmor_parser 2>/dev/null)"
+echo "dpkg_busy	$(ps -eo comm= 2>/dev/null | grep -E -x 'apt|apt-get|aptitude|dpkg|unattended-upgr' | sort -u | tr '\n' ' ')"
+echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
+echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
+echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
+echo "current	$(basename "$(readlink "$CURRENT" 2>/dev/null)" 2>/dev/null)"
+echo "previous	$(cat "$PREVIOUS" 2>/dev/null)"
+echo "releases	$(ls "$RELEASES" 2>/dev/null | tr '\n' ' ')"
+echo "lock	$(cat "$LOCK_OWNER" 2>/dev/null)"
+echo "unit_sha256	$(sha256sum "$UNIT" 2>/dev/null | cut -d' ' -f1)"
+echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
+d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
+echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
+if [ -n "$droot" ]; then set -- $(df -PB1 "$d" "$droot" 2>/dev/null | awk 'NR>1{print $1, $4}')
+  [ "$#" -eq 4 ] && echo "docker_root	$4	$([ "$1" = "$3" ] && echo same || echo other)	$droot"; fi
+echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
+printf '%s\n' "$SIZES" | while IFS= read -r f; do [ -n "$f" ] || continue
+  s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
+printf '%s\n' "$FILES" | while IFS= read -r f; do [ -n "$f" ] || continue
+  if [ -L "$f" ]; then echo "file	link|$(readlink "$f")	$f"
+  elif [ -d "$f" ]; then echo "file	dir|$(stat -c '%a|%U|%G' "$f")	$f"
+  elif [ -f "$f" ]; then echo "file	file|$(stat -c '%a|%U|%G' "$f")|$(sha256sum "$f" | cut -d' ' -f1)	$f"; fi
+done
+printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
+  echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
+echo "gate	$(tr -d '\n' 2>/dev/null < "$GATE")"
+echo "current_release	$(tr -d '\n' 2>/dev/null < "$RECORD")"
+j=$(cat "$ACTIVE_JOB" 2>/dev/null); [ -n "$j" ] && echo "job	$j	$(systemctl is-active "$JOB_UNIT_PREFIX$j" 2>/dev/null)	$(sed -n 's/.*"key": "\([^"]*\)".*/\1/p' "$JOBS/$j/job.json" 2>/dev/null)"
+echo "validated	$(ls "$VALIDATED" 2>/dev/null | grep -e "^$CFG-" | tr '\n' ' ')"
+echo "hub_client	$(sed -n 's/^Version: //p' "$VENV"/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
+true

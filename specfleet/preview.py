@@ -1,0 +1,77 @@
+"""What a converge would do on each host, read without changing anything (`specfleet plan`): the status read a
+converge makes, the same decisions (steps/changes.py), reported per host."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+
+from . import runner
+from .steps._common import current_plan, host_status
+from .steps.changes import changes
+
+EXIT_UNREACHABLE, EXIT_CHANGES = 1, 10
+
+
+@deploy("Plan (read only)")
+def collect(out: dict):
+    """Read the host's status (the SpecfleetHost fact a converge reads) and decide what would change."""
+    plan = current_plan()
+    st = host_status(plan)
+    out[host.name] = (changes(plan), st.active == "active" and st.container_running)
+
+
+def read_changes(plans, hosts) -> tuple[dict, set[str]]:
+    """Per host: (Changes, serving) from one status read over pyinfra, read-only; and the unreachable hosts."""
+    out: dict = {}
+    failed = runner.run_on(plans, hosts, collect, out)
+    return out, failed
+
+
+def report(targets: list[str], found: dict, unreachable: set[str]) -> tuple[list[str], int]:
+    """The plan's lines and exit code (0 nothing would change, 10 something would, 1 a host is unreachable)."""
+    lines: list[str] = []
+    changed = 0
+    for h in targets:
+        if h in unreachable or h not in found:
+            lines.append(f"{h}: UNREACHABLE (status not read)")
+            continue
+        host_lines = describe(h, found[h])
+        changed += len(host_lines) > 1
+        lines += host_lines
+    restarts = [h for h in targets if h in found and found[h][1] and found[h][0].restart]
+    lines.append(f"\n{changed} of {len(targets)} host(s) would change; {len(restarts)} serving host(s) would restart"
+                 + ("; a converge restarts them all at once, specfleet rollout switches them in batches"
+                    if len(restarts) > 1 else ""))
+    if unreachable or len(found) < len(targets):
+        return lines, EXIT_UNREACHABLE
+    return lines, EXIT_CHANGES if changed else 0
+
+
+def describe(name: str, found) -> list[str]:
+    ch, serving = found
+    head = f"{name}: release {ch.current or '(none)'} -> {ch.release}" if ch.current != ch.release else f"{name}: release {ch.release}"
+    lines = ch.lines()
+    if not lines:
+        return [f"{head}: nothing to do"]
+    out = [f"{head}: {len(lines)} change(s)"]
+    restart = ch.restart
+    out.append("  restart: " + (f"yes ({'; '.join(restart)})" if restart else "no")
+               + ("" if serving or not restart else " (not serving now)"))
+    others = [why for kind, why in ch.switch if why not in restart]
+    if others:
+        out.append(f"  activate without restart: {'; '.join(others)}")
+    for f in ch.fetches:
+        out.append(f"  fetch {f.role} {f.repo}@{f.commit[:12]}: {f.files} file(s), {f.bytes:,} bytes"
+                   + (f" (+{f.links} draft link(s))" if f.links else ""))
+    if ch.pull:
+        out.append(f"  pull image {ch.pull}")
+    out.append(f"  unit rewrite: {'yes' if ch.unit_rewrite else 'no'}")
+    out.append(f"  token: {ch.token or 'unchanged'}")
+    if ch.users:
+        out.append(f"  docker group: add {', '.join(ch.users)}")
+    if ch.install:
+        out.append(f"  install {ch.install} in the fetch venv")
+    if ch.writes:
+        out.append(f"  write {len(ch.writes)} managed file(s): {', '.join(ch.writes[:6])}{' ...' if len(ch.writes) > 6 else ''}")
+    return out

@@ -1,0 +1,96 @@
+"""What a converge would change on a host, decided from the one status read the steps decide from.
+
+`pending` decides whether a converge takes the host's run lock; `specfleet plan` prints `changes`; the mirror's
+warm-up asks which hosts still fetch models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..plan import HostPlan
+from ._common import differs, host_status, hub_client_ok, missing, needs_validation, wanted_files
+from .service import RESTARTS, switch_checks
+
+
+@dataclass
+class Fetch:
+    role: str
+    repo: str
+    commit: str
+    files: int  # files to download into the snapshot
+    bytes: int
+    links: int  # draft hard links to (re)make (no download)
+
+
+@dataclass
+class Changes:
+    """What a converge would do on the host, decided from the one status read (the steps decide the same way)."""
+
+    current: str
+    release: str | None  # the plan's release (None: profile-less deploy)
+    switch: list[tuple[str, str]]  # (kind, why) from service.switch_checks
+    fetches: list[Fetch]
+    pull: str | None  # image to pull
+    token: str | None  # "write" / "remove"
+    users: list[str]  # added to the docker group
+    install: str | None  # hub client requirement to install
+    writes: list[str]  # other managed files/dirs/links (tools, encodings, release files) to write
+    validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
+
+    @property
+    def restart(self) -> list[str]:
+        return [why for kind, why in self.switch if kind in RESTARTS]
+
+    @property
+    def unit_rewrite(self) -> bool:
+        return any(kind == "unit" for kind, _ in self.switch)
+
+    def lines(self) -> list[str]:
+        out = [f"write {path}" for path in self.writes]
+        if self.token:
+            out.append(f"{self.token} the Hugging Face token file")
+        out += [f"add {u} to the docker group" for u in self.users]
+        if self.validate:
+            out.append(f"validate the config with {self.validate}'s own TensorRT-LLM (no cached verdict)")
+        if self.install:
+            out.append(f"install {self.install}")
+        if self.pull:
+            out.append(f"pull {self.pull}")
+        for f in self.fetches:
+            out.append(f"fetch {f.role} {f.repo}@{f.commit[:12]}: {f.files} file(s), {f.bytes:,} bytes"
+                       + (f", {f.links} draft link(s)" if f.links else ""))
+        out += [why for _, why in self.switch]
+        return out
+
+
+def changes(plan: HostPlan) -> Changes:
+    s, st, p = plan.settings, host_status(plan), plan.paths
+    token = None
+    if s.hf_token is None and p.token_file in st.files:
+        token = "remove"
+    elif s.hf_token is not None and differs(plan, p.token_file):
+        token = "write"
+    writes = [path for path in wanted_files(plan) if path != p.token_file and differs(plan, path)]
+    users = [u for u in s.operator_users if st.groups.get(u) and "docker" not in st.groups[u]]
+    fetches: list[Fetch] = []
+    switch: list[tuple[str, str]] = []
+    pull = None
+    if s.profile is not None:
+        pull = None if st.image_id else s.image
+        for role, pin in plan.pins.items():
+            todo = missing(plan, st, role)
+            if todo:
+                snap = [(path, size) for path, size in todo if "/snapshots/" in path]
+                fetches.append(Fetch(role, pin.repo, pin.commit, len(snap), sum(size for _, size in snap), len(todo) - len(snap)))
+        switch = switch_checks(plan)
+    return Changes(current=st.current, release=plan.release_id if s.profile is not None else None, switch=switch,
+                   fetches=fetches, pull=pull, token=token, users=users,
+                   install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
+                   validate=s.image if needs_validation(plan) else None)
+
+
+def pending(plan: HostPlan) -> list[str]:
+    """What a converge would change on the host, from the one status read (empty: nothing to do).
+
+    Decides whether a converge takes the host's run lock; `specfleet plan` prints it (via `changes`)."""
+    return changes(plan).lines()
