@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from .host.probes.overview import acceptance
 from .llm_options import deep_merge
 from .plan import HostPlan, build_plans
 from .profiles import PROFILES
@@ -65,7 +66,8 @@ def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
     for item in items:
         profile, _, rest = item.partition(":")
         if profile not in PROFILES:
-            raise ValueError(f"--variants: '{item}': unknown profile '{profile}' (allowed: {', '.join(sorted(PROFILES))})")
+            raise ValueError(f"--variants: '{item}': unknown profile '{profile}' "
+                             f"(allowed: {', '.join(sorted(PROFILES))})")
         if not rest:
             if ":" in item:
                 raise ValueError(f"--variants: '{item}': nothing after ':' (e.g. {profile}:max_draft_len=1,2)")
@@ -148,26 +150,6 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def acceptance(iterations: list[dict]) -> dict:
-    """Acceptance from TensorRT-LLM iteration stats: length = (accepted + requests with drafts) / requests with
-    drafts (summed over iterations, as py_executor computes it per iteration), rate = accepted / drafted."""
-    drafted = accepted = with_draft = 0
-    gpu_peak = 0
-    for it in iterations:
-        gpu_peak = max(gpu_peak, int(it.get("gpuMemUsage") or 0))
-        sd = it.get("specDecodingStats") or {}
-        drafted += int(sd.get("numDraftTokens") or 0)
-        accepted += int(sd.get("numAcceptedTokens") or 0)
-        with_draft += int(sd.get("numRequestsWithDraftTokens") or 0)
-    return {
-        "iterations": len(iterations), "draft_tokens": drafted, "accepted_tokens": accepted,
-        "requests_with_draft": with_draft,
-        "acceptance_length": (accepted + with_draft) / with_draft if with_draft else None,
-        "acceptance_rate": accepted / drafted if drafted else None,
-        "gpu_mem_peak_bytes": gpu_peak or None,
-    }
-
-
 def summarize_bucket(raw: dict) -> dict:
     """The figures of one variant x bucket from the load client's raw result."""
     reqs = [r for r in raw.get("requests", []) if not r.get("error")]
@@ -188,7 +170,8 @@ def summarize_bucket(raw: dict) -> dict:
                    "p90": percentile([r["ttft_s"] for r in reqs], 90)},
         "itl_s": {"mean": _mean(itl), "p50": percentile(itl, 50), "p90": percentile(itl, 90)},
         "tpot_s": {"mean": _mean(tpot)},
-        "latency_s": {"p50": percentile([r["e2e_s"] for r in reqs], 50), "p90": percentile([r["e2e_s"] for r in reqs], 90)},
+        "latency_s": {"p50": percentile([r["e2e_s"] for r in reqs], 50),
+                      "p90": percentile([r["e2e_s"] for r in reqs], 90)},
         "acceptance_length": acc["acceptance_length"], "acceptance_rate": acc["acceptance_rate"],
         "spec": acc, "mem_peak": mem,
     }
@@ -262,7 +245,8 @@ def plot(results: list[dict], path: Path, title: str) -> Path:
         for b, f in (r.get("buckets") or {}).items():
             if r["profile"] == "baseline":
                 continue
-            series.setdefault((r["profile"], b), []).append((r["max_draft_len"], f.get("speedup"), f.get("acceptance_length")))
+            series.setdefault((r["profile"], b), []).append(
+                (r["max_draft_len"], f.get("speedup"), f.get("acceptance_length")))
     for (profile, b), pts in sorted(series.items()):
         pts.sort()
         xs = [p[0] for p in pts]

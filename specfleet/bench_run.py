@@ -22,20 +22,20 @@ from . import runner
 from .bench import LOAD_TOOL, Variant, serve_url, variant_result
 from .plan import HostPlan
 from .steps import stage, switch, unlock
-from .steps._common import current_plan, host_status
 from .steps.jobs import host_job, run_on_host
+from .steps.state import current_plan, host_status
 
 
 @deploy("Bench: return to the release served before")
 def restore(targets: dict[str, str]):
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     target = targets.get(host.name)
     st = host_status(plan)
     if not target or (target == st.current and st.active == "active" and st.gate_passed(target)):
         return
     host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
-             argv=[p.host_tool, "--data-dir", s.data_dir, "activate", target, "--revert"])
+             argv=[layout.host_tool, "--data-dir", s.data_dir, "activate", target, "--revert"])
 
 
 @deploy("Bench: load")

@@ -2,24 +2,26 @@
 
 Package data, not a module to import: specfleet reads this file with importlib.resources (settings.py:
 load_defaults / default_comments). `specfleet vars` prints it as a table; tests/unit/test_readme.py keeps
-the README's table in step. Each variable has exactly one trailing comment.
+the README's table in step. Each variable has exactly one trailing comment, on the last line of its assignment
+(default_comments takes the text after the line's last `  # `, so a line too long for ruff carries `# noqa: E501`
+before that comment).
 
 Override them in your fleet project, lowest precedence first: these defaults < the project's
 group_data/all.py < the deploy's profile < inventory vars (all < parent group < child group < host).
 """
 
 # --- serving container -------------------------------------------------------------------------
-image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"  # container image that runs trtllm-serve (pulled only when missing on the host)
+image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"  # noqa: E501  # container image that runs trtllm-serve (pulled only when missing on the host)
 gpus = True  # pass --gpus=all and require the NVIDIA container runtime; false only on hosts without a GPU
-container_env = {}  # extra non-secret environment for the serving container, e.g. {"TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL": "1"}
-serve_host = "127.0.0.1"  # address trtllm-serve binds; it has no authentication, so loopback unless you put a proxy in front
+container_env = {}  # noqa: E501  # extra non-secret environment for the serving container, e.g. {"TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL": "1"}
+serve_host = "127.0.0.1"  # noqa: E501  # address trtllm-serve binds; it has no authentication, so loopback unless you put a proxy in front
 serve_port = 8000  # TCP port trtllm-serve listens on
-extra_llm_api_options = {}  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated for the image's TensorRT-LLM version)
+extra_llm_api_options = {}  # noqa: E501  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated for the image's TensorRT-LLM version)
 
 # --- models --------------------------------------------------------------------------------------
 target_revision = "main"  # branch, tag or commit of the target model; resolved once to a commit on the controller
 draft_revision = "main"  # branch, tag or commit of the draft model / EAGLE-3 head; resolved like target_revision
-hub_endpoint = "https://huggingface.co"  # Hugging Face Hub (or a Hub-compatible mirror) the hosts download from; a hub_mirror host's upstream; with a hub_mirror group the other hosts default to the mirror
+hub_endpoint = "https://huggingface.co"  # noqa: E501  # Hugging Face Hub (or a Hub-compatible mirror) the hosts download from; a hub_mirror host's upstream; with a hub_mirror group the other hosts default to the mirror
 controller_hub_endpoint = None  # Hub address the controller uses to resolve commits and sizes; None means hub_endpoint
 hf_token_required = True  # refuse to deploy without a Hugging Face token (HF_TOKEN or hf_token_file) on the controller
 hf_token_file = None  # controller path of a file holding the HF token; None reads the HF_TOKEN environment variable
@@ -28,32 +30,35 @@ hub_client_requirement = "huggingface_hub==2.4.0"  # pip requirement installed i
 pip_index_url = None  # PyPI mirror for the host's fetch virtualenv; None uses pip's default index
 
 # --- Hub mirror (hosts of the inventory group `hub_mirror`; deploys/hub_mirror.py) --------------------
-mirror_port = 8090  # TCP port of the fleet's Hub mirror (olah); the other hosts' hub_endpoint defaults to http://<mirror>:<port>
+mirror_port = 8090  # noqa: E501  # TCP port of the fleet's Hub mirror (olah); the other hosts' hub_endpoint defaults to http://<mirror>:<port>
 mirror_bind = "0.0.0.0"  # address the mirror's filtering socket binds on its host (an IP address)
 mirror_engine_port = 18090  # loopback port olah itself listens on, behind the filtering socket (systemd-socket-proxyd)
-mirror_allowed_networks = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]  # networks (CIDR) that may reach the mirror: IPAddressDeny=any + IPAddressAllow= on its systemd socket, enforced by the kernel
-mirror_address = None  # address the fleet hosts reach the mirror at; None: the mirror host's ansible_host/ssh_hostname, else its inventory name
+mirror_allowed_networks = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]  # noqa: E501  # networks (CIDR) that may reach the mirror: IPAddressDeny=any + IPAddressAllow= on its systemd socket, enforced by the kernel
+mirror_address = None  # noqa: E501  # address the fleet hosts reach the mirror at; None: the mirror host's ansible_host/ssh_hostname, else its inventory name
 mirror_cache_dir = "/var/lib/specfleet-mirror"  # mirror host directory for olah's cache, config, logs and virtualenv
-mirror_requirement = "olah==0.5.4"  # pip requirement of the mirror engine, installed in its own virtualenv from pip_index_url
+mirror_requirement = "olah==0.5.4"  # noqa: E501  # pip requirement of the mirror engine, installed in its own virtualenv from pip_index_url
 mirror_python = "python3"  # interpreter (Python >= 3.10) the mirror's virtualenv is made with
-hub_fallback = False  # a host that downloads from the mirror goes to the mirror's upstream Hub directly (with a warning) when the mirror is down or failed to warm; false: it refuses to stage and keeps serving
+hub_fallback = False  # noqa: E501  # a host that downloads from the mirror goes to the mirror's upstream Hub directly (with a warning) when the mirror is down or failed to warm; false: it refuses to stage and keeps serving
 
 # --- tiktoken encodings (gpt-oss / Harmony) ------------------------------------------------------
-tiktoken_base_url = "https://openaipublic.blob.core.windows.net/encodings"  # where hosts fetch the tiktoken files (point at a mirror if needed)
-tiktoken_sha256 = {"o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d", "cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"}  # expected SHA-256 of each encoding file
+tiktoken_base_url = "https://openaipublic.blob.core.windows.net/encodings"  # noqa: E501  # where hosts fetch the tiktoken files (point at a mirror if needed)
+tiktoken_sha256 = {
+    "o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}  # expected SHA-256 of each encoding file
 
 # --- host layout and users -----------------------------------------------------------------------
 data_dir = "/var/lib/specfleet"  # host directory for the model cache, encodings, releases and specfleet's host tools
 secrets_dir = "/etc/specfleet"  # host directory (root-only, 0700) holding the HF token file
 operator_users = []  # existing host users appended to the docker group (docker access is root-equivalent)
-disk_headroom_gb = 20  # free disk (GB) that must remain after the models still to fetch (and the image still to pull) are downloaded
-image_size_gb = 25  # disk (GB) the serving image takes once pulled; counted by the disk preflight while the image is still to pull (an estimate: check `docker system df` on a host that has it)
+disk_headroom_gb = 20  # noqa: E501  # free disk (GB) that must remain after the models still to fetch (and the image still to pull) are downloaded
+image_size_gb = 25  # noqa: E501  # disk (GB) the serving image takes once pulled; counted by the disk preflight while the image is still to pull (an estimate: check `docker system df` on a host that has it)
 
 # --- systemd service -----------------------------------------------------------------------------
 service_name = "specfleet-trtllm"  # systemd unit (and docker container) name
 restart_sec = 30  # systemd RestartSec: pause before restarting a crashed server
 start_limit_burst = 3  # systemd StartLimitBurst: starts allowed within start_limit_interval_sec before giving up
-start_limit_interval_sec = 3600  # systemd StartLimitIntervalSec: window for start_limit_burst (> burst x (restart_sec + load time))
+start_limit_interval_sec = 3600  # noqa: E501  # systemd StartLimitIntervalSec: window for start_limit_burst (> burst x (restart_sec + load time))
 stop_timeout_sec = 60  # seconds docker gives trtllm-serve to stop before killing it
 
 # --- readiness gate ------------------------------------------------------------------------------

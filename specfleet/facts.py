@@ -34,21 +34,27 @@ class HostStatus:
     free_bytes: int = 0
     image_id: str = ""
     sizes: dict[str, int] = field(default_factory=dict)  # path -> size (-1 missing)
-    files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> ("dir"|"file", mode, user, group[, sha256]) or ("link", target)
+    # path -> ("dir"|"file", mode, user, group[, sha256]) or ("link", target)
+    files: dict[str, tuple[str, ...]] = field(default_factory=dict)
     groups: dict[str, list[str] | None] = field(default_factory=dict)  # user -> groups (None: no such user)
     hub_client: str = ""  # huggingface_hub version in the fetch virtualenv
     gate: dict = field(default_factory=dict)  # gate.json: {"release", "result": running|passed|failed, "at", ...}
-    current_release: dict = field(default_factory=dict)  # current/release.json (what the host serves: config hash, models, image)
+    # current/release.json (what the host serves: config hash, models, image)
+    current_release: dict = field(default_factory=dict)
     job: tuple[str, str, str] | None = None  # the host's active job: (id, unit state, key)
     default_runtime: str = ""  # docker's default runtime (DGX OS 7 sets nvidia)
-    docker_security: str = ""  # docker info SecurityOptions (JSON), e.g. ["name=apparmor","name=seccomp,profile=default"]
+    # docker info SecurityOptions (JSON), e.g. ["name=apparmor","name=seccomp,profile=default"]
+    docker_security: str = ""
     docker_root: str = ""  # docker's root dir (DockerRootDir); "" if unknown
     docker_root_free: int = 0  # free bytes under docker_root
     docker_root_same_fs: bool | None = None  # docker_root on the same filesystem as data_dir (None: unknown)
     gpu_hook: str | None = None  # path of nvidia-container-runtime-hook ("": missing, None: not reported)
-    apparmor: tuple[str, str, str] | None = None  # (kernel AppArmor enabled Y/N, docker-default loaded count, apparmor_parser path)
-    dpkg_busy: list[str] = field(default_factory=list)  # running apt/dpkg/unattended-upgrades processes (they hold the dpkg lock)
-    validated: list[str] = field(default_factory=list)  # in-image validation verdicts for the config hash (validate_in_image)
+    # (kernel AppArmor enabled Y/N, docker-default loaded count, apparmor_parser path)
+    apparmor: tuple[str, str, str] | None = None
+    # running apt/dpkg/unattended-upgrades processes (they hold the dpkg lock)
+    dpkg_busy: list[str] = field(default_factory=list)
+    # in-image validation verdicts for the config hash (validate_in_image)
+    validated: list[str] = field(default_factory=list)
 
     def gate_passed(self, release: str) -> bool:
         return self.gate.get("release") == release and self.gate.get("result") == "passed"

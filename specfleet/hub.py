@@ -9,7 +9,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .settings import Problem, Settings
+from .problems import Problem
+from .settings import Settings
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -60,7 +61,8 @@ def resolve_pins(fleet: dict[str, Settings]) -> tuple[dict[str, dict[str, ModelP
         return {h: {} for h in fleet}, []
     answers_list = lookup(list(requests.values()), tokens)
     if isinstance(answers_list, str):
-        return {}, [Problem(h, "controller_hub_endpoint", f"Hub metadata lookup failed: {answers_list}") for h in wanted]
+        return {}, [Problem(h, "controller_hub_endpoint", f"Hub metadata lookup failed: {answers_list}")
+                    for h in wanted]
     answers = dict(zip(requests, answers_list))
     pins: dict[str, dict[str, ModelPin]] = {h: {} for h in fleet}
     problems: list[Problem] = []
@@ -78,7 +80,8 @@ def pin_of(role: str, repo: str, revision: str, answer: dict, ignore_patterns: t
     """A ModelPin from a lookup answer (or a lock entry of the same shape: commit, files [name, size, blob])."""
     return ModelPin(role=role, repo=repo, revision=revision, commit=answer["commit"],
                     files=tuple((f[0], int(f[1])) for f in answer["files"]), ignore_patterns=tuple(ignore_patterns),
-                    repo_bytes=int(answer["repo_bytes"]), blobs=tuple(f[2] if len(f) > 2 else "" for f in answer["files"]))
+                    repo_bytes=int(answer["repo_bytes"]),
+                    blobs=tuple(f[2] if len(f) > 2 else "" for f in answer["files"]))
 
 
 def lookup(requests: list[dict], tokens: list[str]) -> list[dict] | str:
@@ -100,8 +103,7 @@ def lookup(requests: list[dict], tokens: list[str]) -> list[dict] | str:
 def _lookup(req: dict, tokens: list[str]) -> dict:
     """One model at one revision: commit, needed files with sizes; or {"key", "error"} (runs in the child)."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
-                                        RevisionNotFoundError)
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
     from huggingface_hub.utils import filter_repo_objects
 
     token = tokens[req["token"]] if req["token"] >= 0 else None
@@ -122,12 +124,16 @@ def _lookup(req: dict, tokens: list[str]) -> dict:
         return {"key": "controller_hub_endpoint", "error": f"Hub error for {repo}: {str(exc).splitlines()[0]}"}
     except Exception as exc:  # network errors: unreachable endpoint, DNS, TLS
         first = str(exc).splitlines()[0] if str(exc) else ""
-        return {"key": "controller_hub_endpoint", "error": f"cannot reach {endpoint} for {repo}: {type(exc).__name__}: {first}"}
-    siblings = [(f.rfilename, int(f.size or 0), (f.lfs.sha256 if f.lfs else f.blob_id) or "") for f in (info.siblings or [])]
+        return {"key": "controller_hub_endpoint",
+                "error": f"cannot reach {endpoint} for {repo}: {type(exc).__name__}: {first}"}
+    siblings = [(f.rfilename, int(f.size or 0), (f.lfs.sha256 if f.lfs else f.blob_id) or "")
+                for f in (info.siblings or [])]
     for name, _, _ in siblings:  # names become host paths and lines of the status fact
-        if not name or name.startswith("/") or ".." in name.split("/") or any(ord(c) < 32 or ord(c) == 127 for c in name):
-            return {"key": req["key"], "error": f"{repo}@{revision} lists the file {name!r}, which is not a safe relative "
-                                               "path (no control characters, no leading /, no .. segment)"}
+        if (not name or name.startswith("/") or ".." in name.split("/")
+                or any(ord(c) < 32 or ord(c) == 127 for c in name)):
+            return {"key": req["key"],
+                    "error": f"{repo}@{revision} lists the file {name!r}, which is not a safe relative "
+                             "path (no control characters, no leading /, no .. segment)"}
     keep = set(filter_repo_objects([n for n, _, _ in siblings], ignore_patterns=req["ignore"] or None))
     return {"commit": info.sha, "files": sorted([n, sz, blob] for n, sz, blob in siblings if n in keep),
             "repo_bytes": sum(sz for _, sz, _ in siblings)}

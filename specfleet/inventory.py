@@ -77,7 +77,8 @@ def _read_yaml(path: Path) -> dict:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InventoryError(f"{where}: {line}not valid YAML: {problem}") from None
     if not isinstance(doc, dict) or not doc:
-        raise InventoryError(f"{where}: top level must be a mapping of groups, e.g. `all:` with `hosts:`/`children:`/`vars:`")
+        raise InventoryError(f"{where}: top level must be a mapping of groups, "
+                             "e.g. `all:` with `hosts:`/`children:`/`vars:`")
     return doc
 
 
@@ -88,7 +89,8 @@ def _with_top_level_groups(where: str, doc: dict) -> dict:
     if not isinstance(all_def, dict):
         raise InventoryError(f"{where}: all: must be a mapping with hosts/children/vars")
     all_def = dict(all_def)
-    children = dict(all_def.get("children") or {}) if isinstance(all_def.get("children") or {}, dict) else all_def.get("children")
+    children = (dict(all_def.get("children") or {}) if isinstance(all_def.get("children") or {}, dict)
+                else all_def.get("children"))
     if top:
         if not isinstance(children, dict):
             raise InventoryError(f"{where}: all.children: must be a mapping of group names")
@@ -130,7 +132,8 @@ class _Reader:
     def _parts(self, loc: str, definition: Any) -> tuple[dict, dict, dict]:
         where = self.where
         if not isinstance(definition, dict):
-            raise InventoryError(f"{where}: {loc}: a group must be a mapping with hosts/children/vars, got {type(definition).__name__}")
+            raise InventoryError(f"{where}: {loc}: a group must be a mapping with hosts/children/vars, "
+                                 f"got {type(definition).__name__}")
         unknown = sorted(set(definition) - set(GROUP_KEYS))
         if unknown:
             raise InventoryError(f"{where}: {loc}: unknown key '{unknown[0]}' (a group has only hosts, children, vars)")
@@ -169,10 +172,10 @@ class _Reader:
                 parents[c].add(g.name)
 
         def ancestors(g: str, seen: set[str]) -> set[str]:
-            for p in parents[g]:
-                if p not in seen:
-                    seen.add(p)
-                    ancestors(p, seen)
+            for parent in parents[g]:
+                if parent not in seen:
+                    seen.add(parent)
+                    ancestors(parent, seen)
             return seen
 
         membership: dict[str, set[str]] = {}

@@ -128,7 +128,8 @@ def _decoding_model(c: Contract, name: str, models: dict[str, type[BaseModel]]) 
         decoding_type=(Literal[name], ...), **{c.draft_field: draft_ann},
         **{k: _annotation(v, models) for k, v in fields.items()},
         __validators__={"_check": model_validator(mode="after")(check),
-                        "_v_path": field_validator(c.draft_field)(classmethod(lambda cls, v: None if v is None else check_path(v)))},
+                        "_v_path": field_validator(c.draft_field)(
+                            classmethod(lambda cls, v: None if v is None else check_path(v)))},
     )
     model._draft_keys = c.draft_keys
     return model

@@ -19,8 +19,9 @@ import yaml
 from . import registry
 from .hub import ModelPin, lookup, models_of, pin_of
 from .inventory import Inventory
+from .problems import Problem
 from .profiles import PROFILES
-from .settings import Problem, Settings, build_fleet
+from .settings import Settings, build_fleet
 
 LOCK_VERSION = 1
 LOCK_COMMAND = "specfleet lock inventory.py"
@@ -75,7 +76,8 @@ def read_lock(path: Path) -> Lock:
     except OSError as exc:
         raise LockError(f"{where}: cannot read the lock file: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise LockError(f"{where}: not valid YAML ({str(exc).splitlines()[0]}); regenerate it: {LOCK_COMMAND}") from None
+        raise LockError(f"{where}: not valid YAML ({str(exc).splitlines()[0]}); "
+                        f"regenerate it: {LOCK_COMMAND}") from None
     if not isinstance(doc, dict) or doc.get("version") != LOCK_VERSION:
         raise LockError(f"{where}: not a specfleet lock file of version {LOCK_VERSION}; regenerate it: {LOCK_COMMAND}")
     lock = Lock()
@@ -89,9 +91,11 @@ def read_lock(path: Path) -> Lock:
                 lock.models[(str(repo), str(revision))] = LockedModel(
                     commit, tuple(str(p) for p in e.get("ignore_patterns") or ()), files, int(e.get("repo_bytes", 0)))
         for ref, e in (doc.get("images") or {}).items():
-            lock.images[str(ref)] = {"image_digest": e.get("image_digest"), **({"note": e["note"]} if e.get("note") else {})}
+            note = {"note": e["note"]} if e.get("note") else {}
+            lock.images[str(ref)] = {"image_digest": e.get("image_digest"), **note}
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise LockError(f"{where}: malformed entry ({type(exc).__name__}: {exc}); regenerate it: {LOCK_COMMAND}") from None
+        raise LockError(f"{where}: malformed entry ({type(exc).__name__}: {exc}); "
+                        f"regenerate it: {LOCK_COMMAND}") from None
     return lock
 
 
@@ -209,7 +213,6 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
     is empty) are resolved again and old -> new is reported. With `prune`, entries no host uses are dropped.
     With `skip_unknown_revisions` (locking every profile), a revision a repo does not have is a note, not an error:
     a host's draft_revision names a revision of ITS profile's draft, which other profiles' drafts lack."""
-    digest_of = digest_of or registry.resolve_digest
     path = lock_path(fleet_file)
     old = Lock()
     if path.exists():
@@ -222,8 +225,27 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
         return LockResult([], [f"--upgrade {name}: no host of the fleet uses this model repo or image "
                                f"(repos: {', '.join(sorted({r for s in _all(fleets) for r in _refs(s)}))})"
                                for name in unknown])
-
     # 1. models: one lookup per (repo, revision) the fleet needs
+    tokens, requests, ignore_of = _model_requests(fleets, old, upgrade, only)
+    answers, notes, errors = _look_up_models(requests, tokens, ignore_of, skip_unknown_revisions)
+    if errors:
+        return LockResult([], errors)
+    new = Lock(models={} if prune else dict(old.models), images={} if prune else dict(old.images))
+    lines = notes + _lock_models(new, old, answers, ignore_of, upgrade, only)
+    # 2. images: the registry digest of each reference (null, said out loud, when it is in no registry)
+    lines += _lock_images(new, old, fleets, upgrade, only, digest_of or registry.resolve_digest)
+    if prune:
+        gone = sorted(set(old.models) - set(new.models))
+        lines += [f"{repo} ({revision}): removed (no host uses it)" for repo, revision in gone]
+    write_lock(path, new, Path(fleet_file).name)
+    lines.append(f"wrote {shown(path)} ({len(new.models)} model pins, {len(new.images)} images): commit it")
+    return LockResult(lines, [], path)
+
+
+def _model_requests(fleets: dict[str, dict[str, Settings]], old: Lock, upgrade: bool, only: tuple[str, ...]
+                    ) -> tuple[list[str], dict[tuple[str, str], dict], dict[tuple[str, str], tuple[str, ...]]]:
+    """(tokens, requests, ignore_of): a Hub lookup per (repo, revision) the fleet needs that the old lock does not
+    answer (or that is upgraded), each naming its token by index; the ignore patterns of every (repo, revision)."""
     tokens: list[str] = []
     requests: dict[tuple[str, str], dict] = {}
     ignore_of: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -238,30 +260,45 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
             ignore = tuple(model["ignore_patterns"])
             ignore_of[k] = ignore
             kept = old.models.get(k)
-            if kept is not None and not (upgrade and _wanted(model["repo"], only)) and kept.ignore_patterns == ignore:
+            moving = upgrade and _wanted(model["repo"], only)
+            if kept is not None and not moving and kept.ignore_patterns == ignore:
                 continue
-            at = kept.commit if kept is not None and not (upgrade and _wanted(model["repo"], only)) else revision
+            at = kept.commit if kept is not None and not moving else revision
             requests[k] = {"endpoint": s.controller_endpoint, "repo": model["repo"], "revision": at,
                            "token": tokens.index(token) if token else -1, "ignore": list(ignore),
                            "page": f"{s.hub_endpoint}/{model['repo']}", "key": key, "host": s.host}
-    answers: dict[tuple[str, str], dict] = {}
-    notes: list[str] = []
-    if requests:
-        got = lookup([{k: v for k, v in r.items() if k != "host"} for r in requests.values()], tokens)
-        if isinstance(got, str):
-            return LockResult([], [f"Hub metadata lookup failed: {got}"])
-        answers = dict(zip(requests, got))
-        errors = [f"{requests[k]['host']}: {a['key']}: {a['error']}" for k, a in answers.items() if "error" in a
-                  and not (skip_unknown_revisions and a["key"] in REVISION_KEYS)]
-        if errors:
-            return LockResult([], errors)
-        for k, a in list(answers.items()):
-            if "error" in a:  # a revision one profile's repo does not have (e.g. an EAGLE-3 draft_revision under draft_target)
-                notes.append(f"{requests[k]['host']}: {a['key']}: {a['error']}: not locked (deploys needing it are refused)")
-                del answers[k], ignore_of[k]
+    return tokens, requests, ignore_of
 
-    new = Lock(models={} if prune else dict(old.models), images={} if prune else dict(old.images))
-    lines: list[str] = list(notes)
+
+def _look_up_models(requests: dict[tuple[str, str], dict], tokens: list[str],
+                    ignore_of: dict[tuple[str, str], tuple[str, ...]], skip_unknown_revisions: bool
+                    ) -> tuple[dict[tuple[str, str], dict], list[str], list[str]]:
+    """(answers, notes, errors) of the Hub for `requests`. A revision skipped (skip_unknown_revisions) is a note, and
+    leaves `ignore_of`: it is not locked."""
+    if not requests:
+        return {}, [], []
+    got = lookup([{k: v for k, v in r.items() if k != "host"} for r in requests.values()], tokens)
+    if isinstance(got, str):
+        return {}, [], [f"Hub metadata lookup failed: {got}"]
+    answers = dict(zip(requests, got))
+    errors = [f"{requests[k]['host']}: {a['key']}: {a['error']}" for k, a in answers.items() if "error" in a
+              and not (skip_unknown_revisions and a["key"] in REVISION_KEYS)]
+    if errors:
+        return {}, [], errors
+    notes: list[str] = []
+    for k, a in list(answers.items()):
+        # a revision one profile's repo does not have (e.g. an EAGLE-3 draft_revision under draft_target)
+        if "error" in a:
+            notes.append(f"{requests[k]['host']}: {a['key']}: {a['error']}: "
+                         "not locked (deploys needing it are refused)")
+            del answers[k], ignore_of[k]
+    return answers, notes, []
+
+
+def _lock_models(new: Lock, old: Lock, answers: dict[tuple[str, str], dict],
+                 ignore_of: dict[tuple[str, str], tuple[str, ...]], upgrade: bool, only: tuple[str, ...]) -> list[str]:
+    """Every (repo, revision) of `ignore_of` into `new`: the Hub's answer, else the old entry. Lines: what moved."""
+    lines: list[str] = []
     for k in sorted(ignore_of):
         repo, revision = k
         before = old.models.get(k)
@@ -279,8 +316,14 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
         elif upgrade and _wanted(repo, only):
             lines.append(f"{label}: {before.commit[:12]} -> {now.commit[:12]}" if before.commit != now.commit
                          else f"{label}: unchanged ({now.commit[:12]})")
+    return lines
 
-    # 2. images: the registry digest of each reference (null, said out loud, when it is in no registry)
+
+def _lock_images(new: Lock, old: Lock, fleets: dict[str, dict[str, Settings]], upgrade: bool,
+                 only: tuple[str, ...], digest_of) -> list[str]:
+    """Every image reference of the fleet into `new`: the old entry, else (or upgraded) the registry's digest, or
+    null with a note when it is in no registry. Lines: what moved, and what is not pinned."""
+    lines: list[str] = []
     for ref in sorted({s.image for s in _all(fleets)}):
         before = old.images.get(ref)
         redo = upgrade and _wanted(ref, only)
@@ -303,12 +346,7 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
         except registry.NotPinned as exc:
             new.images[ref] = {"image_digest": None, "note": f"not pinned: {exc}"}
             lines.append(f"image {ref}: not in a registry, not pinned ({exc})")
-    if prune:
-        gone = sorted(set(old.models) - set(new.models))
-        lines += [f"{repo} ({revision}): removed (no host uses it)" for repo, revision in gone]
-    write_lock(path, new, Path(fleet_file).name)
-    lines.append(f"wrote {shown(path)} ({len(new.models)} model pins, {len(new.images)} images): commit it")
-    return LockResult(lines, [], path)
+    return lines
 
 
 def _all(fleets: dict[str, dict[str, Settings]]):

@@ -1,12 +1,7 @@
-"""The fleet's Hub mirror as files (pure): its layout on the mirror host, the units and olah's config rendered from the
-validated settings, and the URL the fleet reaches it at. The mirror's status read, warm-up and deploy are in
-mirror.py and steps/mirror.py.
+"""The fleet's Hub mirror as files (pure): the units and olah's config rendered from the validated settings, and the
+URL the fleet reaches it at. Its layout on the mirror host (everything under mirror_cache_dir, and the units) is
+host/layout.py's MirrorLayout. The mirror's status read, warm-up and deploy are in mirror.py and steps/mirror.py.
 
-Layout on the mirror host (everything under mirror_cache_dir):
-    venv/        olah, pinned (mirror_requirement), from pip_index_url
-    olah.toml    olah's config (upstream = the mirror host's hub_endpoint)
-    repos/       olah's cache: files/models/<org>/<repo>/resolve/<commit>/<file> (written by the service user)
-    logs/        olah's logs
 Units: specfleet-hub-mirror.service (olah on 127.0.0.1:mirror_engine_port), specfleet-hub-mirror-proxy.socket
 (mirror_bind:mirror_port, IPAddressDeny=any + IPAddressAllow=mirror_allowed_networks) and
 specfleet-hub-mirror-proxy.service (systemd-socket-proxyd relaying accepted connections to olah).
@@ -15,30 +10,14 @@ specfleet-hub-mirror-proxy.service (systemd-socket-proxyd relaying accepted conn
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-import jinja2
+from .host.layout import MIRROR_UNIT, MirrorLayout
+from .render import ENV, systemd_args, systemd_word
+from .settings import Settings
+from .topology import mirror_url
 
-from .render import TEMPLATES, systemd_args, systemd_word
-from .settings import Settings, mirror_url
-
-NAME = "specfleet-hub-mirror"  # systemd unit names (olah; -proxy.socket / -proxy.service in front of it)
+NAME = MIRROR_UNIT  # systemd unit names (olah; -proxy.socket / -proxy.service in front of it)
 USER = "specfleet-mirror"  # system user olah runs as (owns repos/ and logs/, nothing else)
-UNIT_DIR = "/etc/systemd/system"
-
-
-@dataclass(frozen=True)
-class MirrorPaths:
-    cache_dir: str
-
-    venv = property(lambda self: f"{self.cache_dir}/venv")
-    python = property(lambda self: f"{self.cache_dir}/venv/bin/python")
-    config = property(lambda self: f"{self.cache_dir}/olah.toml")
-    repos = property(lambda self: f"{self.cache_dir}/repos")
-    logs = property(lambda self: f"{self.cache_dir}/logs")
-    service = property(lambda self: f"{UNIT_DIR}/{NAME}.service")
-    socket = property(lambda self: f"{UNIT_DIR}/{NAME}-proxy.socket")
-    proxy = property(lambda self: f"{UNIT_DIR}/{NAME}-proxy.service")
 
 
 def upstream_parts(endpoint: str) -> tuple[str, str, str]:
@@ -54,21 +33,16 @@ def advertised_url(s: Settings, connection: dict) -> str:
     return mirror_url({"mirror_address": s.mirror_address, "mirror_port": s.mirror_port}, connection, s.host)
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=TEMPLATES, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              autoescape=False)
-
-
 def _listen(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def mirror_files(s: Settings, connection: dict) -> dict[str, str]:
     """Host path -> content of every file the mirror deploy writes (no secret in any of them)."""
-    p = MirrorPaths(s.mirror_cache_dir)
+    p = MirrorLayout(s.mirror_cache_dir)
     scheme, netloc, lfs = upstream_parts(s.hub_endpoint)
     mirror_netloc = advertised_url(s, connection).split("://", 1)[1]
-    env = _env()
+    env = ENV  # one environment per process: each template compiled once
     q = json.dumps  # TOML basic strings: the validated values need no escapes beyond JSON's
     config = env.get_template("olah.toml.j2").render(
         host=q("127.0.0.1"), port=s.mirror_engine_port, hf_scheme=q(scheme), hf_netloc=q(netloc),

@@ -15,14 +15,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hub import ModelPin, resolve_pins
-from .lockfile import pins_from_lock
-from .inventory import Inventory, InventoryError, load_inventory
-from .mirror_files import advertised_url
 from .host.layout import Layout
-from .render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
+from .hub import ModelPin, resolve_pins
+from .inventory import Inventory, InventoryError, load_inventory
+from .lockfile import pins_from_lock
+from .mirror_files import advertised_url
+from .problems import Problem
 from .project import project_dir, use_project
-from .settings import MIRROR_GROUP, Problem, Settings, build_fleet, split_vars
+from .render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
+from .settings import Settings, build_fleet
+from .topology import MIRROR_GROUP
+from .tunables import split_vars
 
 DEFAULT_INVENTORY = "inventory/fleet.yml"
 EXIT_INVALID = 2
@@ -43,9 +46,11 @@ class HostPlan:
     pins: dict[str, ModelPin] = field(default_factory=dict)
     image_digest: str | None = None  # the lock's registry digest of the image (None: not in a registry, run by tag)
     is_mirror: bool = False  # a host of the hub_mirror group: runs the fleet's Hub mirror, serves no model
-    mirror_url: str | None = None  # the hub_mirror group's (first) mirror; hosts whose hub_endpoint it is wait for its warm-up
+    # the hub_mirror group's (first) mirror; hosts whose hub_endpoint it is wait for its warm-up
+    mirror_url: str | None = None
     mirror_name: str | None = None  # that mirror's inventory name
-    hub_upstream: str | None = None  # that mirror's upstream Hub (its hub_endpoint): where hub_fallback goes when it is down
+    # that mirror's upstream Hub (its hub_endpoint): where hub_fallback goes when it is down
+    hub_upstream: str | None = None
     mirror_down: bool = False  # set by `specfleet rollout` when the mirror failed its warm-up phase
     # Values derived from (settings, pins), computed once. pyinfra hands out a shallow copy of host data on every
     # access, so the memo is a dict that all those copies share.
@@ -144,14 +149,16 @@ def load_inventory_or_fail(path: Path | None = None) -> Inventory:
     if not path.exists():
         hint = ("set SPECFLEET_INVENTORY to your fleet file" if "SPECFLEET_INVENTORY" not in os.environ
                 else "SPECFLEET_INVENTORY names a file that does not exist")
-        raise PlanError([f"{path}: inventory not found ({hint}; `specfleet init DIR` writes a project with an example fleet file)"])
+        raise PlanError([f"{path}: inventory not found "
+                         f"({hint}; `specfleet init DIR` writes a project with an example fleet file)"])
     try:
         return load_inventory(path)
     except InventoryError as exc:
         raise PlanError([str(exc)]) from None
 
 
-def fleet_plans(inventory_file: str, profile: str | None = None, resolve: bool = False) -> tuple[Inventory, dict[str, HostPlan]]:
+def fleet_plans(inventory_file: str, profile: str | None = None,
+                resolve: bool = False) -> tuple[Inventory, dict[str, HostPlan]]:
     """What every read-only command starts from: the project of `inventory_file`, its fleet file and one validated
     plan per host (pins from the lock unless `resolve`). Bad input raises PlanError (one line per problem)."""
     use_project(inventory_file)
@@ -169,11 +176,12 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     `overrides` (pyinfra's `--data key=value`) beat every inventory level and are validated like them.
     `deploying`: a pyinfra deploy run (then hub_mirror hosts need the token, as profile runs do)."""
     if overrides:
-        inventory = dataclasses.replace(inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()},
-                                        explicit={h: set(inventory.explicit.get(h, ())) | set(overrides) for h in inventory.hosts})
+        inventory = dataclasses.replace(
+            inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()},
+            explicit={h: set(inventory.explicit.get(h, ())) | set(overrides) for h in inventory.hosts})
     fleet, problems = build_fleet(inventory, profile, deploying=deploying)
     if problems:
-        raise PlanError([str(p) for p in problems])
+        raise PlanError([str(problem) for problem in problems])
     mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
     plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0], is_mirror=h in mirrors)
              for h, s in fleet.items()}
@@ -198,7 +206,8 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
             plan.pins = pins[host]
             plan.image_digest = digests.get(host)
             if plan.image_digest:  # pulled and run by digest: a moved tag never changes a host silently
-                plan.settings = plan.settings.model_copy(update={"image": pinned_image(plan.settings.image, plan.image_digest)})
+                plan.settings = plan.settings.model_copy(
+                    update={"image": pinned_image(plan.settings.image, plan.image_digest)})
     return plans
 
 
@@ -213,9 +222,9 @@ def pinned_image(image: str, digest: str) -> str:
 
 def _dedupe(problems: list[Problem]) -> list[str]:
     seen: list[str] = []
-    for p in problems:
-        if str(p) not in seen:
-            seen.append(str(p))
+    for problem in problems:
+        if str(problem) not in seen:
+            seen.append(str(problem))
     return seen
 
 
@@ -224,7 +233,8 @@ def profile_from_argv(argv: list[str]) -> tuple[str | None, list[str]]:
     deploys = [a for a in argv[1:] if a.endswith(".py") and Path(a).is_file() and Path(a).name != "inventory.py"]
     profiles = {deploy_profile(d) for d in deploys}
     if len(profiles) > 1:
-        raise PlanError([f"{', '.join(deploys)}: deploy files with different profiles ({', '.join(map(str, profiles))}) cannot run together"])
+        raise PlanError([f"{', '.join(deploys)}: deploy files with different profiles "
+                         f"({', '.join(map(str, profiles))}) cannot run together"])
     return (profiles.pop() if profiles else None), deploys
 
 
@@ -234,7 +244,8 @@ def data_overrides(argv: list[str]) -> dict:
     reads them here to validate them and build the plan with them (e.g. `--data rollback_to=r-...`)."""
     out: dict = {}
     for i, arg in enumerate(argv):
-        item = argv[i + 1] if arg == "--data" and i + 1 < len(argv) else arg[len("--data="):] if arg.startswith("--data=") else None
+        item = (argv[i + 1] if arg == "--data" and i + 1 < len(argv)
+                else arg[len("--data="):] if arg.startswith("--data=") else None)
         if item is None or "=" not in item:
             continue
         key, value = item.split("=", 1)
@@ -265,7 +276,8 @@ def pyinfra_groups(argv: list[str] | None = None, project: str | None = None) ->
     try:
         profile, deploys = profile_from_argv(argv)
         inventory = load_inventory_or_fail()
-        plans = build_plans(inventory, profile, resolve=bool(deploys), overrides=data_overrides(argv), deploying=bool(deploys))
+        plans = build_plans(inventory, profile, resolve=bool(deploys), overrides=data_overrides(argv),
+                            deploying=bool(deploys))
     except PlanError as exc:
         for line in exc.lines:
             print(f"specfleet: {line}", file=sys.stderr)

@@ -7,8 +7,8 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from . import runner
-from .steps._common import current_plan, host_status
 from .steps.changes import changes
+from .steps.state import current_plan, host_status
 
 EXIT_UNREACHABLE, EXIT_CHANGES = 1, 10
 
@@ -50,7 +50,8 @@ def report(targets: list[str], found: dict, unreachable: set[str]) -> tuple[list
 
 def describe(name: str, found) -> list[str]:
     ch, serving = found
-    head = f"{name}: release {ch.current or '(none)'} -> {ch.release}" if ch.current != ch.release else f"{name}: release {ch.release}"
+    head = (f"{name}: release {ch.current or '(none)'} -> {ch.release}" if ch.current != ch.release
+            else f"{name}: release {ch.release}")
     lines = ch.lines()
     if not lines:
         return [f"{head}: nothing to do"]
@@ -61,9 +62,7 @@ def describe(name: str, found) -> list[str]:
     others = [why for kind, why in ch.switch if why not in restart]
     if others:
         out.append(f"  activate without restart: {'; '.join(others)}")
-    for f in ch.fetches:
-        out.append(f"  fetch {f.role} {f.repo}@{f.commit[:12]}: {f.files} file(s), {f.bytes:,} bytes"
-                   + (f" (+{f.links} draft link(s))" if f.links else ""))
+    out += [f"  {f.line()}" for f in ch.fetches]
     if ch.pull:
         out.append(f"  pull image {ch.pull}")
     out.append(f"  unit rewrite: {'yes' if ch.unit_rewrite else 'no'}")
@@ -73,5 +72,6 @@ def describe(name: str, found) -> list[str]:
     if ch.install:
         out.append(f"  install {ch.install} in the fetch venv")
     if ch.writes:
-        out.append(f"  write {len(ch.writes)} managed file(s): {', '.join(ch.writes[:6])}{' ...' if len(ch.writes) > 6 else ''}")
+        out.append(f"  write {len(ch.writes)} managed file(s): "
+                   f"{', '.join(ch.writes[:6])}{' ...' if len(ch.writes) > 6 else ''}")
     return out

@@ -7,7 +7,7 @@ passes its own file; `specfleet check/render/rollout/releases INVENTORY_FILE` us
 the current directory (`pytest tests/infra`). From the project specfleet reads:
 
 - the fleet file: $SPECFLEET_INVENTORY (relative to the current directory), else inventory/fleet.yml;
-- the user's overrides of the packaged defaults: group_data/all.py (settings.load_overrides).
+- the user's overrides of the packaged defaults: group_data/all.py (tunables.load_overrides).
 
 Everything else (defaults, profiles, templates, the testinfra checks) is package data.
 """

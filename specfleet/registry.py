@@ -117,7 +117,8 @@ def resolve_digest(ref: str, timeout: float = 15.0) -> str:
             digest = resp.headers.get("Docker-Content-Digest", "")
         if not _DIGEST.fullmatch(digest):
             with ask("GET") as resp:
-                digest = resp.headers.get("Docker-Content-Digest", "") or "sha256:" + hashlib.sha256(resp.read()).hexdigest()
+                digest = (resp.headers.get("Docker-Content-Digest", "")
+                          or "sha256:" + hashlib.sha256(resp.read()).hexdigest())
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403, 404):
             raise NotPinned(f"{image.registry} has no {image.name}:{image.tag} anonymous pulls can see "

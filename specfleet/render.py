@@ -38,7 +38,7 @@ def config_yaml(s: Settings) -> str:
 
 
 def docker_run_args(s: Settings) -> list[str]:
-    p = Layout.of(s)
+    layout = Layout.of(s)
     args = ["--rm", "--name", s.service_name, "--init"]
     if s.gpus:
         args.append("--gpus=all")
@@ -49,12 +49,12 @@ def docker_run_args(s: Settings) -> list[str]:
     env.update(s.container_env)
     for key, value in env.items():
         args += ["-e", f"{key}={value}"]
-    args += ["-v", f"{p.hf_home}:{CONTAINER_HF_HOME}:ro"]
+    args += ["-v", f"{layout.hf_home}:{CONTAINER_HF_HOME}:ro"]
     if s.draft_container_dir:
-        args += ["-v", f"{p.current_file(DRAFT_LINK)}:{s.draft_container_dir.rstrip('/')}:ro"]
-    args += ["-v", f"{p.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
+        args += ["-v", f"{layout.current_file(DRAFT_LINK)}:{s.draft_container_dir.rstrip('/')}:ro"]
+    args += ["-v", f"{layout.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
     if s.profile and s.profile["tiktoken"]:
-        args += ["-v", f"{p.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
+        args += ["-v", f"{layout.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
     return args
 
 
@@ -95,9 +95,9 @@ def systemd_args(args: list[str]) -> str:
 
 
 def unit_text(s: Settings) -> str:
-    p = Layout.of(s)
+    layout = Layout.of(s)
     return ENV.get_template("trtllm-serve.service.j2").render(
-        profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=p.current,
+        profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
         docker_args=systemd_args(docker_run_args(s)), serve_args=systemd_args(serve_args(s)),
         start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
@@ -128,14 +128,14 @@ def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, 
     Release files are written under releases/<id>/ and reached through the `current` link. `release`: the
     plan's already rendered release (plan.Rendered), so a host's files are rendered once.
     """
-    p = Layout.of(s)
+    layout = Layout.of(s)
     files = {}
     if s.profile is not None:
         files = {
-            p.current_file(CONFIG_FILE): release.config if release else config_yaml(s),
-            p.current_file(f"{s.service_name}.service"): release.unit if release else unit_text(s),
-            p.current_file(SMOKE_FILE): release.smoke if release else smoke_request(s),
+            layout.current_file(CONFIG_FILE): release.config if release else config_yaml(s),
+            layout.current_file(f"{s.service_name}.service"): release.unit if release else unit_text(s),
+            layout.current_file(SMOKE_FILE): release.smoke if release else smoke_request(s),
         }
     if s.hf_token is not None:
-        files[p.token_file] = token_text(s, redact)
+        files[layout.token_file] = token_text(s, redact)
     return files

@@ -3,14 +3,14 @@
 specfleet's schema (llm_options.py) refuses bad options on the controller, but it is a copy: the
 authority is the TensorRT-LLM inside the image the host will run. So the release step runs, on the host,
 a short container of that image (`docker run --rm --network none --entrypoint python3 -v
-<release>/extra-llm-api-config.yml:CONTAINER_CONFIG:ro IMAGE -c SCRIPT`, SCRIPT being host/probes/validate_config.py), which does with the file what
-`trtllm-serve --extra_llm_api_options` (or `--config`) does in tensorrt_llm/commands/serve.py
-(NVIDIA/TensorRT-LLM): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
+<release>/extra-llm-api-config.yml:CONTAINER_CONFIG:ro IMAGE -c SCRIPT`, SCRIPT being host/probes/validate_config.py),
+which does with the file what `trtllm-serve --extra_llm_api_options` (or `--config`) does in
+tensorrt_llm/commands/serve.py (NVIDIA/TensorRT-LLM): `yaml.safe_load` it, merge it into trtllm-serve's llm args with
 `update_llm_args_with_extra_dict` (which turns the config blocks into their classes), then build the PyTorch
 backend's args, `TorchLlmArgs(**args)`; the module and both names are the version's (trtllm_versions.py, read
-from upstream per version, passed to the script as arguments; what `LLM(**llm_args)` builds for `--backend pytorch`; its models are strict,
-`extra="forbid"`). The model is a dummy id (validate_config.MODEL): building the args loads no weights, and
-`--network none` keeps anything from downloading. No GPU is used; with `gpus: true` the container gets
+from upstream per version, passed to the script as arguments; what `LLM(**llm_args)` builds for `--backend pytorch`;
+its models are strict, `extra="forbid"`). The model is a dummy id (validate_config.MODEL): building the args loads no
+weights, and `--network none` keeps anything from downloading. No GPU is used; with `gpus: true` the container gets
 `--gpus=all` only so the image's CUDA libraries load as they do in the service.
 
 The script prints one line as its last line: `OK`, or `<ExceptionType>: <message>` (pydantic's multi-line
@@ -64,7 +64,8 @@ def host_command(host_name: str, data_dir: str, config_path: str, config: str, i
     vdir = Layout(data_dir).validated
     refused = f"{host_name}: extra_llm_api_options: refused by {image}'s own TensorRT-LLM: "
     docker = (["docker", "run", "--rm", "--network", "none"] + (["--gpus=all"] if gpus else [])
-              + ["--entrypoint", "python3", "-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image, *script_args(contract)])
+              + ["--entrypoint", "python3", "-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image,
+                 *script_args(contract)])
     return (
         f"id=$(docker image inspect --format '{{{{.Id}}}}' {q(image)}) || exit 1; "
         f"v={q(vdir + '/' + config_key(config))}-$(printf '%s' \"${{id#sha256:}}\" | cut -c1-12); "

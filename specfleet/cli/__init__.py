@@ -35,8 +35,9 @@ def main() -> None:
 @main.command()
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
 @click.argument("deploy_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--hub", is_flag=True, help="Resolve model commits and check gated access on the Hub now (controller only) "
-                                          "instead of reading pins from the lock file.")
+@click.option("--hub", is_flag=True,
+              help="Resolve model commits and check gated access on the Hub now (controller only) "
+                   "instead of reading pins from the lock file.")
 def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
     """Validate every host for DEPLOY_FILE without contacting any host.
 
@@ -48,7 +49,8 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
     click.echo(f"{len(plans)} host(s) valid for {deploy_file} [{profile}]: {', '.join(plans)}")
     for host, plan in plans.items():
         for role, pin in plan.pins.items():
-            click.echo(f"  {host}: {role} {pin.repo}@{pin.commit[:12]} ({len(pin.files)} files, {pin.size / 1e9:.2f} GB)")
+            click.echo(f"  {host}: {role} {pin.repo}@{pin.commit[:12]} "
+                       f"({len(pin.files)} files, {pin.size / 1e9:.2f} GB)")
 
 
 @main.command()

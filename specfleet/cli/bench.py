@@ -38,14 +38,14 @@ def _log(msg: str) -> None:
 
 @click.command()
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--variants", "variant_specs", multiple=True, required=True,
-              help="Variants, e.g. 'baseline eagle3:max_draft_len=1,2,3 draft_target:max_draft_len=2,4' "
-                   "(space-separated, or repeat --variants).")
+@click.option("--variants", "variant_specs", multiple=True, required=True, help="Variants, e.g. 'baseline "
+              "eagle3:max_draft_len=1,2,3 draft_target:max_draft_len=2,4' (space-separated, or repeat --variants).")
 @click.option("--limit", default=DEFAULT_GROUP, show_default=True, help="Bench hosts or groups (comma-separated).")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True)
 @click.option("--requests", "n_requests", type=click.IntRange(1, 10000), default=8, show_default=True,
               help="Measured requests per bucket (after the warm-up).")
-@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True, help="Warm-up requests per bucket (not measured).")
+@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
+              help="Warm-up requests per bucket (not measured).")
 @click.option("--buckets", default="short,medium,long", show_default=True, help="Prompt-length buckets to run.")
 @click.option("--max-tokens", type=click.IntRange(1, 65536), default=256, show_default=True)
 @click.option("--temperature", type=float, default=0.0, show_default=True)
@@ -71,13 +71,13 @@ def bench(inventory_file, variant_specs, limit, concurrency, n_requests, warmup,
         inventory = load_inventory_or_fail()
         hosts = select(inventory.hosts, inventory.groups, limit)
         if not hosts:
-            raise PlanError([f"--limit {limit}: matches no host of the inventory"
-                             + (" (add a `bench` group to the fleet file or pass --limit)" if limit == DEFAULT_GROUP else "")])
+            raise PlanError([f"--limit {limit}: matches no host of the inventory" + (
+                " (add a `bench` group to the fleet file or pass --limit)" if limit == DEFAULT_GROUP else "")])
         rounds = assign_rounds(variants, hosts)
         round_plans = [variant_plans(inventory, r, keep_extra=len(rounds) + 1) for r in rounds]
         base_plans = build_plans(inventory, None, resolve=False)
         if apply_to and apply_to not in inventory.groups and apply_to != "all":
-            raise PlanError([f"--apply {apply_to}: no such group in the fleet file (groups: {', '.join(inventory.groups)})"])
+            raise PlanError([f"--apply {apply_to}: no such group in the fleet file (groups: {', '.join(inventory.groups)})"])  # noqa: E501
     prompts = prompt_set({b: BUCKETS[b] for b in wanted}, per_bucket=max(n_requests, warmup, 1))
     out_path = Path(out_dir or f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
     b = bench_run.Bench(hosts, rounds, round_plans, base_plans, health_timeout=health_timeout, log=_log, load={
@@ -102,8 +102,8 @@ def _report(json_path: Path, png: Path, standin: bool, results: list[dict]) -> N
     click.echo("\n".join(table(results)))
     click.echo(f"\nwrote {json_path} and {png}")
     if standin:
-        click.echo("NOTE: this bench ran against the trtllm-serve STAND-IN (image name contains 'standin'): the figures "
-                   "come from its SYNTHETIC speculative-decoding model, not from TensorRT-LLM on a GPU.")
+        click.echo("NOTE: this bench ran against the trtllm-serve STAND-IN (image name contains 'standin'): "
+                   "the figures come from its SYNTHETIC speculative-decoding model, not from TensorRT-LLM on a GPU.")
     if any(r["profile"] == "draft_target" for r in results):
         click.echo("note: draft_target serves another target model (Llama-3.3-70B) than baseline (gpt-oss-120b): "
                    "its speed-up compares different models.")

@@ -32,7 +32,8 @@ def lock(args: tuple[str, ...], upgrade: bool, profile: str | None) -> None:
     with invalid_input():
         use_inventory_py(inventory_file)
     if repos and not upgrade:
-        exit_invalid([f"{' '.join(repos)}: naming repos only makes sense with --upgrade (specfleet lock --upgrade REPO ...)"])
+        exit_invalid([f"{' '.join(repos)}: naming repos only makes sense with --upgrade "
+                      "(specfleet lock --upgrade REPO ...)"])
     with invalid_input():
         inventory = load_inventory_or_fail()
     fleets, errors, notes = fleets_to_lock(inventory, profile)

@@ -29,7 +29,8 @@ def status(inventory_file: str) -> None:
         if st is None:
             click.echo(f"{name}: unreachable ({url})")
             continue
-        click.echo(f"{name}: {url} (upstream {s.hub_endpoint}): olah {st.olah or 'not installed'}, service {st.service or '-'}, "
+        click.echo(f"{name}: {url} (upstream {s.hub_endpoint}): olah {st.olah or 'not installed'}, "
+                   f"service {st.service or '-'}, "
                    f"socket {st.socket or '-'}; cache {s.mirror_cache_dir}: {st.cached_bytes / 1e9:.2f} GB cached, "
                    f"{st.free_bytes / 1e9:.1f} GB free")
         for key, size in sorted(st.commits.items()):

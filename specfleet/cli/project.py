@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..project import DEFAULT_INVENTORY, project_dir, scaffold_files
-from ..settings import default_comments, load_defaults, load_overrides
+from ..tunables import default_comments, load_defaults, load_overrides
 from .invalid import exit_invalid
 
 

@@ -37,7 +37,8 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
     profile = deploy_profile(deploy_file)
     with invalid_input(ValueError):
         if profile is None:
-            raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); roll out eagle3/draft_target/baseline"])
+            raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); "
+                             "roll out eagle3/draft_target/baseline"])
         inventory, plans = fleet_plans(inventory_file, profile, resolve=True)
         # hub_mirror hosts serve no model: they are warmed before the stage, never switched
         targets = [h for h in select(inventory.hosts, inventory.groups, limit) if not plans[h].is_mirror]
@@ -80,4 +81,5 @@ def releases(inventory_file: str, limit: str | None) -> None:
             gated = f"  gate {gate.get('result')} {gate.get('at', '')}" if gate.get("release") == rec["id"] else ""
             if mark == "*" and not gated:
                 gated = "  gate not passed"
-            click.echo(f"  {mark} {rec['id']}  {rec.get('created', '?')}  {rec.get('profile')}  {rec.get('image')}  {models}{gated}")
+            click.echo(f"  {mark} {rec['id']}  {rec.get('created', '?')}  {rec.get('profile')}  "
+                       f"{rec.get('image')}  {models}{gated}")

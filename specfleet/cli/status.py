@@ -22,8 +22,9 @@ EXIT_OK, EXIT_UNHEALTHY = 0, 1
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed), as in pyinfra.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (one object per host) instead of the table.")
-@click.option("--metrics", is_flag=True, help="Also read /metrics (tokens/s, acceptance) where the release enables "
-                                              "iteration stats. It DRAINS trtllm-serve's queue; skipped on hosts a bench holds.")
+@click.option("--metrics", is_flag=True,
+              help="Also read /metrics (tokens/s, acceptance) where the release enables "
+                   "iteration stats. It DRAINS trtllm-serve's queue; skipped on hosts a bench holds.")
 def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool) -> None:
     """One row per host: release, profile, unit, /health, last gate, uptime, memory in use, disk free
     (and with --metrics tokens/s and acceptance). Read-only: one command per host.

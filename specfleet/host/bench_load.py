@@ -170,7 +170,8 @@ class Poller(threading.Thread):
 def run_bucket(spec: dict, prompts: list[str]) -> dict:
     url, model = spec["url"], spec["model"]
     n, conc = int(spec.get("requests", 4)), max(1, int(spec.get("concurrency", 1)))
-    mt, temp, timeout = int(spec.get("max_tokens", 128)), float(spec.get("temperature", 0.0)), float(spec.get("timeout_s", 600))
+    mt, temp, timeout = (int(spec.get("max_tokens", 128)), float(spec.get("temperature", 0.0)),
+                         float(spec.get("timeout_s", 600)))
     for i in range(int(spec.get("warmup", 1))):
         stream_completion(url, model, prompts[i % len(prompts)], mt, temp, timeout)
     metrics = bool(spec.get("metrics", True))

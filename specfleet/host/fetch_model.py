@@ -159,8 +159,8 @@ class Fetcher:
                     raise
                 wait = _retry_after(exc)
                 wait = delay if wait is None else wait
-                self.say(f"fetch-model: {self.label}: {what}: {_one_line(exc, 160, url=False)}; retry {attempt}/{MAX_ATTEMPTS - 1} "
-                         f"in {wait:.0f}s")
+                self.say(f"fetch-model: {self.label}: {what}: {_one_line(exc, 160, url=False)}; "
+                         f"retry {attempt}/{MAX_ATTEMPTS - 1} in {wait:.0f}s")
                 time.sleep(wait)
                 delay = min(delay * 2, BACKOFF_MAX)
 
@@ -457,7 +457,8 @@ def main() -> int:
     snap = fetcher.snapshot
     files = [p for p in snap.rglob("*") if not p.is_dir()]
     size = sum(p.stat().st_size for p in files)
-    line = f"{args.repo}@{args.commit[:12]}: {len(files)} files, {size} bytes in {time.monotonic() - fetcher.start:.1f}s"
+    line = (f"{args.repo}@{args.commit[:12]}: {len(files)} files, {size} bytes "
+            f"in {time.monotonic() - fetcher.start:.1f}s")
     if fetcher.resumed:
         offsets = ", ".join(str(n) for n in sorted(fetcher.resumed)[:5]) + (", ..." if len(fetcher.resumed) > 5 else "")
         line += f", resumed {len(fetcher.resumed)} file(s) from byte offsets ({offsets})"

@@ -19,6 +19,7 @@ HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", L
                  LIB_FILE: "hostlib.py"}
 MODULES = (LAYOUT_FILE, LIB_FILE)  # installed as modules (0644), not programs
 JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
+MIRROR_UNIT = "specfleet-hub-mirror"  # the Hub mirror's units: olah; -proxy.socket / -proxy.service in front of it
 # The files of a release directory (<data_dir>/releases/<id>/, reached as <data_dir>/current/ once active).
 CONFIG_FILE = "extra-llm-api-config.yml"  # trtllm-serve's options
 SMOKE_FILE = "smoke.json"  # the readiness gate's smoke completion request
@@ -100,3 +101,33 @@ class Layout:
     def host_tool_argv(self, *args: str) -> list[str]:
         """THE host tool's command line: `<data_dir>/bin/specfleet-host --data-dir <data_dir> ARGS...`."""
         return [self.host_tool, "--data-dir", self.data_dir, *args]
+
+
+@dataclass(frozen=True)
+class MirrorLayout:
+    """Every path of a Hub mirror host (the inventory group hub_mirror), derived from mirror_cache_dir:
+
+        venv/        olah, pinned (mirror_requirement), from pip_index_url
+        olah.toml    olah's config (upstream = the mirror host's hub_endpoint)
+        repos/       olah's cache: files/models/<org>/<repo>/resolve/<commit>/<file> (written by the service user)
+        logs/        olah's logs
+
+    and its units in UNIT_DIR: MIRROR_UNIT.service (olah), MIRROR_UNIT-proxy.socket and MIRROR_UNIT-proxy.service
+    (systemd-socket-proxyd in front of olah)."""
+
+    cache_dir: str
+
+    venv = property(lambda self: f"{self.cache_dir}/venv")
+    python = property(lambda self: f"{self.cache_dir}/venv/bin/python")
+    pip = property(lambda self: f"{self.cache_dir}/venv/bin/pip")
+    config = property(lambda self: f"{self.cache_dir}/olah.toml")
+    repos = property(lambda self: f"{self.cache_dir}/repos")
+    models = property(lambda self: f"{self.cache_dir}/repos/files/models")  # <org>/<repo>/resolve/<commit>/<file>
+    logs = property(lambda self: f"{self.cache_dir}/logs")
+    service_unit = property(lambda self: f"{MIRROR_UNIT}.service")
+    socket_unit = property(lambda self: f"{MIRROR_UNIT}-proxy.socket")
+    proxy_unit = property(lambda self: f"{MIRROR_UNIT}-proxy.service")
+    service = property(lambda self: f"{UNIT_DIR}/{self.service_unit}")
+    socket = property(lambda self: f"{UNIT_DIR}/{self.socket_unit}")
+    proxy = property(lambda self: f"{UNIT_DIR}/{self.proxy_unit}")
+    units = property(lambda self: (self.service, self.socket, self.proxy))

@@ -139,7 +139,8 @@ class Host:
             sh("systemctl", "enable", f"{service}.service")
             say(f"{service} enabled at boot")
         running = (sh("systemctl", "is-active", service, check=False).stdout.strip() == "active"
-                   and sh("docker", "inspect", "--format", "{{.State.Running}}", service, check=False).stdout.strip() == "true")
+                   and sh("docker", "inspect", "--format", "{{.State.Running}}", service,
+                          check=False).stdout.strip() == "true")
         return old != rid or unit_changed or not running
 
     def activate(self, rid: str, revert: bool, timeout: int | None = None) -> None:
@@ -156,7 +157,8 @@ class Host:
                 restarted_at = time.time()
                 sh("systemctl", "restart", f"{rec['service']}.service")
                 say(f"switched {old or '(none)'} -> {rid}; restarted {rec['service']}")
-                image_id = sh("docker", "image", "inspect", "--format", "{{.Id}}", rec["image"], check=False).stdout.strip()
+                image_id = sh("docker", "image", "inspect", "--format", "{{.Id}}", rec["image"],
+                              check=False).stdout.strip()
                 if image_id:
                     atomic_write(self.releases / rid / "image-id", image_id + "\n")
             else:
@@ -274,7 +276,8 @@ class Host:
             unit = sh("systemctl", "is-active", f"{JOB_UNIT_PREFIX}{jid}", check=False).stdout.strip()
             if unit not in ("active", "activating", "deactivating"):
                 # the unit is gone but the job never recorded an end: it was killed (or the host rebooted)
-                out.update(state="lost", message=f"job {jid} ({spec['key']}) ended without a result (unit {unit or 'gone'})")
+                out.update(state="lost",
+                           message=f"job {jid} ({spec['key']}) ended without a result (unit {unit or 'gone'})")
             else:
                 out["state"] = "running"
         if log_lines or out["state"] in ("failed", "lost"):
@@ -295,14 +298,16 @@ class Host:
             jid = time.strftime("%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
             d = self._job_dir(jid)
             d.mkdir(mode=0o700)
-            atomic_write(d / "job.json", json.dumps({"key": key, "argv": argv, "env": env, "created": now_iso()}) + "\n", 0o600)
+            atomic_write(d / "job.json",
+                         json.dumps({"key": key, "argv": argv, "env": env, "created": now_iso()}) + "\n", 0o600)
             atomic_write(self.jobs / "active", jid + "\n", 0o600)
             proc = sh("systemd-run", f"--unit={JOB_UNIT_PREFIX}{jid}", f"--description=specfleet job {key}", "--quiet",
                       "--collect", "--property=KillMode=mixed", sys.executable, os.path.abspath(__file__),
                       "--data-dir", str(self.data), "job", "run", jid, check=False)
             if proc.returncode != 0:
-                atomic_write(d / "state.json", json.dumps({"state": "failed", "exit": proc.returncode,
-                                                           "message": f"systemd-run failed: {proc.stderr.strip()}"}) + "\n")
+                atomic_write(d / "state.json",
+                             json.dumps({"state": "failed", "exit": proc.returncode,
+                                         "message": f"systemd-run failed: {proc.stderr.strip()}"}) + "\n")
                 raise Fail(f"cannot start job {key}: systemd-run failed: {proc.stderr.strip()}")
             self._forget_old_jobs()
             return {"id": jid, "state": "started"}
@@ -339,7 +344,8 @@ class Host:
                 rc = 127
             errors = [ln for ln in recent if ln.startswith(("specfleet-host:", "fetch-model:"))]
             message = (errors[-1] if errors else (recent[-1] if recent else "")) if rc else ""
-            note(f"== {now_iso()} job {jid} {'ok' if rc == 0 else 'failed'} (exit {rc}) in {time.time() - started:.1f}s")
+            note(f"== {now_iso()} job {jid} {'ok' if rc == 0 else 'failed'} (exit {rc}) "
+                 f"in {time.time() - started:.1f}s")
         self._set_job_state(jid, {"state": "ok" if rc == 0 else "failed", "exit": rc, "started": started,
                                   "ended": time.time(), "message": message, "tail": list(recent)[-15:]})
         return rc
@@ -368,7 +374,8 @@ class Host:
         service = self.record(cur)["service"] if cur and (self.releases / cur / RECORD_FILE).exists() else None
         started = None
         if service:
-            started = sh("docker", "inspect", "--format", "{{.State.StartedAt}}", service, check=False).stdout.strip() or None
+            started = (sh("docker", "inspect", "--format", "{{.State.StartedAt}}", service, check=False).stdout.strip()
+                       or None)
         return {
             "current": cur, "previous": self.previous(),
             "releases": self.all_records(),

@@ -8,7 +8,6 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 
-from ._common import current_plan, host_status
 from .changes import changes, pending
 from .cleanup import cleanup
 from .docker_access import docker_access
@@ -20,6 +19,7 @@ from .preflight import preflight
 from .release import release
 from .rollback import rollback
 from .service import activate
+from .state import current_plan, host_status
 from .token import token
 from .tools import tools
 
@@ -78,7 +78,8 @@ def _count_restarts() -> None:
         restarting = [h for h, yes in seen.items() if yes]
         if len(restarting) > 1:
             logger.warning(f"specfleet: this converge restarts {len(restarting)} serving hosts at once "
-                           f"({', '.join(sorted(restarting))}); use specfleet rollout to switch a serving fleet in batches")
+                           f"({', '.join(sorted(restarting))}); "
+                           "use specfleet rollout to switch a serving fleet in batches")
 
 
 def _stage_steps(preflight_done: bool = False) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..plan import HostPlan
-from ._common import differs, host_status, hub_client_ok, missing, needs_validation, wanted_files
 from .service import RESTARTS, switch_checks
+from .state import differs, host_status, hub_client_ok, missing, needs_validation, wanted_files
 
 
 @dataclass
@@ -20,6 +20,11 @@ class Fetch:
     files: int  # files to download into the snapshot
     bytes: int
     links: int  # draft hard links to (re)make (no download)
+
+    def line(self) -> str:
+        """THE one-line description of a fetch (the converge's pending list and `specfleet plan` print it)."""
+        return (f"fetch {self.role} {self.repo}@{self.commit[:12]}: {self.files} file(s), {self.bytes:,} bytes"
+                + (f", {self.links} draft link(s)" if self.links else ""))
 
 
 @dataclass
@@ -56,21 +61,19 @@ class Changes:
             out.append(f"install {self.install}")
         if self.pull:
             out.append(f"pull {self.pull}")
-        for f in self.fetches:
-            out.append(f"fetch {f.role} {f.repo}@{f.commit[:12]}: {f.files} file(s), {f.bytes:,} bytes"
-                       + (f", {f.links} draft link(s)" if f.links else ""))
+        out += [f.line() for f in self.fetches]
         out += [why for _, why in self.switch]
         return out
 
 
 def changes(plan: HostPlan) -> Changes:
-    s, st, p = plan.settings, host_status(plan), plan.paths
+    s, st, layout = plan.settings, host_status(plan), plan.paths
     token = None
-    if s.hf_token is None and p.token_file in st.files:
+    if s.hf_token is None and layout.token_file in st.files:
         token = "remove"
-    elif s.hf_token is not None and differs(plan, p.token_file):
+    elif s.hf_token is not None and differs(plan, layout.token_file):
         token = "write"
-    writes = [path for path in wanted_files(plan) if path != p.token_file and differs(plan, path)]
+    writes = [path for path in wanted_files(plan) if path != layout.token_file and differs(plan, path)]
     users = [u for u in s.operator_users if st.groups.get(u) and "docker" not in st.groups[u]]
     fetches: list[Fetch] = []
     switch: list[tuple[str, str]] = []
@@ -81,7 +84,8 @@ def changes(plan: HostPlan) -> Changes:
             todo = missing(plan, st, role)
             if todo:
                 snap = [(path, size) for path, size in todo if "/snapshots/" in path]
-                fetches.append(Fetch(role, pin.repo, pin.commit, len(snap), sum(size for _, size in snap), len(todo) - len(snap)))
+                fetches.append(Fetch(role, pin.repo, pin.commit, len(snap), sum(size for _, size in snap),
+                                     len(todo) - len(snap)))
         switch = switch_checks(plan)
     return Changes(current=st.current, release=plan.release_id if s.profile is not None else None, switch=switch,
                    fetches=fetches, pull=pull, token=token, users=users,

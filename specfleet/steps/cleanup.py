@@ -7,13 +7,13 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
-from ._common import current_plan, host_status
+from .state import current_plan, host_status
 
 
 @deploy("Cleanup")
 def cleanup():
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     st = host_status(plan)
     if st.active not in ("inactive", "unknown", "") or st.enabled == "enabled":
         systemd.service(name=f"Stop and disable {s.service_name}", service=f"{s.service_name}.service",
@@ -21,8 +21,8 @@ def cleanup():
     if st.container_running:
         server.shell(name=f"Remove container {s.service_name}", commands=[f"docker rm -f {s.service_name}"])
     if s.purge_models:
-        for path in (p.hf_home, p.drafts, p.releases, p.tiktoken, p.jobs):
+        for path in (layout.hf_home, layout.drafts, layout.releases, layout.tiktoken, layout.jobs):
             files.directory(name=f"Purge {path}", path=path, present=False)
-        files.link(name=f"Purge {p.current}", path=p.current, present=False)
-        for path in (p.previous, p.gate_file, p.token_file):
+        files.link(name=f"Purge {layout.current}", path=layout.current, present=False)
+        for path in (layout.previous, layout.gate_file, layout.token_file):
             files.file(name=f"Purge {path}", path=path, present=False)

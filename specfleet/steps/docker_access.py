@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from ._common import current_plan, host_status
+from .state import current_plan, host_status
 
 
 @deploy("Docker access")

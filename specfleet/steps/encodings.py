@@ -10,20 +10,20 @@ import shlex
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from ._common import current_plan, differs
+from .state import current_plan, differs
 
 
 @deploy("tiktoken encodings")
 def encodings():
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     if not (s.profile and s.profile["tiktoken"]):
         return
-    if differs(plan, p.tiktoken):
-        files.directory(name="Encodings directory", path=p.tiktoken, user="root", group="root", mode="755")
+    if differs(plan, layout.tiktoken):
+        files.directory(name="Encodings directory", path=layout.tiktoken, user="root", group="root", mode="755")
     q = shlex.quote  # every value below is quoted: none sits inside hand-written quotes
     for name, digest in s.tiktoken_sha256.items():
-        dest = f"{p.tiktoken}/{name}"
+        dest = f"{layout.tiktoken}/{name}"
         if not differs(plan, dest):
             continue
         tmp = f"{dest}.part"

@@ -15,7 +15,7 @@ import time
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.operations import python
 
-from ._common import current_plan
+from .state import current_plan
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines while a job runs
 POLL_EVERY = 2.0  # seconds between job status reads
@@ -102,15 +102,17 @@ def _watch(state, host, tool: str, jid: str, quiet: bool = False) -> dict:
 
 def progress_line(status: dict, elapsed: float) -> str:
     """One line for a running job: fetch bytes/rate/ETA, gate phase/elapsed/timeout, or just elapsed."""
-    p = status.get("progress") or {}
-    if p.get("kind") == "fetch" and p.get("bytes_total"):
-        done, total = p.get("bytes_done", 0), p["bytes_total"]
-        rate = p.get("rate_bps") or 0
-        eta = f"{p['eta_s']:.0f}s" if isinstance(p.get("eta_s"), (int, float)) else "?"
-        return (f"fetch {p.get('repo')}@{str(p.get('commit', ''))[:12]}: {done / 1e9:.2f}/{total / 1e9:.2f} GB "
-                f"({100 * done / total:.0f}%, {p.get('files_done', 0)}/{p.get('files_total', '?')} files), "
+    progress = status.get("progress") or {}
+    if progress.get("kind") == "fetch" and progress.get("bytes_total"):
+        done, total = progress.get("bytes_done", 0), progress["bytes_total"]
+        rate = progress.get("rate_bps") or 0
+        eta = f"{progress['eta_s']:.0f}s" if isinstance(progress.get("eta_s"), (int, float)) else "?"
+        return (f"fetch {progress.get('repo')}@{str(progress.get('commit', ''))[:12]}: "
+                f"{done / 1e9:.2f}/{total / 1e9:.2f} GB ({100 * done / total:.0f}%, "
+                f"{progress.get('files_done', 0)}/{progress.get('files_total', '?')} files), "
                 f"{rate / 1e6:.1f} MB/s, ETA {eta}")
-    if p.get("kind") == "gate":
-        return (f"gate {p.get('release')}: {p.get('phase')} {p.get('elapsed', 0):.0f}s/{p.get('timeout')}s, "
-                f"unit {p.get('unit') or '?'} ({p.get('last') or ''})")
+    if progress.get("kind") == "gate":
+        return (f"gate {progress.get('release')}: {progress.get('phase')} "
+                f"{progress.get('elapsed', 0):.0f}s/{progress.get('timeout')}s, "
+                f"unit {progress.get('unit') or '?'} ({progress.get('last') or ''})")
     return f"{status.get('key')}: running for {elapsed:.0f}s"

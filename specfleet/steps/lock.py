@@ -17,7 +17,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from ._common import current_plan, host_status, refuse
+from .state import current_plan, host_status, refuse
 
 CONVERGE_ID = uuid.uuid4().hex[:8]  # this controller process's converge run
 

@@ -14,39 +14,48 @@ for that and refuses to stage when the warm-up failed. The other hosts' model fe
 from __future__ import annotations
 
 import hashlib
-import re
 import shlex
+from importlib import resources
 from urllib.parse import urlsplit
 from weakref import WeakKeyDictionary
 
 import gevent
-
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.context import ctx_state
 from pyinfra.operations import python, server
 
-from ..mirror import WARM, MirrorStatus
-from ..mirror_files import NAME, USER, MirrorPaths, advertised_url, mirror_files
-from ._common import _STATUS, blob_path, current_plan, host_status, missing, refuse, sha256
+from ..constants import DPKG_LOCK_TIMEOUT_SEC, GB
+from ..grammars import pinned_version
+from ..host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout
+from ..mirror import OLAH_READY, WARM, MirrorStatus
+from ..mirror_files import NAME, USER, advertised_url, mirror_files
+from ..render import token_file_text
 from .changes import changes
 from .jobs import _follow, _say, run_on_host
+from .state import _STATUS, blob_path, current_plan, host_status, missing, refuse, sha256
 from .token import _write_token
 
-GB = 1_000_000_000
-DPKG_LOCK_TIMEOUT_SEC = 600
+# The host tool and the modules it imports from its own directory (host/layout.py): the warm-up runs as a host job.
+_HOST_DIR = resources.files("specfleet.host")
+HOST_FILES = {name: (_HOST_DIR / HOST_PROGRAMS[name]).read_text(encoding="utf-8") for name in (HOST_TOOL, *MODULES)}
 _MIRROR_STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: MirrorState}
 _WARMED: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: (ok, url)}
 _WARM_OPS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: op hash of its warm-up}
-_FALLBACK: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: upstream Hub it fetches from (hub_fallback)}
+_FALLBACK: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: the upstream Hub it falls back to}
+
+
+def host_files(plan) -> dict[str, tuple[str, str]]:
+    """Path in <data_dir>/bin -> (content, mode) of the host tool and its modules, as the mirror host gets them."""
+    return {f"{plan.paths.bin}/{name}": (text, "644" if name in MODULES else "755")
+            for name, text in HOST_FILES.items()}
 
 
 def mirror_status(plan):
-    from pyinfra.context import ctx_state
-
     per_run = _MIRROR_STATUS.setdefault(ctx_state.get(), {})
     if host.name not in per_run:
-        s, p = plan.settings, MirrorPaths(plan.settings.mirror_cache_dir)
-        files = tuple(mirror_files(s, plan.connection)) + (plan.paths.host_tool, plan.paths.token_file)
+        s, p = plan.settings, MirrorLayout(plan.settings.mirror_cache_dir)
+        files = tuple(mirror_files(s, plan.connection)) + tuple(host_files(plan)) + (plan.paths.token_file,)
         dirs = (p.cache_dir, p.repos, p.logs, s.data_dir, plan.paths.bin, s.secrets_dir)
         per_run[host.name] = host.get_fact(MirrorStatus, cache_dir=s.mirror_cache_dir, python=s.mirror_python,
                                            files=files, dirs=dirs)
@@ -75,8 +84,9 @@ def problems_of(plan, st, need_bytes: int) -> list[str]:
         problems.append(f"{s.mirror_python} is Python {st.python}; olah needs >= 3.10 (set mirror_python)")
     missing = max(0, need_bytes - st.cached_bytes)
     if need_bytes and st.free_bytes < missing + s.disk_headroom_gb * GB:
-        problems.append(f"not enough disk under {s.mirror_cache_dir}: {missing / GB:.1f} GB of the fleet's models not yet "
-                        f"cached + {s.disk_headroom_gb} GB headroom (disk_headroom_gb), {st.free_bytes / GB:.1f} GB free")
+        problems.append(f"not enough disk under {s.mirror_cache_dir}: {missing / GB:.1f} GB of the fleet's models not "
+                        f"yet cached + {s.disk_headroom_gb} GB headroom (disk_headroom_gb), "
+                        f"{st.free_bytes / GB:.1f} GB free")
     return problems
 
 
@@ -91,26 +101,12 @@ def _write_file(state, host, path: str, content: str, mode: str) -> bool:
     return ok
 
 
-_PROBE = """
-import sys, time, urllib.error, urllib.request
-for _ in range(300):  # olah imports fastapi, pydantic and huggingface_hub: slow on a small or emulated host
-    try:
-        urllib.request.urlopen(sys.argv[1], timeout=5)
-        sys.exit(0)
-    except urllib.error.HTTPError:
-        sys.exit(0)  # any HTTP answer: olah is up
-    except OSError:
-        time.sleep(1)
-sys.exit(1)
-"""
-
-
 def _wait_ready(state, host, port: int, cache_dir: str) -> bool:
     """olah answers on its loopback port (a Type=exec unit that dies after starting is not caught by systemctl)."""
-    probe = [MirrorPaths(cache_dir).python, "-c", _PROBE, f"http://127.0.0.1:{port}/"]
-    ok, _, _ = run_on_host(state, host, " ".join(shlex.quote(a) for a in probe))
+    p = MirrorLayout(cache_dir)
+    ok, _, _ = run_on_host(state, host, shlex.join([p.python, "-c", OLAH_READY, f"http://127.0.0.1:{port}/"]))
     if not ok:
-        _, out, _ = run_on_host(state, host, f"journalctl -u {NAME}.service -n 15 --no-pager")
+        _, out, _ = run_on_host(state, host, f"journalctl -u {p.service_unit} -n 15 --no-pager")
         _say(host, f"hub mirror: olah does not answer on 127.0.0.1:{port}; its journal:", error=True)
         for line in out[-15:]:
             _say(host, f"    {line}", error=True)
@@ -119,12 +115,10 @@ def _wait_ready(state, host, port: int, cache_dir: str) -> bool:
 
 @deploy("Hub mirror")
 def mirror_setup():
-    from pyinfra.context import ctx_state
-
     plan = current_plan()
     if not plan.is_mirror:
         return
-    s, p = plan.settings, MirrorPaths(plan.settings.mirror_cache_dir)
+    s, p = plan.settings, MirrorLayout(plan.settings.mirror_cache_dir)
     st = mirror_status(plan)
     url = advertised_url(s, plan.connection)
     logger.info(f"    [{host.name}] hub mirror {url} (upstream {s.hub_endpoint}): olah {st.olah or 'not installed'}, "
@@ -133,6 +127,15 @@ def mirror_setup():
     if problems:
         refuse(name="Hub mirror preflight", message=f"{host.name}: hub mirror preflight: " + "; ".join(problems))
         return
+    _user_and_directories(plan, st, p)
+    _token(plan, st)
+    _host_tool(plan, st)
+    installed = _olah(plan, st, p)
+    _files_and_service(plan, st, p, installed)
+
+
+def _user_and_directories(plan, st, p: MirrorLayout) -> None:
+    s = plan.settings
     if not st.user:
         server.shell(name=f"Mirror service user {USER}",
                      commands=[f"useradd --system --no-create-home --home-dir {shlex.quote(p.cache_dir)} "
@@ -144,50 +147,71 @@ def mirror_setup():
             mode, user, group = want.split("|")
             server.shell(name=f"Directory {path}",
                          commands=[f"install -d -m {mode} -o {user} -g {group} {shlex.quote(path)}"])
-    # the token: the warm-up reads gated repos with it (olah checks each Spark's own token with the Hub per request)
-    token_file = plan.paths.token_file
+
+
+def _token(plan, st) -> None:
+    """The token: the warm-up reads gated repos with it (olah checks each Spark's own token with the Hub per
+    request)."""
+    s, token_file = plan.settings, plan.paths.token_file
     if s.hf_token is not None:
-        if st.sha.get(token_file) != sha256(s.hf_token.get_secret_value() + "\n"):
+        if st.sha.get(token_file) != sha256(token_file_text(s.hf_token.get_secret_value())):
             python.call(name="Hugging Face token (root:root 0600, written from stdin)", function=_write_token,
                         path=token_file, token=s.hf_token.get_secret_value())
     elif token_file in st.sha:
-        server.shell(name="Remove the Hugging Face token (no token in the inventory)", commands=[f"rm -f {shlex.quote(token_file)}"])
-    # the host tool: the warm-up runs as a host job (detached from SSH, attachable, one at a time)
-    from importlib import resources
-    tool = (resources.files("specfleet.host") / "specfleet_host.py").read_text(encoding="utf-8")
-    if st.sha.get(plan.paths.host_tool) != sha256(tool):
-        python.call(name=f"Install {plan.paths.host_tool}", function=_write_file, path=plan.paths.host_tool,
-                    content=tool, mode="755")
-    pinned = re.fullmatch(r"olah ?== ?([A-Za-z0-9.]+)", s.mirror_requirement)
-    install = not (pinned and st.olah == pinned.group(1))
-    if install:
-        if not st.venv_module:
-            server.shell(name=f"python3-venv for the mirror's virtualenv (waits up to {DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
-                         commands=["DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
-                                   f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC} python3-venv"])
-        index = f" --index-url {shlex.quote(s.pip_index_url)}" if s.pip_index_url else ""
-        if s.pip_index_url and s.pip_index_url.startswith("http://"):  # pip ignores a plain-HTTP index unless trusted
-            index += f" --trusted-host {shlex.quote(urlsplit(s.pip_index_url).netloc)}"
-        server.shell(name=f"{s.mirror_requirement} in the mirror's virtualenv {p.venv}",
-                     commands=[f"{shlex.quote(s.mirror_python)} -m venv {shlex.quote(p.venv)}",
-                               f"{shlex.quote(p.venv)}/bin/pip install -q --disable-pip-version-check{index} "
-                               f"{shlex.quote(s.mirror_requirement)}"])
+        server.shell(name="Remove the Hugging Face token (no token in the inventory)",
+                     commands=[f"rm -f {shlex.quote(token_file)}"])
+
+
+def _host_tool(plan, st) -> None:
+    """The host tool and the modules it imports: the warm-up runs as a host job (detached from SSH, attachable, one
+    at a time)."""
+    for path, (content, mode) in host_files(plan).items():
+        if st.sha.get(path) != sha256(content):
+            python.call(name=f"Install {path}", function=_write_file, path=path, content=content, mode=mode)
+
+
+def _olah(plan, st, p: MirrorLayout) -> bool:
+    """olah, pinned, in its own virtualenv; whether it is (re)installed in this run."""
+    s = plan.settings
+    pinned = pinned_version(s.mirror_requirement, "olah")
+    if pinned is not None and st.olah == pinned:
+        return False
+    if not st.venv_module:
+        server.shell(name="python3-venv for the mirror's virtualenv (waits up to "
+                          f"{DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
+                     commands=["DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                               f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC} python3-venv"])
+    index = f" --index-url {shlex.quote(s.pip_index_url)}" if s.pip_index_url else ""
+    if s.pip_index_url and s.pip_index_url.startswith("http://"):  # pip ignores a plain-HTTP index unless trusted
+        index += f" --trusted-host {shlex.quote(urlsplit(s.pip_index_url).netloc)}"
+    server.shell(name=f"{s.mirror_requirement} in the mirror's virtualenv {p.venv}",
+                 commands=[f"{shlex.quote(s.mirror_python)} -m venv {shlex.quote(p.venv)}",
+                           f"{shlex.quote(p.pip)} install -q --disable-pip-version-check{index} "
+                           f"{shlex.quote(s.mirror_requirement)}"])
+    return True
+
+
+def _files_and_service(plan, st, p: MirrorLayout, installed: bool) -> None:
+    """olah's config and the units written where they differ; the service and its socket (re)started as needed."""
+    s = plan.settings
     changed = []
     for path, content in mirror_files(s, plan.connection).items():
         if st.sha.get(path) != sha256(content):
             changed.append(path)
             python.call(name=f"Write {path}", function=_write_file, path=path, content=content, mode="644")
-    units = [c for c in changed if c.startswith("/etc/systemd/")]
-    if units:
+    if set(changed) & set(p.units):
         server.shell(name="systemd daemon-reload (mirror units changed)", commands=["systemctl daemon-reload"])
-    if changed or install or st.service != "active" or st.socket != "active" or st.enabled != ("enabled", "enabled"):
-        server.shell(name=f"Start {NAME} (olah) and its filtering socket",
-                     commands=[f"systemctl enable {NAME}.service {NAME}-proxy.socket",
-                               f"systemctl restart {NAME}.service" if (changed or install) else f"systemctl start {NAME}.service",
-                               # a changed socket (port, bind, allowed networks) takes effect only when re-created
-                               f"systemctl stop {NAME}-proxy.service {NAME}-proxy.socket; systemctl start {NAME}-proxy.socket"
-                               if changed else f"systemctl start {NAME}-proxy.socket"])
-        python.call(name="olah answers", function=_wait_ready, port=s.mirror_engine_port, cache_dir=p.cache_dir)
+    if not (changed or installed or st.service != "active" or st.socket != "active"
+            or st.enabled != ("enabled", "enabled")):
+        return
+    restart = changed or installed
+    server.shell(name=f"Start {NAME} (olah) and its filtering socket",
+                 commands=[f"systemctl enable {p.service_unit} {p.socket_unit}",
+                           f"systemctl {'restart' if restart else 'start'} {p.service_unit}",
+                           # a changed socket (port, bind, allowed networks) takes effect only when re-created
+                           f"systemctl stop {p.proxy_unit} {p.socket_unit}; systemctl start {p.socket_unit}"
+                           if changed else f"systemctl start {p.socket_unit}"])
+    python.call(name="olah answers", function=_wait_ready, port=s.mirror_engine_port, cache_dir=p.cache_dir)
 
 
 # ---- warm-up: the shared operation ---------------------------------------------------------------------------
@@ -225,7 +249,7 @@ def _warm_or_wait(state, host) -> bool:
             done[host.name] = (True, url)
             return True
         token = plan.paths.token_file if s.hf_token is not None else "-"  # a path; the token itself stays in its file
-        argv = [MirrorPaths(s.mirror_cache_dir).python, "-c", WARM, f"http://127.0.0.1:{s.mirror_engine_port}", token]
+        argv = [MirrorLayout(s.mirror_cache_dir).python, "-c", WARM, f"http://127.0.0.1:{s.mirror_engine_port}", token]
         for repo, commit, name, size in files:
             argv += [repo, commit, name, str(size)]
         key = "warm:" + hashlib.sha256("\n".join(argv[3:]).encode()).hexdigest()[:16]
@@ -261,8 +285,8 @@ def _mirror_unusable(state, host, plan) -> bool:
     s = plan.settings
     if s.hub_fallback and plan.hub_upstream:
         _FALLBACK.setdefault(state, {})[host.name] = plan.hub_upstream
-        logger.warning(f"{host.print_prefix}hub mirror {plan.mirror_name} ({plan.mirror_url}) is down or failed to warm; "
-                       f"hub_fallback: fetching from the Hub directly ({plan.hub_upstream})")
+        logger.warning(f"{host.print_prefix}hub mirror {plan.mirror_name} ({plan.mirror_url}) is down or failed to "
+                       f"warm; hub_fallback: fetching from the Hub directly ({plan.hub_upstream})")
         return True
     _say(host, f"hub mirror {plan.mirror_name} ({plan.mirror_url}) failed to warm; not staging from it (hub_endpoint "
                f"{s.hub_endpoint}; hub_fallback: true would fetch from {plan.hub_upstream} instead); this host keeps "
@@ -286,7 +310,6 @@ def mirror_warm() -> None:
     python.call(name="Hub mirror: warm it with the files the fleet needs (the other hosts stage from it afterwards)",
                 function=_warm_or_wait)
     if plan.is_mirror:
-        from pyinfra.context import ctx_state
         _WARM_OPS.setdefault(ctx_state.get(), {})[host.name] = host.op_hash_order[-1]
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
-from ._common import current_plan, host_status, missing
 from .jobs import _follow, host_job
 from .mirror import fetch_endpoint
+from .state import current_plan, host_status, missing
 
 
 def _fetch(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
@@ -26,11 +26,11 @@ def _fetch(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
 @deploy("Models")
 def models():
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     st = host_status(plan)
     if not st.image_id:
         host_job(name=f"Pull {s.image}", key=f"pull:{s.image}", argv=["docker", "pull", s.image])
-    env = {"HF_HUB_CACHE": p.hub_cache, "HF_ENDPOINT": s.hub_endpoint, "HF_TOKEN_PATH": p.token_file,
+    env = {"HF_HUB_CACHE": layout.hub_cache, "HF_ENDPOINT": s.hub_endpoint, "HF_TOKEN_PATH": layout.token_file,
            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
     if plan.uses_mirror:  # a mirror answers after its own upstream round trip (and serves the whole fleet at once)
         env.update({"HF_HUB_ETAG_TIMEOUT": "120", "HF_HUB_DOWNLOAD_TIMEOUT": "120"})
@@ -38,12 +38,13 @@ def models():
         todo = missing(plan, st, role)
         if not todo:
             continue
-        argv = [f"{p.venv}/bin/python", p.fetch_tool, "--repo", pin.repo, "--commit", pin.commit,
-                "--cache-dir", p.hub_cache, "--workers", str(s.fetch_workers)]
+        argv = [f"{layout.venv}/bin/python", layout.fetch_tool, "--repo", pin.repo, "--commit", pin.commit,
+                "--cache-dir", layout.hub_cache, "--workers", str(s.fetch_workers)]
         for pattern in pin.ignore_patterns:
             argv += ["--ignore", pattern]
         if role == "draft":
-            argv += ["--link-dir", p.draft_dir(pin.repo, pin.commit)]
+            argv += ["--link-dir", layout.draft_dir(pin.repo, pin.commit)]
         fetch_bytes = sum(size for path, size in todo if "/snapshots/" in path)
-        python.call(name=f"Fetch {role} {pin.repo}@{pin.commit[:12]} ({len(todo)} files missing, {fetch_bytes / 1e6:.1f} MB)",
+        python.call(name=f"Fetch {role} {pin.repo}@{pin.commit[:12]} "
+                         f"({len(todo)} files missing, {fetch_bytes / 1e6:.1f} MB)",
                     function=_fetch, key=f"fetch:{pin.repo}@{pin.commit}", argv=argv, env=env)

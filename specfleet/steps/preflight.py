@@ -12,7 +12,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from ..constants import GB
-from ._common import current_plan, host_status, missing, refuse
+from .state import current_plan, host_status, missing, refuse
 
 
 def problems_of(plan, st) -> list[str]:
@@ -50,7 +50,8 @@ def problems_of(plan, st) -> list[str]:
             problems.append(f"not enough disk under the docker root dir {st.docker_root} for the image to pull: "
                             f"{s.image_size_gb} GB (image_size_gb), {st.docker_root_free / GB:.1f} GB free")
         if st.listeners and st.active != "active":
-            problems.append(f"port {s.serve_port} is in use by another program (serve_port); stop it or choose another port")
+            problems.append(f"port {s.serve_port} is in use by another program (serve_port); "
+                            "stop it or choose another port")
     for user in s.operator_users:
         if st.groups.get(user) is None:
             problems.append(f"operator user {user} does not exist on the host (operator_users)")
@@ -62,7 +63,8 @@ def preflight():
     plan = current_plan()
     st = host_status(plan)
     extra = f" (default runtime {st.default_runtime})" if st.default_runtime not in ("", "runc") else ""
-    logger.info(f"    [{host.name}] {st.arch}, {st.os}; docker {st.docker}{extra}; current release {st.current or '(none)'}")
+    logger.info(f"    [{host.name}] {st.arch}, {st.os}; docker {st.docker}{extra}; "
+                f"current release {st.current or '(none)'}")
     problems = problems_of(plan, st)
     if problems:
         refuse(name="Preflight checks", message=f"{host.name}: preflight: " + "; ".join(problems))

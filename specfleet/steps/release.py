@@ -17,30 +17,31 @@ from pyinfra.operations import files, server
 
 from ..host.layout import CONFIG_FILE, DRAFT_LINK, RECORD_FILE
 from ..validate_in_image import host_command
-from ._common import current_plan, differs, needs_validation
+from .state import current_plan, differs, needs_validation
 
 
 @deploy("Release")
 def release():
     plan = current_plan()
-    p = plan.paths
+    layout = plan.paths
     rid = plan.release_id
-    rdir = p.release_dir(rid)
-    for path, what in ((p.releases, "Releases directory"), (rdir, f"Release {rid}")):
+    rdir = layout.release_dir(rid)
+    for path, what in ((layout.releases, "Releases directory"), (rdir, f"Release {rid}")):
         if differs(plan, path):
             files.directory(name=what, path=path, user="root", group="root", mode="755")
     for path, content in plan.files().items():
         name = path.rsplit("/", 1)[1]
-        if path.startswith(p.current + "/") and differs(plan, f"{rdir}/{name}"):
+        if path.startswith(layout.current + "/") and differs(plan, f"{rdir}/{name}"):
             files.put(name=f"Release {rid}: {name}", src=StringIO(content), dest=f"{rdir}/{name}",
                       user="root", group="root", mode="644")
     if "draft" in plan.pins and differs(plan, f"{rdir}/{DRAFT_LINK}"):
         pin = plan.pins["draft"]
         files.link(name=f"Release {rid}: draft -> {pin.repo}@{pin.commit[:12]}", path=f"{rdir}/{DRAFT_LINK}",
-                   target=p.draft_dir(pin.repo, pin.commit), symbolic=True)
+                   target=layout.draft_dir(pin.repo, pin.commit), symbolic=True)
     if differs(plan, f"{rdir}/{RECORD_FILE}"):
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        files.put(name=f"Release {rid}: {RECORD_FILE}", src=StringIO(json.dumps(plan.release_record(created), indent=1) + "\n"),
+        files.put(name=f"Release {rid}: {RECORD_FILE}",
+                  src=StringIO(json.dumps(plan.release_record(created), indent=1) + "\n"),
                   dest=f"{rdir}/{RECORD_FILE}", user="root", group="root", mode="644")
     if needs_validation(plan):
         s = plan.settings

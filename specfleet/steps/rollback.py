@@ -7,28 +7,30 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from ._common import current_plan, host_status, refuse
 from .jobs import host_job
 from .lock import CONVERGE_ID, lock, unlock
+from .state import current_plan, host_status, refuse
 
 
 @deploy("Rollback")
 def rollback():
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     st = host_status(plan)
     target = s.rollback_to or st.previous
     if not target:
         refuse(name="Choose the release to return to",
-               message=f"{host.name}: rollback: no previous release recorded (releases: {' '.join(st.releases) or 'none'})")
+               message=f"{host.name}: rollback: no previous release recorded "
+                       f"(releases: {' '.join(st.releases) or 'none'})")
         return
     if target not in st.releases:
         refuse(name="Choose the release to return to",
-               message=f"{host.name}: rollback_to: release {target} is not on this host (kept: {' '.join(st.releases) or 'none'})")
+               message=f"{host.name}: rollback_to: release {target} is not on this host "
+                       f"(kept: {' '.join(st.releases) or 'none'})")
         return
     if target == st.current and st.active == "active" and st.gate_passed(target):
         return
     lock(CONVERGE_ID, kind="rollback")  # never interleaved with a converge or a rollout on the same host
     host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
-             argv=p.host_tool_argv("activate", target, "--revert"))
+             argv=layout.host_tool_argv("activate", target, "--revert"))
     unlock(CONVERGE_ID, kind="rollback")

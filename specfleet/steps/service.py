@@ -13,9 +13,8 @@ import hashlib
 from pyinfra.api import deploy
 
 from ..render import RENDERING_CHANGED
-from ._common import current_plan, host_status
 from .jobs import host_job
-
+from .state import current_plan, host_status
 
 RESTARTS = ("release", "unit", "down")  # kinds of switch reason that restart the server (the others only enable/gate)
 
@@ -73,14 +72,14 @@ def _what_changed(plan, old: dict) -> str:
 @deploy("Activate")
 def activate(health_timeout_sec: int | None = None):
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     reasons = switch_reasons(plan)
     if not reasons:
         return
-    argv = p.host_tool_argv("activate", plan.release_id, "--revert")
+    argv = layout.host_tool_argv("activate", plan.release_id, "--revert")
     if health_timeout_sec:
         argv += ["--timeout", str(int(health_timeout_sec))]
     host_job(name=f"Activate release {plan.release_id} and gate it ({'; '.join(reasons)})",
              key=f"activate:{plan.release_id}", argv=argv)
     host_job(name=f"Prune releases beyond keep_releases={s.keep_releases}", key="prune",
-             argv=p.host_tool_argv("prune", "--keep", str(s.keep_releases)))
+             argv=layout.host_tool_argv("prune", "--keep", str(s.keep_releases)))

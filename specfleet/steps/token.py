@@ -15,8 +15,8 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, python
 
 from ..render import token_file_text
-from ._common import current_plan, differs, host_status
 from .jobs import run_on_host
+from .state import current_plan, differs, host_status
 
 
 def _write_token(state, host, path: str, token: str) -> bool:
@@ -32,13 +32,14 @@ def _write_token(state, host, path: str, token: str) -> bool:
 @deploy("Hugging Face token")
 def token():
     plan = current_plan()
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     if differs(plan, s.secrets_dir):
         files.directory(name="Secrets directory (root only)", path=s.secrets_dir, user="root", group="root", mode="700")
     if s.hf_token is None:
-        if p.token_file in host_status(plan).files:
-            files.file(name="Remove the Hugging Face token (no token in the inventory)", path=p.token_file, present=False)
+        if layout.token_file in host_status(plan).files:
+            files.file(name="Remove the Hugging Face token (no token in the inventory)", path=layout.token_file,
+                       present=False)
         return
-    if differs(plan, p.token_file):
+    if differs(plan, layout.token_file):
         python.call(name="Hugging Face token (root:root 0600, written from stdin)", function=_write_token,
-                    path=p.token_file, token=s.hf_token.get_secret_value())
+                    path=layout.token_file, token=s.hf_token.get_secret_value())

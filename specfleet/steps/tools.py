@@ -12,19 +12,19 @@ from pyinfra.operations import apt, files, pip
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
 from ..host.layout import HOST_PROGRAMS, MODULES
-from ._common import current_plan, differs, host_status, hub_client_ok
+from .state import current_plan, differs, host_status, hub_client_ok
 
 
 @deploy("Host tools")
 def tools():
     plan = current_plan()
-    s, p = plan.settings, plan.paths
-    for path, what in ((s.data_dir, "specfleet data directory"), (p.bin, "specfleet bin directory")):
+    s, layout = plan.settings, plan.paths
+    for path, what in ((s.data_dir, "specfleet data directory"), (layout.bin, "specfleet bin directory")):
         if differs(plan, path):
             files.directory(name=what, path=path, user="root", group="root", mode="755")
     host_dir = resources.files("specfleet.host")
     for name, source in HOST_PROGRAMS.items():
-        path = f"{p.bin}/{name}"
+        path = f"{layout.bin}/{name}"
         if differs(plan, path):
             files.put(name=f"Install {name}", src=str(host_dir / source), dest=path,
                       user="root", group="root", mode="644" if name in MODULES else "755")
@@ -36,10 +36,11 @@ def tools():
     if busy:
         logger.info(f"    [{host.name}] dpkg is busy ({', '.join(busy)}); installing python3-venv waits up to "
                     f"{DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock")
-    apt.packages(name=f"python3-venv for the fetch virtualenv (waits up to {DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
+    apt.packages(name=f"python3-venv for the fetch virtualenv "
+                      f"(waits up to {DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
                  packages=["python3-venv"], update=False,
                  extra_install_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")
-    pip.venv(name="Fetch virtualenv", path=p.venv, python="python3")
+    pip.venv(name="Fetch virtualenv", path=layout.venv, python="python3")
     extra = f"--index-url {shlex.quote(s.pip_index_url)}" if s.pip_index_url else None
     pip.packages(name=f"Pinned {s.hub_client_requirement} in the fetch virtualenv",
-                 packages=[s.hub_client_requirement], pip=f"{p.venv}/bin/pip", extra_install_args=extra)
+                 packages=[s.hub_client_requirement], pip=f"{layout.venv}/bin/pip", extra_install_args=extra)

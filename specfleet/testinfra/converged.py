@@ -34,7 +34,8 @@ def test_token_file_is_root_only(spark):
 def test_token_not_in_container_env_nor_unit(spark):
     with spark.host.sudo():
         token = spark.host.file(spark.plan.paths.token_file).content_string.strip()
-        env = json.loads(spark.host.check_output(f"docker inspect --format '{{{{json .Config.Env}}}}' {spark.s.service_name}"))
+        env = json.loads(spark.host.check_output(
+            f"docker inspect --format '{{{{json .Config.Env}}}}' {spark.s.service_name}"))
         unit = spark.host.file(spark.plan.paths.unit_file).content_string
     assert token and not [e for e in env if token in e or e.startswith(("HF_TOKEN=", "HUGGING_FACE_HUB_TOKEN="))]
     assert token not in unit and "HF_HUB_OFFLINE=1" in env
@@ -68,7 +69,8 @@ def test_models_complete_at_the_recorded_commit(spark):
 
 
 def test_hf_cache_ls_lists_the_models(spark):
-    out = spark.host.check_output(f"{spark.plan.paths.venv}/bin/hf cache ls --cache-dir {spark.plan.paths.hub_cache} --format json")
+    out = spark.host.check_output(f"{spark.plan.paths.venv}/bin/hf cache ls --cache-dir {spark.plan.paths.hub_cache} "
+                                  "--format json")
     cached = {entry["repo_id"] for entry in json.loads(out)}
     for model in spark.release["models"].values():
         assert model["repo"] in cached, (model["repo"], cached)

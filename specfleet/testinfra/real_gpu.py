@@ -45,7 +45,8 @@ def test_metrics_show_draft_acceptance(gpu_spark):
         pytest.skip("set extra_llm_api_options.enable_iter_perf_stats: true to collect /metrics")
     url = gpu_spark.release["url"]
     gpu_spark.host.check_output(f"curl -fsS -m 300 {url}/v1/completions -H 'Content-Type: application/json' "
-                                f"-d '{{\"model\": \"{gpu_spark.release['served_model']}\", \"prompt\": \"Count to twenty:\", \"max_tokens\": 64}}'")
+                                f"-d '{{\"model\": \"{gpu_spark.release['served_model']}\", "
+                                f"\"prompt\": \"Count to twenty:\", \"max_tokens\": 64}}'")
     stats = json.loads(gpu_spark.host.check_output(f"curl -fsS -m 30 {url}/metrics"))
     spec = [s["specDecodingStats"] for s in stats if s.get("specDecodingStats")]
     assert spec and sum(s.get("numAcceptedTokens", 0) for s in spec) > 0, stats[-3:]

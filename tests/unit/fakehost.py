@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
-from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.deploy import add_deploy
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 
 from specfleet.host.layout import HOST_PROGRAMS, MODULES
@@ -23,12 +23,11 @@ from specfleet.hub import ModelPin, models_of
 from specfleet.inventory import Inventory as FleetInventory
 from specfleet.inventory import load_inventory
 from specfleet.lockfile import Lock, LockedModel, lock_path, write_lock
-from specfleet.profiles import PROFILES
-from specfleet.settings import build_fleet
 from specfleet.plan import HostPlan, build_plans
+from specfleet.profiles import PROFILES
 from specfleet.render import config_yaml, unit_text
+from specfleet.settings import build_fleet
 from specfleet.validate_in_image import verdict_name
-from specfleet.settings import TIKTOKEN_FILES
 
 COMMITS = {"target": "a" * 40, "draft": "b" * 40}
 FILES = (("config.json", 100, "c" * 40), ("model-00001-of-00002.safetensors", 2000, "d" * 64),
@@ -83,12 +82,12 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     }
     fields.update({k: str(v) for k, v in over.items() if k in fields})
     lines = [f"{k}\t{v}" for k, v in fields.items()]
-    from specfleet.steps._common import model_paths
+    from specfleet.steps.state import model_paths
     sizes = over.get("sizes", {})
     for paths in model_paths(plan).values():
         for path, size in paths:
             lines.append(f"size\t{sizes.get(path, size)}\t{path}")
-    from specfleet.steps._common import wanted_files
+    from specfleet.steps.state import wanted_files
     missing = set(over.get("files_missing", ()))
     if over.get("release_missing"):
         missing |= {path for path in wanted_files(plan) if path.startswith(f"{p.releases}/{plan.release_id}")}

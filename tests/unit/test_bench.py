@@ -19,8 +19,7 @@ from click.testing import CliRunner
 
 from specfleet import bench, bench_run
 from specfleet.cli import main
-from tests.vm.test_trtllm_standin import (EAGLE_MODEL, EAGLE_SEED, Server, _fake_hf_model, free_port,
-                                          write_yaml)
+from tests.vm.test_trtllm_standin import EAGLE_MODEL, EAGLE_SEED, Server, _fake_hf_model, free_port, write_yaml
 from tests.vm.trtllm_standin import image
 
 LOAD_TOOL = Path(bench.__file__).parent / "host" / "bench_load.py"

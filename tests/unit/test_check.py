@@ -147,3 +147,12 @@ def test_check_accepts_every_shipped_deploy(fleet_file):
     for deploy in ("eagle3", "draft_target", "baseline", "cleanup"):
         result = CliRunner().invoke(main, ["check", "inventory.py", f"deploys/{deploy}.py"])
         assert result.exit_code == 0, (deploy, result.output)
+
+
+def test_a_token_file_that_is_not_text_is_one_line(fleet_file, tmp_path):
+    token = tmp_path / "token.bin"
+    token.write_bytes(b"\xff\xfe\x00binary")
+    fleet_file(f"all:\n  hosts:\n    spark-01: {{hf_token_file: {token}}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.output.strip() == f"spark-01: hf_token_file: {token} is not UTF-8 text", result.output

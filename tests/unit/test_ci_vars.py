@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from specfleet.settings import load_defaults
+from specfleet.tunables import load_defaults
 from specfleet_lab import Guest, write_inventory
 from tests.vm import lab
 

@@ -6,7 +6,7 @@ import pytest
 
 from specfleet.steps import cleanup, converge
 from tests.unit.conftest import TOKEN
-from tests.unit.fakehost import (converged_responses, changed_ops, executed, make_plans, run_deploy)
+from tests.unit.fakehost import changed_ops, converged_responses, executed, make_plans, run_deploy
 
 MUTATING = ("systemctl restart", "daemon-reload", "fetch-model --repo", "docker pull", " activate ", "job start", "curl ",
             "mkdir /var/lib/specfleet/lock", "docker run --rm --network none")

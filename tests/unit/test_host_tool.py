@@ -1,8 +1,8 @@
 """specfleet-host's release bookkeeping on a scratch data dir (no systemd involved)."""
 
 import json
-import sys
 import os
+import sys
 
 from specfleet.host.specfleet_host import Host
 

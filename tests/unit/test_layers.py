@@ -34,11 +34,14 @@ LAYERS = {
     "specfleet.project": "core",  # which directory is the fleet project; the scaffold files `specfleet init` writes
     "specfleet.inventory": "core",  # the fleet file (Ansible YAML inventory) read into hosts, groups and vars
     "specfleet.settings": "core",  # the validated per-host settings, built from the defaults and the inventory
+    "specfleet.tunables": "core",  # the packaged defaults, the project's group_data/all.py overrides, connection vars
+    "specfleet.topology": "core",  # the hub_mirror group and the URL at which the other hosts reach its mirror
+    "specfleet.problems": "core",  # a problem with the user's input as one line; pydantic's errors said that way
     "specfleet.defaults": "core",  # the packaged defaults of every variable (package data, also imported)
     "specfleet.llm_options": "core",  # TensorRT-LLM's options schema per version (extra-llm-api-config.yml)
     "specfleet.trtllm_versions": "core",  # the per-version contract of TensorRT-LLM (a data table)
     "specfleet.constants": "core",  # platform constants (facts about the tools specfleet drives, not tunables)
-    "specfleet.grammars": "core",  # small grammars of values specfleet reads back (versions, requirements)
+    "specfleet.grammars": "core",  # what each kind of string value may be (URLs, addresses, images, refs, versions)
     "specfleet.profiles": "core",  # the deploy profiles (eagle3, draft_target, baseline) as data
     "specfleet.hub": "core",  # model pins resolved on the Hub (controller-side HTTP, no host)
     "specfleet.registry": "core",  # image digests resolved in the registry (controller-side HTTP, no host)
@@ -59,7 +62,7 @@ LAYERS = {
     "specfleet.mirror": "pyinfra",  # the mirror host's status fact (MirrorStatus), its warm-up program, its read
     "specfleet.preview": "pyinfra",  # what a converge would change on each host, read without changing anything
     "specfleet.steps": "pyinfra",  # the packaged deploys composed: converge, stage, switch
-    "specfleet.steps._common": "pyinfra",  # the host's plan and its one status read, wanted files, refuse
+    "specfleet.steps.state": "pyinfra",  # the host's plan and its one status read, wanted files, refuse
     "specfleet.steps.changes": "pyinfra",  # what a converge would change, decided from the one status read
     "specfleet.steps.cleanup": "pyinfra",  # step: remove what specfleet installed
     "specfleet.steps.docker_access": "pyinfra",  # step: operator users in the docker group
@@ -92,6 +95,9 @@ LAYERS = {
     "specfleet.host.hostlib": "host",  # the host tool's helpers
     "specfleet.host.probes": "host",  # read-only programs run on the host
     "specfleet.host.probes.validate_config": "host",  # validates a config with the image's own TensorRT-LLM
+    "specfleet.host.probes.overview": "host",  # what `specfleet status` shows of a host; THE acceptance arithmetic
+    "specfleet.host.probes.mirror_warm": "host",  # warms the Hub mirror: each needed file read through olah once
+    "specfleet.host.probes.olah_ready": "host",  # waits for the Hub mirror's olah to answer on its loopback port
     # ---- the checks a project's tests/infra collects ----
     "specfleet.testinfra": "testinfra",  # the package
     "specfleet.testinfra.converged": "testinfra",  # checks of a converged host
@@ -312,8 +318,8 @@ def test_the_check_catches_each_kind_of_violation():
 def test_relative_imports_resolve_to_modules():
     known = {"specfleet", "specfleet.steps", "specfleet.steps.jobs", "specfleet.plan", "specfleet.cli",
              "specfleet.cli.rollout"}
-    found = imports_of("specfleet.steps.jobs", "from ._common import x\nfrom ..plan import HostPlan\n"
+    found = imports_of("specfleet.steps.jobs", "from .state import x\nfrom ..plan import HostPlan\n"
                        "from .. import plan\n", "j.py", False, known)
-    assert [i.target for i in found] == ["specfleet.steps._common", "specfleet.plan", "specfleet.plan"]
+    assert [i.target for i in found] == ["specfleet.steps.state", "specfleet.plan", "specfleet.plan"]
     found = imports_of("specfleet.cli", "from . import rollout\nfrom .rollout import f\n", "c.py", True, known)
     assert [i.target for i in found] == ["specfleet.cli.rollout", "specfleet.cli.rollout"]

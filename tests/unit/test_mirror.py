@@ -5,12 +5,13 @@ import re
 
 import pytest
 
+from specfleet.host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout
 from specfleet.mirror import parse_mirror_state
-from specfleet.mirror_files import NAME, MirrorPaths, mirror_files
+from specfleet.mirror_files import NAME, mirror_files
 from specfleet.plan import PlanError, build_plans, load_inventory_or_fail
 from specfleet.steps import converge, mirror_setup
-from specfleet.steps._common import sha256
-from tests.unit.fakehost import converged_responses, changed_ops, executed, run_deploy
+from specfleet.steps.state import sha256
+from tests.unit.fakehost import changed_ops, converged_responses, executed, run_deploy
 
 FLEET = """
 all:
@@ -68,7 +69,8 @@ def test_no_mirror_group_changes_nothing(fleet_file):
 @pytest.mark.parametrize("var, value, expect", [
     ("mirror_port", "70000", "mirror-01: mirror_port: "),
     ("mirror_bind", "'all'", "mirror-01: mirror_bind: 'all' is not an IP address"),
-    ("mirror_allowed_networks", "['10.0.0.0/33']", "mirror-01: mirror_allowed_networks: '10.0.0.0/33' is not a network in CIDR form"),
+    ("mirror_allowed_networks", "['10.0.0.0/33']",
+     "mirror-01: mirror_allowed_networks: '10.0.0.0/33' is not a network in CIDR form"),
     ("mirror_allowed_networks", "[]", "mirror-01: mirror_allowed_networks: is empty"),
     ("mirror_requirement", "'olah; rm -rf /'", "mirror-01: mirror_requirement: "),
     ("mirror_python", "'python3 -c x'", "mirror-01: mirror_python: "),
@@ -100,9 +102,10 @@ def test_cli_check_exits_2_with_the_line(fleet_file, tmp_path):
 
 # ---- rendered files --------------------------------------------------------------------------------------------
 def test_rendered_units_and_config(fleet_file):
-    plan = _plans(fleet_file, mirror=", mirror_allowed_networks: ['10.1.0.0/16', 192.168.7.9]", profile=None)["mirror-01"]
+    plans = _plans(fleet_file, mirror=", mirror_allowed_networks: ['10.1.0.0/16', 192.168.7.9]", profile=None)
+    plan = plans["mirror-01"]
     files = mirror_files(plan.settings, plan.connection)
-    p = MirrorPaths("/var/lib/specfleet-mirror")
+    p = MirrorLayout("/var/lib/specfleet-mirror")
     socket, service, config = files[p.socket], files[p.service], files[p.config]
     assert "ListenStream=0.0.0.0:8090" in socket
     assert "IPAddressDeny=any\n" in socket and "IPAddressAllow=10.1.0.0/16 192.168.7.9/32\n" in socket
@@ -110,17 +113,19 @@ def test_rendered_units_and_config(fleet_file):
     assert re.search(r"^ExecStart=/var/lib/specfleet-mirror/venv/bin/python -m olah.server --config "
                      r"/var/lib/specfleet-mirror/olah.toml --log-path /var/lib/specfleet-mirror/logs$", service, re.M)
     assert "Environment=GIT_PYTHON_REFRESH=quiet" in service  # olah starts on a host without git
-    assert "User=specfleet-mirror" in service and "ReadWritePaths=/var/lib/specfleet-mirror/repos /var/lib/specfleet-mirror/logs" in service
+    assert "User=specfleet-mirror" in service
+    assert "ReadWritePaths=/var/lib/specfleet-mirror/repos /var/lib/specfleet-mirror/logs" in service
     assert "127.0.0.1:18090" in files[p.proxy]
     assert 'host = "127.0.0.1"' in config and "port = 18090" in config
-    assert 'hf-scheme = "http"' in config and 'hf-netloc = "hub.lab:8999"' in config and 'hf-lfs-netloc = "hub.lab:8999"' in config
+    assert 'hf-scheme = "http"' in config and 'hf-netloc = "hub.lab:8999"' in config
+    assert 'hf-lfs-netloc = "hub.lab:8999"' in config
     assert 'mirror-netloc = "10.1.0.5:8090"' in config and "xet-passthrough = false" in config
 
 
 def test_upstream_huggingface_uses_its_lfs_host(fleet_file):
     fleet_file("all:\n  vars: {hf_token_required: false}\n  children:\n    hub_mirror:\n      hosts:\n        m1:\n")
     plan = build_plans(load_inventory_or_fail(), None, resolve=False)["m1"]
-    config = mirror_files(plan.settings, plan.connection)[MirrorPaths(plan.settings.mirror_cache_dir).config]
+    config = mirror_files(plan.settings, plan.connection)[MirrorLayout(plan.settings.mirror_cache_dir).config]
     assert 'hf-scheme = "https"' in config and 'hf-netloc = "huggingface.co"' in config
     assert 'hf-lfs-netloc = "cdn-lfs.huggingface.co"' in config and 'mirror-netloc = "m1:8090"' in config
 
@@ -129,14 +134,19 @@ def test_upstream_huggingface_uses_its_lfs_host(fleet_file):
 MIRROR_FACT = "export C="
 
 
+def _host_programs() -> dict[str, str]:
+    """The host tool and the modules it imports from its directory, as the package holds them."""
+    from importlib import resources
+    host_dir = resources.files("specfleet.host")
+    return {name: (host_dir / HOST_PROGRAMS[name]).read_text(encoding="utf-8") for name in (HOST_TOOL, *MODULES)}
+
+
 def _mirror_lines(plan, converged: bool, free: int = 500 * 10**9, python: str = "3.11") -> list[str]:
-    s, p = plan.settings, MirrorPaths(plan.settings.mirror_cache_dir)
+    s, p = plan.settings, MirrorLayout(plan.settings.mirror_cache_dir)
     lines = [f"python\t{python}", "venv_module\tyes", f"free\t{free}"]
     if converged:
-        from importlib import resources
-        tool = (resources.files("specfleet.host") / "specfleet_host.py").read_text()
-        lines += ["olah\t0.5.4", "user\t998", "active\tactive\tactive", "enabled\tenabled\tenabled",
-                  f"sha\t{sha256(tool)}\t{plan.paths.host_tool}"]
+        lines += ["olah\t0.5.4", "user\t998", "active\tactive\tactive", "enabled\tenabled\tenabled"]
+        lines += [f"sha\t{sha256(content)}\t{plan.paths.bin}/{name}" for name, content in _host_programs().items()]
         lines += [f"sha\t{sha256(c)}\t{path}" for path, c in mirror_files(s, plan.connection).items()]
         lines += [f"dir\t755|root|root\t{d}" for d in (p.cache_dir, s.data_dir, plan.paths.bin)]
         lines += [f"dir\t750|specfleet-mirror|specfleet-mirror\t{d}" for d in (p.repos, p.logs)]
@@ -163,14 +173,30 @@ def test_fresh_mirror_gets_olah_units_and_a_running_service(fleet_file):
     plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, converged=False)})
     text = "\n".join(cmds)
     assert not state.failed_hosts
-    for needle in ("useradd --system", "install -d -m 750 -o specfleet-mirror -g specfleet-mirror /var/lib/specfleet-mirror/repos",
+    for needle in ("useradd --system",
+                   "install -d -m 750 -o specfleet-mirror -g specfleet-mirror /var/lib/specfleet-mirror/repos",
                    "python3 -m venv /var/lib/specfleet-mirror/venv",
-                   "/var/lib/specfleet-mirror/venv/bin/pip install -q --disable-pip-version-check --index-url http://pypi.lab/simple "
-                   "--trusted-host pypi.lab olah==0.5.4",
+                   "/var/lib/specfleet-mirror/venv/bin/pip install -q --disable-pip-version-check "
+                   "--index-url http://pypi.lab/simple --trusted-host pypi.lab olah==0.5.4",
                    "systemctl daemon-reload", f"systemctl enable {NAME}.service {NAME}-proxy.socket",
                    f"systemctl restart {NAME}.service", "/etc/systemd/system/specfleet-hub-mirror-proxy.socket"):
         assert needle in text, needle
     assert "http://127.0.0.1:18090/" in text  # olah must answer before the deploy calls it done
+
+
+def test_fresh_mirror_gets_the_host_tool_and_the_modules_it_imports(fleet_file):
+    """The warm-up runs as a host job: specfleet-host imports layout.py and hostlib.py from its own directory."""
+    plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, converged=False)})
+    status = cmds[0]
+    assert not state.failed_hosts and status.startswith(MIRROR_FACT)
+    for name in (HOST_TOOL, *MODULES):  # the one status read reports each of them
+        assert f"{plan.paths.bin}/{name}" in status, name
+    writes = {c for c in cmds if f"{plan.paths.bin}/" in c and "chmod" in c}
+    for name, mode in ((HOST_TOOL, "755"), *((m, "644") for m in MODULES)):
+        path = f"{plan.paths.bin}/{name}"
+        written = [c for c in writes if f"chmod {mode} {path}.specfleet-tmp" in c and "chown root:root" in c]
+        assert written, (name, writes)
+    assert len(writes) == 1 + len(MODULES)
 
 
 def test_converged_mirror_only_reads_its_status(fleet_file):
@@ -208,7 +234,7 @@ def test_mirror_disk_preflight_counts_the_fleets_models(fleet_file):
 
 
 def _fresh_spark(plan):
-    return converged_responses(plan, sizes={path: -1 for paths in __import__("specfleet.steps._common", fromlist=["x"])
+    return converged_responses(plan, sizes={path: -1 for paths in __import__("specfleet.steps.state", fromlist=["x"])
                                             .model_paths(plan).values() for path, _ in paths})
 
 
@@ -234,7 +260,8 @@ def test_converge_warms_the_mirror_before_any_host_fetches(fleet_file):
     # the mirror serves nothing: no trtllm unit, no docker, no activate
     assert not [c for c in mirror if "docker" in c or " activate " in c or "fetch-model" in c]
     # the sparks download from the mirror (spark-02 set its own hub_endpoint)
-    assert any("HF_ENDPOINT=http://10.1.0.5:8090" in c and "HF_HUB_ETAG_TIMEOUT=120" in c for c in executed(state)["spark-01"])
+    assert any("HF_ENDPOINT=http://10.1.0.5:8090" in c and "HF_HUB_ETAG_TIMEOUT=120" in c
+               for c in executed(state)["spark-01"])
 
 
 def test_converged_fleet_with_mirror_warms_nothing(fleet_file):
@@ -273,14 +300,15 @@ def test_failed_warm_with_hub_fallback_fetches_from_the_upstream_hub_with_a_warn
     assert len(fetches) == 2 and all("HF_ENDPOINT=http://hub.lab:8999" in c for c in fetches), fetches
     assert all("@" in c and " from http://hub.lab:8999' -- " in c for c in fetches), fetches  # keys of their own
     assert not [c for c in executed(state)["spark-03"] if "HF_ENDPOINT=http://10.1.0.5:8090" in c]
-    warning = [r for r in caplog.records if "hub_fallback: fetching from the Hub directly (http://hub.lab:8999)" in r.getMessage()]
+    warning = [r for r in caplog.records
+               if "hub_fallback: fetching from the Hub directly (http://hub.lab:8999)" in r.getMessage()]
     assert warning and warning[0].levelname == "WARNING" and "spark-03" in warning[0].getMessage()
     assert "hub mirror mirror-01 (http://10.1.0.5:8090) failed to warm; not staging from it" in caplog.text  # spark-01
 
 
 def test_warm_skips_files_whose_content_the_host_has(fleet_file):
     """A new commit's unchanged file (same blob) is linked from the host's cache: the mirror does not fetch it."""
-    from specfleet.steps._common import blob_path, model_paths
+    from specfleet.steps.state import blob_path, model_paths
     plans = _plans(fleet_file)
     spark = plans["spark-01"]
     pin = spark.pins["draft"]
@@ -374,7 +402,7 @@ def test_mirror_host_gets_the_token_root_only_from_stdin_and_the_warm_up_names_o
     plan, state, cmds = _mirror_only(fleet_file, lambda p: {MIRROR_FACT: _mirror_lines(p, converged=False)})
     text = "\n".join(cmds)
     assert not state.failed_hosts
-    assert "install -d -m 700 -o root -g root /etc/specfleet" in text or f"install -d -m 700 -o root -g root {plan.settings.secrets_dir}" in text
+    assert f"install -d -m 700 -o root -g root {plan.settings.secrets_dir}" in text
     assert f"chmod 600 {plan.settings.secrets_dir}/.hf_token.tmp" in text
     assert TOKEN not in text  # on stdin only
     # converged: the token file matches -> not written again
@@ -396,6 +424,7 @@ def test_mirror_deploy_needs_the_token_like_a_profile_run_and_read_only_commands
     fleet_file(FLEET.format(mirror=", hf_token_required: true", extra=""))
     with pytest.raises(PlanError) as exc:
         build_plans(load_inventory_or_fail(), None, resolve=False, deploying=True)  # pyinfra ... deploys/hub_mirror.py
-    assert [line for line in exc.value.lines if line.startswith("mirror-01: hf_token: no Hugging Face token")], exc.value.lines
+    assert [line for line in exc.value.lines
+            if line.startswith("mirror-01: hf_token: no Hugging Face token")], exc.value.lines
     plans = build_plans(load_inventory_or_fail(), None, resolve=False)  # specfleet mirror status, status, logs
     assert plans["mirror-01"].settings.hf_token is None

@@ -42,7 +42,7 @@ def test_scaffold_is_what_the_repository_root_holds():
 
 
 def test_the_repository_has_no_overrides():
-    from specfleet.settings import load_overrides
+    from specfleet.tunables import load_overrides
     assert load_overrides(ROOT) == ({}, [])
 
 

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from specfleet.settings import default_comments, load_defaults
+from specfleet.tunables import default_comments, load_defaults
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

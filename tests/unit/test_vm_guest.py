@@ -1,13 +1,13 @@
 """The VM fleet's guest recipe and access, without booting anything: an operator with sudo and no root SSH,
 and the documented stand-in for the NVIDIA container toolkit (executed here as plain scripts)."""
 
+import json
+import re
+import subprocess
 import sys
 import time
 import types
 from pathlib import Path
-import json
-import re
-import subprocess
 
 import pytest
 import yaml

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -135,6 +136,7 @@ class PyinfraRun:
     stderr: str
     result: dict | None = None
     changed: dict[str, list[str]] = field(default_factory=dict)  # host -> names of ops that changed something
+    cpu: float = 0.0  # controller CPU seconds of the pyinfra process (user + system)
     failed: list[str] = field(default_factory=list)
 
     @property
@@ -148,13 +150,14 @@ class PyinfraRun:
 def run_pyinfra(inventory: Path, deploy: str, *extra: str, json_out: bool = True, timeout: float = 2400,
                 env: dict | None = None) -> PyinfraRun:
     """`pyinfra -y inventory.py deploys/<deploy>.py` as a user runs it (a subprocess in the project dir)."""
-    cmd = [sys.executable, "-m", "pyinfra", "-y", *(["--json"] if json_out else []), *extra,
-           "inventory.py", f"deploys/{deploy}.py"]
+    target = ["exec", "--", "true"] if deploy == "exec true" else [f"deploys/{deploy}.py"]
+    cmd = [sys.executable, "-m", "pyinfra", "-y", *(["--json"] if json_out else []), *extra, "inventory.py", *target]
     full_env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN,
                 "PYINFRA_PROGRESS": "off", **(env or {})}
-    start = time.monotonic()
+    start, cpu = time.monotonic(), _children_cpu()
     proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
     run = PyinfraRun(deploy, proc.returncode, time.monotonic() - start, proc.stdout, proc.stderr)
+    run.cpu = _children_cpu() - cpu
     if json_out:
         start_json = proc.stdout.find("{")
         if start_json >= 0:
@@ -257,6 +260,11 @@ def with_vars(inventory: Path, out: Path, **vars) -> Path:
     return write_lock(out)
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the finished (waited-for) children of this process
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_specfleet(*args: str, inventory: Path, timeout: float = 2400, background: bool = False):
     cmd = [sys.executable, "-m", "specfleet", *args]
     env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN}
@@ -353,6 +361,7 @@ def prebuild_main(argv: list[str]) -> int:
     at nice 10 (inherited by mmdebstrap and its emulated dpkg): the modules running meanwhile keep the CPU they
     need, and the build takes what is left (it has the whole x86_64 part of the session to finish)."""
     import logging
+
     from specfleet_lab import build_image
     from specfleet_lab.cli import exit_on_sigterm
     arch, cache_dir, result_path = argv[0], Path(argv[1]), Path(argv[2])

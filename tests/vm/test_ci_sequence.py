@@ -5,8 +5,6 @@ verify stopped + cache kept -> destroy (the session fixture). Tests run in file 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 
@@ -65,6 +63,14 @@ def test_idempotence(vm_fleet, lab_inventory, hub):
     figure("second converge eagle3 (no change)", f"{run.seconds:.1f} s")
     figure("second / first converge time", f"{run.seconds / STATE['first']:.2f}")
     figure("bytes fetched by second converge (files / Hub API metadata)", f"{file_bytes(hub)} / {api_bytes(hub):,}")
+    # issue 17: the no-op converge's controller CPU and the rest (remote work + network), against pyinfra's own
+    # floor on the same hosts in the same run: `pyinfra inventory.py exec -- true`
+    floor = lab.run_pyinfra(lab_inventory, "exec true", json_out=False)
+    assert floor.returncode == 0, floor.output()[-2000:]
+    figure("no-op converge: controller CPU / remote + network (wall - CPU)",
+           f"{run.cpu:.1f} s / {run.seconds - run.cpu:.1f} s")
+    figure("no-op converge wall / `pyinfra inventory.py exec -- true` wall",
+           f"{run.seconds:.1f} s / {floor.seconds:.1f} s = {run.seconds / floor.seconds:.2f}x")
 
 
 def test_verify_eagle3(lab_inventory):

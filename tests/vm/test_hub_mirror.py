@@ -14,7 +14,6 @@ the default mirror_allowed_networks allow."""
 from __future__ import annotations
 
 import re
-import shlex
 import socket
 import subprocess
 import time

@@ -3,7 +3,6 @@ sequence in the same session and fleet; tests run in file order and share STATE.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 

@@ -905,12 +905,12 @@ def test_queue_beyond_max_batch_size_and_stats_off(world, serve):
     data = {k: v for k, v in EAGLE_SEED.items() if k != "speculative_config"}  # one token per iteration
     yml = write_yaml(world.tmp / "nostats.yaml", dict(data, enable_iter_perf_stats=False))
     s = serve(lambda w, port: eagle_args(w, port)[:-1] + [str(yml)], perf=perf).wait_ready()
-    import threading
     # Ordering, not a race: the first request is admitted (its first SSE chunk has arrived) before the second is
     # sent, and the second is sent (checked) while the first still has >= 99 iterations of >= 10 ms to go. Queued,
     # the second then finishes at least its own 100 iterations after the first; run alongside, about one iteration
     # after it.
     import http.client as httpclient
+    import threading
     body = {"prompt": "q", "max_tokens": 100, "ignore_eos": True}
     first = urllib.request.urlopen(urllib.request.Request(
         "http://127.0.0.1:%d/v1/completions" % s.port, method="POST", headers={"Content-Type": "application/json"},

@@ -1,4 +1,5 @@
-"""Shared by the packaged deploys: the host's plan and status, and an operation that refuses."""
+"""The current host's state, as the steps see it: its plan, its one status read (host_status), what must be on it
+(wanted_files) and whether a path differs, the model files it lacks, and an operation that refuses."""
 
 from __future__ import annotations
 
@@ -31,12 +32,12 @@ def current_plan() -> HostPlan:
 
 def model_paths(plan: HostPlan) -> dict[str, list[tuple[str, int]]]:
     """Per pin role: the (host path, expected size) of every file the server needs (snapshot + draft dir)."""
-    p = plan.paths
+    layout = plan.paths
     out: dict[str, list[tuple[str, int]]] = {}
     for role, pin in plan.pins.items():
-        paths = [(f"{p.snapshot(pin.repo, pin.commit)}/{f}", size) for f, size in pin.files]
+        paths = [(f"{layout.snapshot(pin.repo, pin.commit)}/{f}", size) for f, size in pin.files]
         if role == "draft":
-            paths += [(f"{p.draft_dir(pin.repo, pin.commit)}/{f}", size) for f, size in pin.files]
+            paths += [(f"{layout.draft_dir(pin.repo, pin.commit)}/{f}", size) for f, size in pin.files]
         out[role] = paths
     return out
 
@@ -95,33 +96,33 @@ def wanted_files(plan: HostPlan) -> dict[str, Want]:
 
 
 def _wanted_files(plan: HostPlan) -> dict[str, Want]:
-    s, p = plan.settings, plan.paths
+    s, layout = plan.settings, plan.paths
     host_dir = resources.files("specfleet.host")
     want: dict[str, Want] = {
         s.secrets_dir: Want("dir", "700"),
         s.data_dir: Want("dir"),
-        p.bin: Want("dir"),
+        layout.bin: Want("dir"),
     }
     for name, source in HOST_PROGRAMS.items():
-        want[f"{p.bin}/{name}"] = Want("file", "644" if name in MODULES else "755",
+        want[f"{layout.bin}/{name}"] = Want("file", "644" if name in MODULES else "755",
                                        sha256=sha256((host_dir / source).read_bytes()))
     if s.hf_token is not None:
-        want[p.token_file] = Want("file", "600", sha256=sha256(token_text(s, redact=False)))
+        want[layout.token_file] = Want("file", "600", sha256=sha256(token_text(s, redact=False)))
     if s.profile is None:
         return want
     if s.profile["tiktoken"]:
-        want[p.tiktoken] = Want("dir")
+        want[layout.tiktoken] = Want("dir")
         for name in TIKTOKEN_FILES:
-            want[f"{p.tiktoken}/{name}"] = Want("file", "644", sha256=s.tiktoken_sha256[name])
-    rdir = p.release_dir(plan.release_id)
-    want[p.releases] = Want("dir")
+            want[f"{layout.tiktoken}/{name}"] = Want("file", "644", sha256=s.tiktoken_sha256[name])
+    rdir = layout.release_dir(plan.release_id)
+    want[layout.releases] = Want("dir")
     want[rdir] = Want("dir")
     for path, content in plan.files().items():
-        if path.startswith(p.current + "/"):
+        if path.startswith(layout.current + "/"):
             want[f"{rdir}/{path.rsplit('/', 1)[1]}"] = Want("file", "644", sha256=sha256(content))
     if "draft" in plan.pins:
         pin = plan.pins["draft"]
-        want[f"{rdir}/{DRAFT_LINK}"] = Want("link", target=p.draft_dir(pin.repo, pin.commit))
+        want[f"{rdir}/{DRAFT_LINK}"] = Want("link", target=layout.draft_dir(pin.repo, pin.commit))
     want[f"{rdir}/{RECORD_FILE}"] = Want("file", "644")  # written once: it records the creation time
     return want
 

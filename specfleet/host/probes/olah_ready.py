@@ -1,0 +1,34 @@
+"""Wait until olah answers on its loopback port (a Type=exec unit that dies after starting is not caught by
+systemctl). Run on the mirror host with olah's virtualenv Python, shipped as `<venv python> -c <this file's text>
+URL` (steps/mirror.py). Exits 0 on any HTTP answer, 1 when none came in ATTEMPTS tries a second apart. Stdlib only.
+"""
+
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ATTEMPTS = 300  # olah imports fastapi, pydantic and huggingface_hub: slow on a small or emulated host
+
+
+def answers(url, timeout=5):
+    """True when anything answers HTTP at url (an error status too: olah is up)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
+def main(argv, attempts=ATTEMPTS, sleep=time.sleep):
+    for _ in range(attempts):
+        if answers(argv[1]):
+            return 0
+        sleep(1)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,162 @@
+"""What `specfleet status` shows of a host, as one JSON object: release, unit, gate, lock, uptime, health,
+iteration figures (/metrics, only when asked), memory and free disk.
+
+Shipped as `python3 -c <this file's text> DATA_DIR SERVICE METRICS(0|1) CURRENT RELEASES GATE LOCK_OWNER
+RECORD_FILE CONFIG_FILE` (paths and names from host/layout.py); stdlib only, read-only except for /metrics,
+which it reads (and so drains) only when asked and no bench holds the host's lock. `acceptance` is THE
+acceptance arithmetic: `specfleet bench` imports it.
+"""
+
+import calendar
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def acceptance(iterations):
+    """Acceptance from TensorRT-LLM iteration stats: length = (accepted + requests with drafts) / requests with
+    drafts (summed over iterations, as py_executor computes it per iteration), rate = accepted / drafted."""
+    drafted = accepted = with_draft = 0
+    gpu_peak = 0
+    for it in iterations:
+        gpu_peak = max(gpu_peak, int(it.get("gpuMemUsage") or 0))
+        sd = it.get("specDecodingStats") or {}
+        drafted += int(sd.get("numDraftTokens") or 0)
+        accepted += int(sd.get("numAcceptedTokens") or 0)
+        with_draft += int(sd.get("numRequestsWithDraftTokens") or 0)
+    return {
+        "iterations": len(iterations), "draft_tokens": drafted, "accepted_tokens": accepted,
+        "requests_with_draft": with_draft,
+        "acceptance_length": (accepted + with_draft) / with_draft if with_draft else None,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "gpu_mem_peak_bytes": gpu_peak or None,
+    }
+
+
+def iteration_figures(its):
+    """Tokens, busy time and throughput since the previous /metrics reader, plus the acceptance figures."""
+    tokens = busy = 0
+    for it in its:
+        ib, sd = it.get("inflightBatchingStats") or {}, it.get("specDecodingStats") or {}
+        busy += float(it.get("iterLatencyMS") or 0)
+        n_req = int(sd.get("numRequestsWithDraftTokens") or 0)
+        tokens += int(ib.get("numContextRequests") or 0) + (int(sd.get("numAcceptedTokens") or 0) + n_req
+                                                            if n_req else int(ib.get("numGenRequests") or 0))
+    acc = acceptance(its)
+    return {"iterations": len(its), "tokens": tokens, "busy_s": busy / 1000,
+            "tokens_per_s": tokens / (busy / 1000) if busy else None,
+            "acceptance_length": acc["acceptance_length"], "acceptance_rate": acc["acceptance_rate"]}
+
+
+def sh(*cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:
+        return ""
+
+
+def jread(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except Exception:
+        return {}
+
+
+def uptime_s(svc):
+    started = sh("docker", "inspect", "--format", "{{.State.Running}} {{.State.StartedAt}}", svc)
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", started.split()[1]) if started.startswith("true ") else None
+    if not m:
+        return None
+    return max(0, int(time.time() - calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))))
+
+
+def get(url, path, timeout=5):
+    with urllib.request.urlopen(url + path, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def health(url):
+    if not url:
+        return None
+    try:
+        return get(url, "/health")[0]
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception as e:
+        return "%s" % (getattr(e, "reason", None) or e)
+
+
+def metrics(out, url, want):
+    """/metrics figures, when asked, enabled in the release's config, healthy, and no bench reads them."""
+    if not (want and out["iter_stats"] and out["health"] == 200):
+        return None
+    if (out["lock"] or "").startswith("bench "):
+        return {"skipped": "a specfleet bench holds the lock (it reads /metrics)"}
+    try:
+        return iteration_figures(json.loads(get(url, "/metrics", 10)[1] or b"[]"))
+    except Exception as e:
+        return {"error": str(e)}
+
+
+def memory():
+    """Used memory: nvidia-smi's figure where it prints digits (a GB10 prints N/A), else MemTotal - MemAvailable."""
+    mem = {}
+    if shutil.which("nvidia-smi"):
+        used = sh("nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits")
+        vals = [int(x) for x in used.split() if x.isdigit()]
+        if vals:
+            mem = {"source": "nvidia-smi", "used_bytes": sum(vals) * 1048576}
+    try:
+        info = {}
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                k, _, v = line.partition(":")
+                info[k] = int(v.split()[0]) * 1024
+        mem.setdefault("source", "meminfo")
+        mem.setdefault("used_bytes", info["MemTotal"] - info["MemAvailable"])
+        mem["available_bytes"] = info["MemAvailable"]
+    except Exception:
+        pass
+    return mem
+
+
+def overview(data, svc, want_metrics, current, releases, gate, lock_owner, record_file, config_file):
+    out = {"service": svc}
+    cur = os.path.basename(os.path.realpath(current)) if os.path.islink(current) else None
+    rec = jread(os.path.join(releases, cur, record_file)) if cur else {}
+    out.update(release=cur, profile=rec.get("profile"), image=rec.get("image"), url=rec.get("url"))
+    svc = rec.get("service") or svc
+    out["unit"] = sh("systemctl", "is-active", svc) or "unknown"
+    out["gate"] = jread(gate)
+    try:
+        with open(lock_owner) as fh:
+            out["lock"] = fh.read().strip()
+    except OSError:
+        out["lock"] = None
+    out["uptime_s"] = uptime_s(svc)
+    out["health"] = health(rec.get("url"))
+    try:
+        with open(os.path.join(releases, cur or "-", config_file)) as fh:
+            out["iter_stats"] = re.search(r"^enable_iter_perf_stats:\s*true\s*$", fh.read(), re.M) is not None
+    except OSError:
+        out["iter_stats"] = False
+    out["metrics"] = metrics(out, rec.get("url"), want_metrics)
+    out["memory"] = memory()
+    d = data
+    while not os.path.isdir(d):
+        d = os.path.dirname(d) or "/"
+    st = os.statvfs(d)
+    out["disk_free_bytes"] = st.f_bavail * st.f_frsize
+    return out
+
+
+if __name__ == "__main__":
+    a = sys.argv
+    print(json.dumps(overview(a[1], a[2], a[3] == "1", *a[4:10])))
