@@ -29,13 +29,13 @@ from .steps.state import current_plan, host_status
 @deploy("Bench: return to the release served before")
 def restore(targets: dict[str, str]):
     plan = current_plan()
-    s, layout = plan.settings, plan.paths
+    layout = plan.paths
     target = targets.get(host.name)
     st = host_status(plan)
     if not target or (target == st.current and st.active == "active" and st.gate_passed(target)):
         return
     host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
-             argv=[layout.host_tool, "--data-dir", s.data_dir, "activate", target, "--revert"])
+             argv=layout.host_tool_argv("activate", target, "--revert"))
 
 
 @deploy("Bench: load")

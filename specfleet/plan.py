@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .constants import DEFAULT_INVENTORY, EXIT_INVALID
 from .host.layout import Layout
 from .hub import ModelPin, resolve_pins
 from .inventory import Inventory, InventoryError, load_inventory
@@ -26,9 +27,6 @@ from .render import RENDERING, config_yaml, rendered_files, smoke_request, unit_
 from .settings import Settings, build_fleet
 from .topology import MIRROR_GROUP
 from .tunables import split_vars
-
-DEFAULT_INVENTORY = "inventory/fleet.yml"
-EXIT_INVALID = 2
 
 
 class PlanError(Exception):

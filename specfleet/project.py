@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-DEFAULT_INVENTORY = "inventory/fleet.yml"
+from .constants import DEFAULT_INVENTORY
+
 OVERRIDES_FILE = "group_data/all.py"
 SCAFFOLD = "scaffold"
 # Scaffold files written under another name: the example fleet becomes the project's fleet file.

@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from ..plan import EXIT_INVALID, build_plans, deploy_profile, load_inventory_or_fail
+from ..constants import EXIT_INVALID
+from ..plan import build_plans, deploy_profile, load_inventory_or_fail
 from . import bench as _bench
 from . import lock as _lock
 from . import mirror as _mirror

@@ -10,8 +10,9 @@ from typing import Iterator, NoReturn
 
 import click
 
+from ..constants import EXIT_INVALID
 from ..inventory import Inventory
-from ..plan import EXIT_INVALID, HostPlan, PlanError, fleet_plans
+from ..plan import HostPlan, PlanError, fleet_plans
 from ..project import use_project
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..project import DEFAULT_INVENTORY, project_dir, scaffold_files
+from ..constants import DEFAULT_INVENTORY
+from ..project import project_dir, scaffold_files
 from ..tunables import default_comments, load_defaults, load_overrides
 from .invalid import exit_invalid
 
