@@ -81,7 +81,7 @@ class SpecfleetHost(FactBase):
         }
         # One path per line (Hub file names may hold spaces; the controller refuses control characters).
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        return f"{assigns}; export DATA SVC PORT IMAGE CFG; export {' '.join(list(env)[8:])}; {_SCRIPT}"
+        return f"{assigns}; export {' '.join(env)}; {_SCRIPT}"
 
     def process(self, output):
         st = HostStatus()

@@ -54,5 +54,7 @@ def test_a_converge_after_the_upgrade_restarts_nothing(vm_fleet, lab_inventory, 
     assert run.changed, "the upgrade rewrites the host tools (they changed): the check above saw them"
     again = lab.run_pyinfra(lab_inventory, "eagle3")
     assert again.returncode == 0 and again.changed == {}, again.changed
+    for guest in vm_fleet.guests:  # and each host still serves its release
+        assert lab.guest_curl_completion(guest)["choices"][0]["text"].strip(), guest.name
     figure("upgrade from before issue 17: operations that changed something / containers restarted",
            f"{sum(len(v) for v in run.changed.values())} (host tools + run lock) / 0")
