@@ -18,6 +18,11 @@ LIB_FILE = "hostlib.py"  # the host tool's helpers, installed next to it
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
                  LIB_FILE: "hostlib.py"}
 MODULES = (LAYOUT_FILE, LIB_FILE)  # installed as modules (0644), not programs
+
+
+def program_mode(name: str) -> str:
+    """The mode an installed host program (or module) has: 644 for the imported modules, else 755."""
+    return "644" if name in MODULES else "755"
 JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
 MIRROR_UNIT = "specfleet-hub-mirror"  # the Hub mirror's units: olah; -proxy.socket / -proxy.service in front of it
 # The files of a release directory (<data_dir>/releases/<id>/, reached as <data_dir>/current/ once active).

@@ -27,7 +27,7 @@ from pyinfra.operations import python, server
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC, GB
 from ..grammars import pinned_version
-from ..host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout
+from ..host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout, program_mode
 from ..mirror import OLAH_READY, WARM, MirrorStatus
 from ..mirror_files import NAME, USER, advertised_url, mirror_files
 from ..render import token_file_text
@@ -47,7 +47,7 @@ _FALLBACK: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: th
 
 def host_files(plan) -> dict[str, tuple[str, str]]:
     """Path in <data_dir>/bin -> (content, mode) of the host tool and its modules, as the mirror host gets them."""
-    return {f"{plan.paths.bin}/{name}": (text, "644" if name in MODULES else "755")
+    return {f"{plan.paths.bin}/{name}": (text, program_mode(name))
             for name, text in HOST_FILES.items()}
 
 

@@ -8,13 +8,11 @@ Old releases beyond keep_releases are pruned afterwards (another host job)."""
 
 from __future__ import annotations
 
-import hashlib
-
 from pyinfra.api import deploy
 
 from ..render import RENDERING_CHANGED
 from .jobs import host_job
-from .state import current_plan, host_status
+from .state import current_plan, host_status, sha256
 
 RESTARTS = ("release", "unit", "down")  # kinds of switch reason that restart the server (the others only enable/gate)
 
@@ -23,7 +21,7 @@ def switch_checks(plan) -> list[tuple[str, str]]:
     """(kind, why) for each reason the host must (re)activate the plan's release: release (what changed: config,
     model, image, ...), unit, down (not running), enable (not enabled at boot), gate (not passed)."""
     st = host_status(plan)
-    unit_sha = hashlib.sha256(plan.rendered.unit.encode()).hexdigest()
+    unit_sha = sha256(plan.rendered.unit)
     checks = (
         (st.current != plan.release_id, "release", f"release {st.current or '(none)'} -> {plan.release_id}"
                                                    + _what_changed(plan, st.current_release if st.current else {})),

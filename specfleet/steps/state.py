@@ -15,7 +15,7 @@ from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
 from ..grammars import pinned_version
-from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, MODULES, RECORD_FILE
+from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
 from ..plan import HostPlan
 from ..render import token_text
 from ..settings import TIKTOKEN_FILES
@@ -104,7 +104,7 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
         layout.bin: Want("dir"),
     }
     for name, source in HOST_PROGRAMS.items():
-        want[f"{layout.bin}/{name}"] = Want("file", "644" if name in MODULES else "755",
+        want[f"{layout.bin}/{name}"] = Want("file", program_mode(name),
                                        sha256=sha256((host_dir / source).read_bytes()))
     if s.hf_token is not None:
         want[layout.token_file] = Want("file", "600", sha256=sha256(token_text(s, redact=False)))

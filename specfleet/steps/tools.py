@@ -11,7 +11,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
-from ..host.layout import HOST_PROGRAMS, MODULES
+from ..host.layout import HOST_PROGRAMS, program_mode
 from .state import current_plan, differs, host_status, hub_client_ok
 
 
@@ -27,7 +27,7 @@ def tools():
         path = f"{layout.bin}/{name}"
         if differs(plan, path):
             files.put(name=f"Install {name}", src=str(host_dir / source), dest=path,
-                      user="root", group="root", mode="644" if name in MODULES else "755")
+                      user="root", group="root", mode=program_mode(name))
     if hub_client_ok(plan):
         return  # the virtualenv already has exactly the pinned client
     # DGX OS 7 (Ubuntu 24.04) has no python3-venv by default, and unattended-upgrades may hold the dpkg lock
