@@ -10,10 +10,12 @@ from importlib import resources
 
 from pyinfra.api import FactBase
 
-from .host.layout import JOB_UNIT_PREFIX, Layout
+from .host.layout import Layout
 
-# The probe (a shell program of its own, shipped in the one remote command; paths from host/layout.py).
+# The probe (a shell program of its own, shipped in the one remote command; paths from host/layout.py), and THE
+# reader of the release state it runs (host/release_state.py, also installed next to the host tool).
 _SCRIPT = (resources.files("specfleet.host") / "probes" / "host_status.sh").read_text(encoding="utf-8")
+RELEASE_STATE = (resources.files("specfleet.host") / "release_state.py").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -55,6 +57,7 @@ class HostStatus:
     dpkg_busy: list[str] = field(default_factory=list)
     # in-image validation verdicts for the config hash (validate_in_image)
     validated: list[str] = field(default_factory=list)
+    release_state_error: str = ""  # what release_state.py printed when it failed ("": read, or no python3)
 
     def gate_passed(self, release: str) -> bool:
         return self.gate.get("release") == release and self.gate.get("result") == "passed"
@@ -75,9 +78,8 @@ class SpecfleetHost(FactBase):
             "SIZES": "\n".join(sizes),
             "FILES": "\n".join(files),
             "USERS": "\n".join(users),
-            "CURRENT": lay.current, "PREVIOUS": lay.previous, "RELEASES": lay.releases, "LOCK_OWNER": lay.lock_owner,
-            "UNIT": lay.unit_file, "GATE": lay.gate_file, "RECORD": lay.current_record, "ACTIVE_JOB": lay.active_job,
-            "JOBS": lay.jobs, "JOB_UNIT_PREFIX": JOB_UNIT_PREFIX, "VALIDATED": lay.validated, "VENV": lay.venv,
+            "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,
+            "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
         }
         # One path per line (Hub file names may hold spaces; the controller refuses control characters).
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -104,18 +106,8 @@ class SpecfleetHost(FactBase):
                 st.container_running = rest == "true"
             elif key == "image":
                 st.image_id = rest
-            elif key in ("gate", "current_release"):
-                try:
-                    value = json.loads(rest) if rest else {}
-                except ValueError:
-                    value = {}
-                setattr(st, key, value if isinstance(value, dict) else {})
-            elif key == "job":
-                jid, _, more = rest.partition("\t")
-                unit, _, jkey = more.partition("\t")
-                st.job = (jid, unit, jkey) if unit in ("active", "activating") else None
-            elif key == "releases":
-                st.releases = rest.split()
+            elif key == "release_state":
+                apply_release_state(st, rest)
             elif key == "docker_root":
                 free, _, more = rest.partition("\t")
                 same, _, path = more.partition("\t")
@@ -132,10 +124,26 @@ class SpecfleetHost(FactBase):
                 st.validated = rest.split()
             elif key in ("default_runtime", "docker_security"):
                 setattr(st, key, rest)
-            elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "current", "previous", "lock",
-                         "unit_sha256", "hub_client"):
+            elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "unit_sha256", "hub_client"):
                 setattr(st, key, rest)
         return st
+
+
+def apply_release_state(st: HostStatus, line: str) -> None:
+    """Fill st's release fields from release_state.read()'s JSON. Output that is not its JSON (a python3 that
+    failed) sets st.release_state_error: the preflight refuses the host rather than decide on a guess."""
+    try:
+        rs = json.loads(line)
+    except ValueError:
+        rs = None
+    if not isinstance(rs, dict):
+        st.release_state_error = line[-200:] or "no output"
+        return
+    st.current, st.previous = rs.get("current") or "", rs.get("previous") or ""
+    st.releases, st.lock = list(rs.get("releases") or []), rs.get("lock") or ""
+    st.gate, st.current_release = rs.get("gate") or {}, rs.get("record") or {}
+    job = rs.get("job")
+    st.job = (job["id"], job["unit"], job["key"]) if job and job.get("unit") in ("active", "activating") else None
 
 
 class ReleaseStatus(FactBase):

@@ -17,13 +17,14 @@ from pyinfra import host
 from pyinfra.api import FactBase, deploy
 
 from . import runner
-from .host.layout import CONFIG_FILE, RECORD_FILE, Layout
+from .facts import RELEASE_STATE
+from .host.layout import CONFIG_FILE, Layout
 from .mirror import MirrorState, MirrorStatus
 from .plan import HostPlan, PlanError
 from .steps.state import current_plan
 
 # Runs on the host with python3 (specfleet's host tools need it too) and prints one JSON object: a program of its
-# own, specfleet/host/probes/overview.py, shipped in the one remote command.
+# own, specfleet/host/probes/overview.py, shipped in the one remote command, fed by THE reader of the release state.
 _PROBE = (resources.files("specfleet.host") / "probes" / "overview.py").read_text(encoding="utf-8")
 
 
@@ -32,9 +33,9 @@ class HostOverview(FactBase):
 
     def command(self, data_dir: str, service: str, metrics: bool = False):
         lay = Layout(data_dir)
-        args = [data_dir, service, "1" if metrics else "0", lay.current, lay.releases, lay.gate_file, lay.lock_owner,
-                RECORD_FILE, CONFIG_FILE]
-        return shlex.join(["python3", "-c", _PROBE, *args])
+        args = [data_dir, service, "1" if metrics else "0", lay.releases, CONFIG_FILE]
+        read_state = shlex.join(["python3", "-I", "-S", "-c", RELEASE_STATE, json.dumps(lay.release_paths())])
+        return f"{read_state} | {shlex.join(['python3', '-c', _PROBE, *args])}"
 
     def process(self, output):
         try:

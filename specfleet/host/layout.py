@@ -14,15 +14,12 @@ HOST_TOOL = "specfleet-host"  # the host tool's installed name (host/specfleet_h
 FETCH_TOOL = "fetch-model"  # the model fetcher's installed name (host/fetch_model.py)
 LAYOUT_FILE = "layout.py"  # this module's installed name, next to the host tool
 LIB_FILE = "hostlib.py"  # the host tool's helpers, installed next to it
-# Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the other two).
+STATE_FILE = "release_state.py"  # THE reader of the release state, installed next to it (and shipped by probes)
+# Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
-                 LIB_FILE: "hostlib.py"}
-MODULES = (LAYOUT_FILE, LIB_FILE)  # installed as modules (0644), not programs
+                 LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py"}
+MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE)  # installed as modules (0644), not programs
 
-
-def program_mode(name: str) -> str:
-    """The mode an installed host program (or module) has: 644 for the imported modules, else 755."""
-    return "644" if name in MODULES else "755"
 JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
 MIRROR_UNIT = "specfleet-hub-mirror"  # the Hub mirror's units: olah; -proxy.socket / -proxy.service in front of it
 # The files of a release directory (<data_dir>/releases/<id>/, reached as <data_dir>/current/ once active).
@@ -30,6 +27,11 @@ CONFIG_FILE = "extra-llm-api-config.yml"  # trtllm-serve's options
 SMOKE_FILE = "smoke.json"  # the readiness gate's smoke completion request
 RECORD_FILE = "release.json"  # what the release is: id, models, image, gate settings (written once)
 DRAFT_LINK = "draft"  # -> the draft model's directory (speculative decoding with a separate draft)
+
+
+def program_mode(name: str) -> str:
+    """The mode an installed host program (or module) has: 644 for the imported modules, else 755."""
+    return "644" if name in MODULES else "755"
 
 
 def cache_folder(repo: str) -> str:
@@ -102,6 +104,12 @@ class Layout:
     def job_run_state(job: str) -> str:
         """A job's final state, also written to /run when the data disk is full."""
         return f"/run/{JOB_UNIT_PREFIX}{job}.json"
+
+    def release_paths(self) -> dict[str, str]:
+        """The paths release_state.py reads, as it takes them on its command line (JSON)."""
+        return {"current": self.current, "previous": self.previous, "releases": self.releases,
+                "gate_file": self.gate_file, "lock_owner": self.lock_owner, "active_job": self.active_job,
+                "jobs": self.jobs}
 
     def host_tool_argv(self, *args: str) -> list[str]:
         """THE host tool's command line: `<data_dir>/bin/specfleet-host --data-dir <data_dir> ARGS...`."""

@@ -41,7 +41,8 @@ import uuid
 from collections import deque
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # layout.py and hostlib.py are installed next to it
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules (layout.MODULES) are installed next to it
+import release_state  # noqa: E402
 from hostlib import Fail, Progress, atomic_write, now_iso, prune_unused, read_json, say, sh, tail  # noqa: E402
 from layout import CONFIG_FILE, DRAFT_LINK, JOB_UNIT_PREFIX, RECORD_FILE, SMOKE_FILE, UNIT_DIR, Layout, cache_folder  # noqa: E402
 
@@ -74,29 +75,17 @@ class Host:
         return record
 
     def current(self) -> str | None:
-        try:
-            return os.path.basename(os.readlink(self.current_link))
-        except OSError:
-            return None
+        return release_state.current(self.layout)
 
     def previous(self) -> str | None:
-        try:
-            rid = self.previous_file.read_text().strip()
-        except OSError:
-            return None
+        rid = release_state.previous(self.layout)
         return rid if rid and (self.releases / rid / RECORD_FILE).exists() else None
 
     def all_records(self) -> list[dict]:
-        out = []
-        for path in self.releases.glob(f"*/{RECORD_FILE}"):
-            try:
-                out.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                continue
-        return sorted(out, key=lambda r: (r.get("created", ""), r["id"]), reverse=True)
+        return release_state.records(self.layout)
 
     def gate_state(self) -> dict:
-        return read_json(self.gate_file) or {}
+        return release_state.gate(self.layout)
 
     def set_gate(self, rid: str, result: str, **fields) -> None:
         atomic_write(self.gate_file, json.dumps({"release": rid, "result": result, "at": now_iso(), **fields}) + "\n")
@@ -259,11 +248,8 @@ class Host:
         return self.jobs / jid
 
     def active_job(self) -> str | None:
-        try:
-            jid = (self.jobs / "active").read_text().strip()
-        except OSError:
-            return None
-        return jid if jid and self.job_status(jid)["state"] == "running" else None
+        job = release_state.active_job(self.layout)
+        return job["id"] if job and self.job_status(job["id"])["state"] == "running" else None
 
     def job_status(self, jid: str, log_lines: int = 0) -> dict:
         d = self._job_dir(jid)
@@ -399,10 +385,7 @@ class Host:
         prune_unused(self.hub, self.drafts, {(m["repo"], m["commit"]) for r in kept for m in r["models"].values()})
 
     def lock_owner(self) -> str | None:
-        try:
-            return self.lock_file.read_text().strip()
-        except OSError:
-            return None
+        return release_state.lock_owner(self.layout)
 
     def unlock(self, run_id: str | None, force: bool) -> None:
         holder = self.lock_owner()

@@ -19,6 +19,8 @@ def problems_of(plan, st) -> list[str]:
     """Every reason to refuse this host, one clause each (empty: go ahead)."""
     s = plan.settings
     problems: list[str] = []
+    if st.release_state_error:
+        problems.append(f"the release state under {s.data_dir} could not be read ({st.release_state_error})")
     if st.docker != "ok":
         problems.append(f"docker daemon not reachable ({st.docker}); install docker and start docker.service")
     elif s.gpus and "nvidia" not in st.runtimes:

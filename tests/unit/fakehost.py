@@ -69,6 +69,12 @@ def make_plans(host_vars: dict[str, dict[str, Any]], profile: str | None) -> dic
     return plans
 
 
+def release_state_line(**state: Any) -> str:
+    """The probe's `release_state` line: release_state.read()'s JSON (fields left out read as on a fresh host)."""
+    blank = {"current": None, "previous": None, "releases": [], "record": {}, "gate": {}, "lock": None, "job": None}
+    return f"release_state\t{json.dumps({**blank, **state})}"
+
+
 def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     """What SpecfleetHost prints for a converged host (override any field by keyword)."""
     s, p = plan.settings, plan.paths
@@ -105,9 +111,11 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     verdict = [verdict_name(config_yaml(s), fields["image"])] if s.profile and fields["image"] else []
     lines.append(f"validated\t{' '.join(over.get('validated', verdict))}")
     gate = over.get("gate", {"release": plan.release_id, "result": "passed"} if s.profile else {})
-    lines.append(f"gate\t{json.dumps(gate)}")
     record = plan.release_record("2025-01-01T00:00:00Z") if s.profile and fields["current"] == plan.release_id else {}
-    lines.append(f"current_release\t{json.dumps(over.get('current_release', record))}")
+    current = fields["current"] or None
+    lines.append(release_state_line(
+        current=current, previous=over.get("previous"), releases=over.get("releases", [current] if current else []),
+        record=over.get("current_release", record), gate=gate, lock=over.get("lock"), job=over.get("job")))
     return lines
 
 

@@ -11,7 +11,7 @@ from pyinfra.connectors.fake import FakeConnector
 from specfleet.plan import PlanError, build_plans, data_overrides
 from specfleet.steps import cleanup, converge, jobs, rollback
 from tests.unit.conftest import TOKEN
-from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
+from tests.unit.fakehost import converged_responses, executed, make_plans, release_state_line, run_deploy
 
 
 @pytest.fixture
@@ -174,8 +174,9 @@ def test_rollback_to_from_the_pyinfra_command_line_is_used_and_validated(fleet_f
     assert exc.value.lines == ["spark-01: rollback_to: 'latest' has characters that are not allowed here"] or \
         exc.value.lines[0].startswith("spark-01: rollback_to: ")
     state = run_deploy(plans, rollback, responses=lambda p: {
-        "export DATA SVC": ["current\tr-bbbbbbbbbbbb", "previous\tr-cccccccccccc",
-                            "releases\tr-0123456789ab r-bbbbbbbbbbbb r-cccccccccccc", "active\tactive"]})
+        "export DATA SVC": [release_state_line(current="r-bbbbbbbbbbbb", previous="r-cccccccccccc",
+                                               releases=["r-0123456789ab", "r-bbbbbbbbbbbb", "r-cccccccccccc"]),
+                            "active\tactive"]})
     cmds = executed(state)["spark-01"]
     assert any("activate r-0123456789ab --revert" in c for c in cmds), cmds
     assert not any("r-cccccccccccc --revert" in c for c in cmds)

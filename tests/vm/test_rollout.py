@@ -91,6 +91,7 @@ def test_rollback_restores_the_previous_release_byte_for_byte(vm_fleet, lab_inve
         assert f"* {STATE['A'][g.name]}" in listing.stdout and STATE["B"][g.name] in listing.stdout
 
 
+@pytest.mark.full  # CI keeps the unit test of the same halt: tests/unit/test_rollout_halt.py
 def test_bad_release_is_rolled_back_on_the_canary_and_halts(vm_fleet, lab_inventory):
     lab.make_variant_in_guests(vm_fleet, "crash", BAD_TAG)
     inv_bad = lab.with_vars(lab_inventory, vm_fleet.workdir / "release-bad.yml", image=BAD_TAG)

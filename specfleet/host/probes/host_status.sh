@@ -1,9 +1,9 @@
 #!/bin/sh
 # The one status read of a specfleet host (facts.SpecfleetHost): everything the converge decides on, as
 # `key<TAB>value` lines, in one remote command. Read-only. Paths come from the environment (host/layout.py):
-# DATA CURRENT PREVIOUS RELEASES LOCK_OWNER UNIT GATE RECORD ACTIVE_JOB JOBS JOB_UNIT_PREFIX VALIDATED VENV,
-# and SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and
-# newline-separated lists of paths whose size / state to report and users whose groups to report).
+# DATA UNIT VALIDATED VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py), and
+# SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and newline-
+# separated lists of paths whose size / state to report and users whose groups to report).
 echo "arch	$(uname -m)"
 ( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
 droot=
@@ -18,10 +18,6 @@ echo "dpkg_busy	$(ps -eo comm= 2>/dev/null | grep -E -x 'apt|apt-get|aptitude|dp
 echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
 echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
 echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
-echo "current	$(basename "$(readlink "$CURRENT" 2>/dev/null)" 2>/dev/null)"
-echo "previous	$(cat "$PREVIOUS" 2>/dev/null)"
-echo "releases	$(ls "$RELEASES" 2>/dev/null | tr '\n' ' ')"
-echo "lock	$(cat "$LOCK_OWNER" 2>/dev/null)"
 echo "unit_sha256	$(sha256sum "$UNIT" 2>/dev/null | cut -d' ' -f1)"
 echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
 d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
@@ -38,9 +34,9 @@ printf '%s\n' "$FILES" | while IFS= read -r f; do [ -n "$f" ] || continue
 done
 printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
   echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
-echo "gate	$(tr -d '\n' 2>/dev/null < "$GATE")"
-echo "current_release	$(tr -d '\n' 2>/dev/null < "$RECORD")"
-j=$(cat "$ACTIVE_JOB" 2>/dev/null); [ -n "$j" ] && echo "job	$j	$(systemctl is-active "$JOB_UNIT_PREFIX$j" 2>/dev/null)	$(sed -n 's/.*"key": "\([^"]*\)".*/\1/p' "$JOBS/$j/job.json" 2>/dev/null)"
+# The release state: current, previous, kept releases, the current record, gate, lock, active job (one JSON line,
+# from THE reader, host/release_state.py, shipped in $RELEASE_STATE; -I -S: stdlib only, quicker to start).
+command -v python3 >/dev/null 2>&1 && echo "release_state	$(python3 -I -S -c "$RELEASE_STATE" "$RELEASE_PATHS" 2>&1 | tail -n 1)"
 echo "validated	$(ls "$VALIDATED" 2>/dev/null | grep -e "^$CFG-" | tr '\n' ' ')"
 echo "hub_client	$(sed -n 's/^Version: //p' "$VENV"/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
 true

@@ -1,8 +1,9 @@
 """What `specfleet status` shows of a host, as one JSON object: release, unit, gate, lock, uptime, health,
 iteration figures (/metrics, only when asked), memory and free disk.
 
-Shipped as `python3 -c <this file's text> DATA_DIR SERVICE METRICS(0|1) CURRENT RELEASES GATE LOCK_OWNER
-RECORD_FILE CONFIG_FILE` (paths and names from host/layout.py); stdlib only, read-only except for /metrics,
+Shipped as `python3 -c <release_state.py> PATHS | python3 -c <this file's text> DATA_DIR SERVICE METRICS(0|1)
+RELEASES CONFIG_FILE` (paths and names from host/layout.py): the release state (current release, its record, gate,
+lock) comes on stdin from THE reader, host/release_state.py. Stdlib only, read-only except for /metrics,
 which it reads (and so drains) only when asked and no bench holds the host's lock. `acceptance` is THE
 acceptance arithmetic: `specfleet bench` imports it.
 """
@@ -59,14 +60,6 @@ def sh(*cmd):
         return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
     except Exception:
         return ""
-
-
-def jread(path):
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except Exception:
-        return {}
 
 
 def uptime_s(svc):
@@ -127,19 +120,14 @@ def memory():
     return mem
 
 
-def overview(data, svc, want_metrics, current, releases, gate, lock_owner, record_file, config_file):
+def overview(state, data, svc, want_metrics, releases, config_file):
+    """`state` is release_state.read() of the host."""
     out = {"service": svc}
-    cur = os.path.basename(os.path.realpath(current)) if os.path.islink(current) else None
-    rec = jread(os.path.join(releases, cur, record_file)) if cur else {}
+    cur, rec = state.get("current"), state.get("record") or {}
     out.update(release=cur, profile=rec.get("profile"), image=rec.get("image"), url=rec.get("url"))
     svc = rec.get("service") or svc
     out["unit"] = sh("systemctl", "is-active", svc) or "unknown"
-    out["gate"] = jread(gate)
-    try:
-        with open(lock_owner) as fh:
-            out["lock"] = fh.read().strip()
-    except OSError:
-        out["lock"] = None
+    out["gate"], out["lock"] = state.get("gate") or {}, state.get("lock")
     out["uptime_s"] = uptime_s(svc)
     out["health"] = health(rec.get("url"))
     try:
@@ -159,4 +147,4 @@ def overview(data, svc, want_metrics, current, releases, gate, lock_owner, recor
 
 if __name__ == "__main__":
     a = sys.argv
-    print(json.dumps(overview(a[1], a[2], a[3] == "1", *a[4:10])))
+    print(json.dumps(overview(json.load(sys.stdin), a[1], a[2], a[3] == "1", *a[4:6])))
