@@ -52,6 +52,9 @@ class Layout:
     secrets_dir: str = ""
     service_name: str = ""
 
+    record_file = RECORD_FILE  # the names release_state.py needs besides paths (it imports nothing of this module)
+    job_unit_prefix = JOB_UNIT_PREFIX
+
     @classmethod
     def of(cls, settings) -> "Layout":
         """The layout of a host's validated settings (anything with data_dir, secrets_dir and service_name)."""
@@ -109,7 +112,7 @@ class Layout:
         """The paths release_state.py reads, as it takes them on its command line (JSON)."""
         return {"current": self.current, "previous": self.previous, "releases": self.releases,
                 "gate_file": self.gate_file, "lock_owner": self.lock_owner, "active_job": self.active_job,
-                "jobs": self.jobs}
+                "jobs": self.jobs, "record_file": self.record_file, "job_unit_prefix": self.job_unit_prefix}
 
     def host_tool_argv(self, *args: str) -> list[str]:
         """THE host tool's command line: `<data_dir>/bin/specfleet-host --data-dir <data_dir> ARGS...`."""

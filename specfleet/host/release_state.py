@@ -7,7 +7,8 @@ Stdlib only, and no import of its siblings, so that it runs in two ways with the
   as one JSON object. The converge's status probe (probes/host_status.sh) and `specfleet status`
   (probes/overview.py) read it that way, so a host whose installed tools are older, or absent, reads the same.
 
-Paths come from host/layout.py: `paths` is a layout.Layout, or the JSON of `layout.Layout.release_paths()`.
+Paths and names come from host/layout.py (none is written here): `paths` is a layout.Layout, or the JSON of
+`layout.Layout.release_paths()`.
 """
 
 import json
@@ -15,9 +16,9 @@ import os
 import subprocess
 import sys
 
-RECORD_FILE = "release.json"  # = layout.RECORD_FILE (checked by tests/unit/test_release_state.py)
-JOB_UNIT_PREFIX = "specfleet-job-"  # = layout.JOB_UNIT_PREFIX (same test)
-_FIELDS = ("current", "previous", "releases", "gate_file", "lock_owner", "active_job", "jobs")
+# What `paths` must hold (layout.Layout.release_paths() names them all, the two file/unit names included).
+_FIELDS = ("current", "previous", "releases", "gate_file", "lock_owner", "active_job", "jobs", "record_file",
+           "job_unit_prefix")
 
 
 def _text(path):
@@ -60,8 +61,8 @@ def release_ids(paths):
 
 
 def record(paths, release):
-    """A release's record (release.json), or None when missing or damaged."""
-    return read_json(os.path.join(paths.releases, release, RECORD_FILE)) if release else None
+    """A release's record (its record_file), or None when missing or damaged."""
+    return read_json(os.path.join(paths.releases, release, paths.record_file)) if release else None
 
 
 def records(paths):
@@ -80,14 +81,19 @@ def lock_owner(paths):
     return _text(paths.lock_owner)
 
 
+def active_job_id(paths):
+    """The id recorded as the host's active job (None: none); whether it still runs is active_job's question."""
+    return _text(paths.active_job) or None
+
+
 def active_job(paths):
     """The active host job as {"id", "key", "unit"} (unit: systemctl is-active of its transient unit), or None."""
-    jid = _text(paths.active_job)
+    jid = active_job_id(paths)
     if not jid:
         return None
     spec = read_json(os.path.join(paths.jobs, jid, "job.json")) or {}
     try:
-        unit = subprocess.run(["systemctl", "is-active", JOB_UNIT_PREFIX + jid], capture_output=True, text=True,
+        unit = subprocess.run(["systemctl", "is-active", paths.job_unit_prefix + jid], capture_output=True, text=True,
                               timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         unit = ""

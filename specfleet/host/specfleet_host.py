@@ -248,8 +248,8 @@ class Host:
         return self.jobs / jid
 
     def active_job(self) -> str | None:
-        job = release_state.active_job(self.layout)
-        return job["id"] if job and self.job_status(job["id"])["state"] == "running" else None
+        jid = release_state.active_job_id(self.layout)  # job_status asks systemd itself
+        return jid if jid and self.job_status(jid)["state"] == "running" else None
 
     def job_status(self, jid: str, log_lines: int = 0) -> dict:
         d = self._job_dir(jid)
