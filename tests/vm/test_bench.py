@@ -12,6 +12,7 @@ import json
 import pytest
 
 from tests.vm import lab
+from tests.vm.test_rollout import STATE as rollout_state
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]  # minutes of switching on 3 guests: the --full tier
 
@@ -21,7 +22,10 @@ def current(fleet) -> dict[str, str]:
 
 
 def test_bench_three_variants_on_three_guests(vm_fleet, lab_inventory, hub, tmp_path):
-    run = lab.run_pyinfra(lab_inventory, "eagle3")  # a serving fleet (no-op when already converged)
+    # a serving fleet: what it serves now (in --full, the release the rollout tests left: a no-op converge, not a
+    # fleet-wide switch); the variants come from the lab's vars, and each host returns to what it served before
+    serving = rollout_state.get("serving_inventory", lab_inventory)
+    run = lab.run_pyinfra(serving, "eagle3")
     assert run.returncode == 0, run.output()[-3000:]
     before = current(vm_fleet)
     assert all(before.values()), before
@@ -58,8 +62,8 @@ def test_bench_three_variants_on_three_guests(vm_fleet, lab_inventory, hub, tmp_
     assert current(vm_fleet) == before
     for g in vm_fleet.guests:
         assert g.ssh("test -e /var/lib/specfleet/lock", check=False).returncode != 0, "bench lock released"
-    st = lab.run_specfleet("status", "inventory.py", inventory=lab_inventory)
+    st = lab.run_specfleet("status", "inventory.py", inventory=serving)
     assert st.returncode == 0, st.stdout + st.stderr
     assert all(any(line.startswith(g.name) and " ok " in line for line in st.stdout.splitlines()) for g in vm_fleet.guests)
-    st = lab.run_specfleet("status", "inventory.py", "--json", inventory=lab_inventory)
+    st = lab.run_specfleet("status", "inventory.py", "--json", inventory=serving)
     assert {r["release"] for r in json.loads(st.stdout)} == set(before.values())
