@@ -147,3 +147,20 @@ class MirrorLayout:
     socket = property(lambda self: f"{UNIT_DIR}/{self.socket_unit}")
     proxy = property(lambda self: f"{UNIT_DIR}/{self.proxy_unit}")
     units = property(lambda self: (self.service, self.socket, self.proxy))
+
+
+@dataclass(frozen=True)
+class GatewayLayout:
+    """Every path of a gateway host (the inventory group gateway): HAProxy from the distribution, its config and
+    specfleet's files next to it, and its runtime API socket."""
+
+    config_dir: str = "/etc/haproxy"
+    admin_socket: str = "/run/haproxy/admin.sock"  # HAProxy's runtime API (drain, ready, show stat)
+    state_file: str = "/var/lib/haproxy/server-state"  # server states saved before a reload, loaded after it
+
+    config = property(lambda self: f"{self.config_dir}/haproxy.cfg")
+    models_map = property(lambda self: f"{self.config_dir}/specfleet-models.map")  # model -> backend
+    paths_map = property(lambda self: f"{self.config_dir}/specfleet-paths.map")  # /models/<model>/v1/ -> backend
+    keys_map = property(lambda self: f"{self.config_dir}/specfleet-keys.map")  # sha256(key) -> key name; root-only
+    models_lua = property(lambda self: f"{self.config_dir}/specfleet-models.lua")  # GET /v1/models
+    tls_pem = property(lambda self: f"{self.config_dir}/specfleet-tls.pem")  # certificate chain + key; root-only

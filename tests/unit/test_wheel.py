@@ -108,3 +108,14 @@ def test_installed_wheel_inits_and_checks_a_project(venv, tmp_path):
     assert infra.returncode == 0, infra.stdout + infra.stderr
     assert "test_converged.py::test_completion_returns_text[spark-01]" in infra.stdout
     assert "test_real_gpu.py::test_nvidia_smi_in_the_container[spark-02]" in infra.stdout
+
+
+def test_the_runtime_wheel_holds_every_file_the_code_reads_from_the_package(wheel):
+    """Package data read with importlib.resources ships in the wheel (templates, probes, the gateway's Lua)."""
+    root = Path(__file__).resolve().parents[2] / "specfleet"
+    wanted = {p.relative_to(root.parent).as_posix() for pattern in ("templates/*.j2", "host/probes/*.sh", "host/*.lua")
+              for p in root.glob(pattern)}
+    assert "specfleet/host/gateway_models.lua" in wanted
+    with zipfile.ZipFile(wheel) as z:
+        missing = sorted(wanted - set(z.namelist()))
+    assert not missing, missing

@@ -1,0 +1,98 @@
+"""The fleet's gateway as files (pure): HAProxy's config, the model -> backend map and the API-key map, rendered
+from a gateway host's settings and the Sparks it fronts. One backend per model; every Spark serving that model
+is a server in it, checked by /health and by its readiness agent. The paths on the gateway host are
+host/layout.py's GatewayLayout; the deploy that writes them, drains and reloads is steps/gateway.py.
+
+HAProxy's `hex` prints upper-case digits, so the key map stores upper-case SHA-256 digests: a client's bearer
+token is hashed by HAProxy per request and looked up there (the file never holds a key)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from .host.layout import GatewayLayout
+from .render import ENV
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+MODELS_LUA = (resources.files("specfleet.host") / "gateway_models.lua").read_text(encoding="utf-8")  # GET /v1/models
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str  # the Spark's inventory name (HAProxy's server name)
+    address: str  # host:port the gateways reach its filtering socket at
+
+
+@dataclass(frozen=True)
+class Backend:
+    model: str  # what clients ask for: the `model` field, or /models/<model>/...
+    name: str  # HAProxy's backend name
+    servers: tuple[Server, ...]
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """The gateway's tunables (validated settings of the gateway host)."""
+
+    listen: str  # address:port of the API
+    metrics_listen: str  # address:port of /metrics (Prometheus) and the health path
+    health_path: str
+    tls: bool
+    timeout_sec: int
+    queue_timeout_sec: int
+    drain_timeout_sec: int
+    check_inter_ms: int
+    check_fall: int
+    check_rise: int
+    agent_port: int
+    maxconn: int  # requests one Spark runs at once; the rest queue in HAProxy (leastconn picks the least busy)
+
+
+def backends(sparks: dict[str, tuple[str, str]]) -> list[Backend]:
+    """Spark name -> (model, host:port) as one backend per model, in the order models first appear."""
+    by_model: dict[str, list[Server]] = {}
+    for name, (model, address) in sparks.items():
+        by_model.setdefault(model, []).append(Server(_SAFE_NAME.sub("_", name), address))
+    return [Backend(model, f"model_{i}_{_SAFE_NAME.sub('_', model)}", tuple(servers))
+            for i, (model, servers) in enumerate(by_model.items(), 1)]
+
+
+def models_map(bes: list[Backend]) -> str:
+    return "".join(f"{be.model} {be.name}\n" for be in bes)
+
+
+def paths_map(bes: list[Backend]) -> str:
+    """/models/<model>/v1/ -> backend (matched as a prefix of the request path)."""
+    return "".join(f"/models/{be.model}/v1/ {be.name}\n" for be in bes)
+
+
+def key_digest(key: str) -> str:
+    """What HAProxy's `http_auth_bearer,sha2(256),hex` computes from a bearer token."""
+    return hashlib.sha256(key.encode()).hexdigest().upper()
+
+
+def keys_map(keys: dict[str, str]) -> str:
+    """Key name -> key as HAProxy's map: digest -> name (sorted: the file changes only when the keys do)."""
+    return "".join(f"{key_digest(key)} {name}\n" for name, key in sorted(keys.items(), key=lambda kv: kv[1]))
+
+
+def haproxy_cfg(o: GatewayOptions, bes: list[Backend], layout: GatewayLayout = GatewayLayout()) -> str:
+    return ENV.get_template("haproxy.cfg.j2").render(
+        admin_socket=layout.admin_socket, state_file=layout.state_file, models_lua=layout.models_lua,
+        models_map=layout.models_map, paths_map=layout.paths_map, keys_map=layout.keys_map,
+        hard_stop_after=f"{o.drain_timeout_sec}s",
+        timeout=f"{o.timeout_sec}s", queue_timeout=f"{o.queue_timeout_sec}s", listen=o.listen,
+        tls=f" ssl crt {layout.tls_pem}" if o.tls else "", health_path=o.health_path, backends=bes,
+        inter=f"{o.check_inter_ms}ms", fall=o.check_fall, rise=o.check_rise, agent_port=o.agent_port,
+        maxconn=o.maxconn, metrics_listen=o.metrics_listen)
+
+
+def gateway_files(o: GatewayOptions, bes: list[Backend], keys: dict[str, str],
+                  layout: GatewayLayout = GatewayLayout()) -> dict[str, str]:
+    """Host path -> content of every file the gateway deploy writes (the key map and TLS pem are root-only)."""
+    return {layout.config: haproxy_cfg(o, bes, layout), layout.models_map: models_map(bes),
+            layout.paths_map: paths_map(bes),
+            layout.keys_map: keys_map(keys), layout.models_lua: MODELS_LUA}

@@ -1,0 +1,143 @@
+"""The gateway's HAProxy files: checked by HAProxy itself (`haproxy -c`), then run for real on loopback in front
+of two trtllm-serve stand-ins with a readiness agent stub: API keys (401 without one, hashed in the map), routing
+by the `model` field and by /models/<model>/, unknown model 404, GET /v1/models listing only models with a Spark in
+service, and a Spark whose agent says `down` leaving the pool within the bound the check settings give."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import socketserver
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from specfleet.gateway_files import GatewayOptions, backends, gateway_files, key_digest
+from specfleet.host.layout import GatewayLayout
+from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
+
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+KEY = "sk-specfleet-test-0123456789abcdef"
+OTHER = "nvidia/Llama-3.3-70B-Instruct-FP4"
+
+
+def _options(api: int, metrics: int, agent: int) -> GatewayOptions:
+    return GatewayOptions(listen=f"127.0.0.1:{api}", metrics_listen=f"127.0.0.1:{metrics}", health_path="/healthz",
+                          tls=False, timeout_sec=3600, queue_timeout_sec=30, drain_timeout_sec=60,
+                          check_inter_ms=500, check_fall=2, check_rise=1, agent_port=agent, maxconn=2)
+
+
+def _write(tmp_path, sparks: dict[str, tuple[str, str]], api: int, metrics: int, agent: int) -> GatewayLayout:
+    lay = GatewayLayout(str(tmp_path), admin_socket=str(tmp_path / "admin.sock"), state_file=str(tmp_path / "state"))
+    for path, text in gateway_files(_options(api, metrics, agent), backends(sparks), {"ci": KEY}, lay).items():
+        (tmp_path / path.rsplit("/", 1)[1]).write_text(text)
+    return lay
+
+
+def test_the_key_map_holds_digests_never_keys(tmp_path):
+    lay = _write(tmp_path, {"spark-01": (EAGLE_MODEL, "127.0.0.1:1")}, 1, 2, 3)
+    text = open(lay.keys_map).read()
+    assert KEY not in text and text == f"{key_digest(KEY)} ci\n" and key_digest(KEY).isupper()
+
+
+def test_haproxy_accepts_the_rendered_config(tmp_path):
+    lay = _write(tmp_path, {"spark-01": (EAGLE_MODEL, "127.0.0.1:1"), "spark-02": (OTHER, "127.0.0.1:2")}, 1, 2, 3)
+    proc = subprocess.run([HAPROXY, "-c", "-f", lay.config], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+class _Agent(socketserver.ThreadingTCPServer):
+    """HAProxy's agent-check peer: answers one word per connection (what the host's agent will say)."""
+    allow_reuse_address = True
+    daemon_threads = True
+    word = "up"
+
+    def __init__(self, port: int):
+        agent = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                self.request.sendall(f"{agent.word}\n".encode())
+        super().__init__(("127.0.0.1", port), Handler)
+
+
+def _call(url: str, body: dict | None = None, key: str | None = KEY):
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body else None, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null"), {k.lower(): v for k, v in r.headers.items()}
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null"), {k.lower(): v for k, v in e.headers.items()}
+
+
+def _models(api: str) -> list[str]:
+    return [m["id"] for m in _call(api + "/v1/models")[1]["data"]]
+
+
+@pytest.fixture
+def gateway(tmp_path, standin):  # noqa: F811
+    if not shutil.which("haproxy") and not shutil.which(HAPROXY):
+        pytest.fail("haproxy is not installed: tests/install-deps.sh installs it")
+    urls = [standin(None), standin(None)]
+    api, metrics, agent_port = free_port(), free_port(), free_port()
+    agent = _Agent(agent_port)
+    threading.Thread(target=agent.serve_forever, daemon=True).start()
+    sparks = {"spark-01": (EAGLE_MODEL, urls[0].split("//")[1]), "spark-02": (EAGLE_MODEL, urls[1].split("//")[1])}
+    lay = _write(tmp_path, sparks, api, metrics, agent_port)
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", lay.config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{api}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", api), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.1)
+    yield base, f"http://127.0.0.1:{metrics}", agent
+    proc.terminate()
+    proc.wait(timeout=30)
+    agent.shutdown()
+
+
+def test_keys_routing_and_models_through_the_real_engine(gateway):
+    api, metrics, _ = gateway
+    status, body, headers = _call(api + "/v1/models", key=None)
+    assert status == 401 and headers.get("www-authenticate") == "Bearer" and body["error"]["code"] == 401
+    assert _call(api + "/v1/models", key=KEY + "x")[0] == 401
+    assert _models(api) == [EAGLE_MODEL]
+    prompt = {"model": EAGLE_MODEL, "prompt": "hello", "max_tokens": 4}
+    status, body, _ = _call(api + "/v1/completions", prompt)
+    assert status == 200 and body["choices"][0]["text"], body
+    status, body, _ = _call(api + f"/models/{EAGLE_MODEL}/v1/completions", {"prompt": "hi", "max_tokens": 4})
+    assert status == 200 and body["choices"][0]["text"], body
+    status, body, _ = _call(api + "/v1/completions", {**prompt, "model": "no/such-model"})
+    assert status == 404 and "no such model" in body["error"]["message"]
+    assert urllib.request.urlopen(api + "/healthz", timeout=10).status == 200  # no key needed for DNS/VIP checks
+    text = urllib.request.urlopen(metrics + "/metrics", timeout=10).read().decode()
+    assert 'haproxy_server_status{proxy="model_1_' in text
+
+
+def test_a_spark_whose_agent_says_down_leaves_within_the_bound(gateway):
+    api, _, agent = gateway
+    assert _models(api) == [EAGLE_MODEL]
+    agent.word = "down"
+    start = time.monotonic()
+    bound = 0.5 + 0.5 + 1.0  # agent-inter, one more check, slack for a loaded machine
+    while _models(api) and time.monotonic() - start < 30:
+        time.sleep(0.05)
+    left = time.monotonic() - start
+    print(f"\n  gateway: Sparks left the pool {left:.2f} s after their agent said down (bound {bound:.1f} s)")
+    assert _models(api) == [] and left <= bound
+    status, body, _ = _call(api + "/v1/completions", {"model": EAGLE_MODEL, "prompt": "x", "max_tokens": 2})
+    assert status == 503 and body["error"]["code"] == 503, (status, body)
+    agent.word = "up"
+    deadline = time.monotonic() + 10
+    while not _models(api) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _models(api) == [EAGLE_MODEL]
