@@ -69,6 +69,7 @@ class Layout:
     current_record = property(lambda self: f"{self.data_dir}/current/{RECORD_FILE}")
     previous = property(lambda self: f"{self.data_dir}/previous")
     gate_file = property(lambda self: f"{self.data_dir}/gate.json")
+    started_marker = property(lambda self: f"{self.data_dir}/started")  # touched by the unit at every start
     lock = property(lambda self: f"{self.data_dir}/lock")
     lock_owner = property(lambda self: f"{self.data_dir}/lock/owner")
     jobs = property(lambda self: f"{self.data_dir}/jobs")

@@ -88,6 +88,13 @@ class Host:
         return release_state.gate(self.layout)
 
     def set_gate(self, rid: str, result: str, **fields) -> None:
+        """A passed gate records the serving unit's start marker it saw (`started`): the gateway agent takes a
+        host whose container started again since (systemd restarting it on its own) out until a new gate."""
+        if result == "passed":
+            try:
+                fields["started"] = os.stat(self.layout.started_marker).st_mtime
+            except OSError:
+                fields["started"] = None
         atomic_write(self.gate_file, json.dumps({"release": rid, "result": result, "at": now_iso(), **fields}) + "\n")
 
     # ---- activate: switch (if needed) + gate + revert ----------------------------------------------
