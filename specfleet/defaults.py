@@ -40,6 +40,24 @@ mirror_requirement = "olah==0.5.4"  # noqa: E501  # pip requirement of the mirro
 mirror_python = "python3"  # interpreter (Python >= 3.10) the mirror's virtualenv is made with
 hub_fallback = False  # noqa: E501  # a host that downloads from the mirror goes to the mirror's upstream Hub directly (with a warning) when the mirror is down or failed to warm; false: it refuses to stage and keeps serving
 
+# --- gateway (hosts of the inventory group `gateway`; deploys/gateway.py) ----------------------------
+gateway_port = 8000  # TCP port of the fleet's OpenAI-compatible endpoint on each gateway host
+gateway_bind = "0.0.0.0"  # address the gateway's endpoint binds on its host (an IP address)
+gateway_metrics_port = 8404  # noqa: E501  # TCP port of the gateway's Prometheus metrics (/metrics) and its health path, served without an API key
+gateway_health_path = "/healthz"  # noqa: E501  # path of the gateway's own health (200 while some model has a ready host), for DNS or a VIP
+gateway_api_keys_file = None  # noqa: E501  # controller path of the clients' API keys (`name key` per line); on the gateway only their SHA-256 digests, root-only
+gateway_tls_cert_file = None  # controller path of the TLS certificate chain (PEM); None serves plain HTTP
+gateway_tls_key_file = None  # noqa: E501  # controller path of the TLS private key (PEM), uploaded root-only; set together with gateway_tls_cert_file
+gateway_timeout_sec = 3600  # noqa: E501  # longest silence on a request or stream through the gateway (a long prefill, a whole non-streamed generation)
+gateway_queue_timeout_sec = 600  # how long a request may wait in the gateway for a free Spark before a 503
+gateway_check_inter_ms = 2000  # interval of each gateway's health and agent checks of each Spark
+gateway_check_fall = 2  # failed health checks in a row that take a Spark out of the pool
+gateway_check_rise = 2  # passed health checks in a row that put it back (its agent must also say up)
+gateway_server_maxconn = 64  # requests one gateway sends one Spark at once; more wait in the gateway's queue
+gateway_backend_port = 8001  # noqa: E501  # port on each Spark that only the gateways reach (a filtering socket relaying to serve_port)
+gateway_agent_port = 8002  # noqa: E501  # port on each Spark of its readiness agent (up only while its release passed its gate; gateways only)
+drain_timeout_sec = 600  # noqa: E501  # how long a drain waits for a Spark's in-flight requests (streams too) before it restarts the Spark anyway
+
 # --- tiktoken encodings (gpt-oss / Harmony) ------------------------------------------------------
 tiktoken_base_url = "https://openaipublic.blob.core.windows.net/encodings"  # noqa: E501  # where hosts fetch the tiktoken files (point at a mirror if needed)
 tiktoken_sha256 = {

@@ -120,6 +120,17 @@ def check_serve_host(value: str) -> str:
     return value
 
 
+_HTTP_PATH = re.compile(r"/[A-Za-z0-9._~-]+(?:/[A-Za-z0-9._~-]+)*")
+
+
+def check_http_path(value: str) -> str:
+    """An absolute URL path matched literally by the gateway (gateway_health_path)."""
+    if len(value) > 100 or not _HTTP_PATH.fullmatch(value):
+        raise ValueError(f"{show(value)} is not a plain URL path (allowed: '/'-separated parts of letters, digits, "
+                         "'.', '_', '~' and '-', e.g. /healthz; at most 100 characters)")
+    return value
+
+
 def check_networks(value: list[str]) -> list[str]:
     """A non-empty list of networks in CIDR form, normalized (mirror_allowed_networks)."""
     if not value:

@@ -46,6 +46,11 @@ FIELD_GRAMMARS: dict[str, Callable[[Any], Any]] = {
     "hub_client_requirement": grammars.check_hub_client_requirement,
     "mirror_requirement": grammars.check_mirror_requirement,
     "hf_token_file": grammars.check_token_file,
+    "gateway_api_keys_file": grammars.check_token_file,
+    "gateway_tls_cert_file": grammars.check_token_file,
+    "gateway_tls_key_file": grammars.check_token_file,
+    "gateway_bind": grammars.check_bind_address,
+    "gateway_health_path": grammars.check_http_path,
     "serve_host": grammars.check_serve_host,
 }
 
@@ -80,6 +85,22 @@ class Settings(BaseModel):
     mirror_requirement: str
     mirror_python: str
     hub_fallback: bool
+    gateway_port: Annotated[int, Field(ge=1, le=65535)]
+    gateway_bind: str
+    gateway_metrics_port: Annotated[int, Field(ge=1, le=65535)]
+    gateway_health_path: str
+    gateway_api_keys_file: str | None
+    gateway_tls_cert_file: str | None
+    gateway_tls_key_file: str | None
+    gateway_timeout_sec: Annotated[int, Field(ge=1, le=86400)]
+    gateway_queue_timeout_sec: Annotated[int, Field(ge=1, le=86400)]
+    gateway_check_inter_ms: Annotated[int, Field(ge=100, le=60000)]
+    gateway_check_fall: Annotated[int, Field(ge=1, le=100)]
+    gateway_check_rise: Annotated[int, Field(ge=1, le=100)]
+    gateway_server_maxconn: Annotated[int, Field(ge=1, le=100000)]
+    gateway_backend_port: Annotated[int, Field(ge=1, le=65535)]
+    gateway_agent_port: Annotated[int, Field(ge=1, le=65535)]
+    drain_timeout_sec: Annotated[int, Field(ge=1, le=86400)]
     fetch_workers: Annotated[int, Field(ge=1, le=64)]
     hub_client_requirement: str
     pip_index_url: str | None
@@ -270,7 +291,23 @@ def _validated(host: str, problems: list[Problem], fields: dict[str, Any]) -> tu
             if problem not in problems:
                 problems.append(problem)
         return None, problems
+    problems += [Problem(host, key, message) for key, message in port_and_tls_problems(settings)]
     return (None, problems) if problems else (settings, [])
+
+
+def port_and_tls_problems(s: Settings) -> list[tuple[str, str]]:
+    """(key, message) of the rules between fields: ports that would collide on one host, and a TLS certificate
+    without its key (or the reverse)."""
+    out = []
+    for first, second in (("gateway_metrics_port", "gateway_port"), ("gateway_backend_port", "serve_port"),
+                          ("gateway_agent_port", "serve_port"), ("gateway_agent_port", "gateway_backend_port")):
+        if getattr(s, first) == getattr(s, second):
+            out.append((first, f"{getattr(s, first)} is also {second} on this host (allowed: a port of its own)"))
+    if (s.gateway_tls_cert_file is None) != (s.gateway_tls_key_file is None):
+        missing = "gateway_tls_key_file" if s.gateway_tls_key_file is None else "gateway_tls_cert_file"
+        out.append((missing, "is not set, but the other half of the TLS pair is "
+                             "(allowed: both gateway_tls_cert_file and gateway_tls_key_file, or neither)"))
+    return out
 
 
 def build_fleet(inventory: Inventory, profile_name: str | None,
