@@ -1,0 +1,57 @@
+"""The gateway's client API keys, read on the controller like the HF token: from gateway_api_keys_file when set,
+else from the SPECFLEET_API_KEYS environment variable (the same text). One key per line, `NAME KEY`; blank lines
+and lines starting with `#` are skipped. NAME labels the key in the gateway's logs and metrics; KEY is the secret
+a client sends as `Authorization: Bearer KEY`. The gateway host receives only SHA-256 digests of the keys
+(gateway_files.keys_map). No message here ever shows a key: problems name the source and the line number."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+ENV_VAR = "SPECFLEET_API_KEYS"
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_KEY = re.compile(r"[\x21-\x7e]{16,256}")  # printable ASCII without spaces (a bearer token), 16..256 characters
+RULE = ("allowed: one `NAME KEY` per line; NAME of letters, digits, '_', '.', '-' (at most 64); KEY of 16 to 256 "
+        "printable ASCII characters without spaces")
+
+
+def parse_keys(text: str, source: str) -> tuple[dict[str, str], list[str]]:
+    """(name -> key, problems) of a keys text; a problem names the source and line, never the key."""
+    keys: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    problems = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not _NAME.fullmatch(parts[0]) or not _KEY.fullmatch(parts[1]):
+            problems.append(f"{source} line {number} is not a valid key line ({RULE})")
+            continue
+        name, key = parts
+        if name in keys:
+            problems.append(f"{source} line {number}: the name {name} is used twice (allowed: one key per name)")
+        elif key in seen:
+            problems.append(f"{source} line {number}: the same key as line {seen[key]} (allowed: a key of its own)")
+        else:
+            keys[name], seen[key] = key, number
+    if not keys and not problems:
+        problems.append(f"{source} holds no key, so no client could use the gateway ({RULE})")
+    return keys, problems
+
+
+def read_keys(keys_file: str | None) -> tuple[dict[str, str], list[str]]:
+    """(name -> key, problems) from gateway_api_keys_file if set, else from $SPECFLEET_API_KEYS."""
+    if keys_file:
+        try:
+            text = Path(keys_file).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            return {}, [f"cannot read {keys_file}: {exc.strerror}"]
+        except UnicodeDecodeError:
+            return {}, [f"{keys_file} is not UTF-8 text"]
+        return parse_keys(text, keys_file)
+    if ENV_VAR not in os.environ:
+        return {}, [f"no API keys: set gateway_api_keys_file or export {ENV_VAR} (a gateway never runs without keys)"]
+    return parse_keys(os.environ[ENV_VAR], f"${ENV_VAR}")
