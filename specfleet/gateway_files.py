@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from .host.layout import GatewayLayout
-from .render import ENV
+from .host.layout import UNIT_DIR, GatewayLayout, Layout
+from .render import ENV, systemd_args
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 MODELS_LUA = (resources.files("specfleet.host") / "gateway_models.lua").read_text(encoding="utf-8")  # GET /v1/models
@@ -96,3 +96,26 @@ def gateway_files(o: GatewayOptions, bes: list[Backend], keys: dict[str, str],
     return {layout.config: haproxy_cfg(o, bes, layout), layout.models_map: models_map(bes),
             layout.paths_map: paths_map(bes),
             layout.keys_map: keys_map(keys), layout.models_lua: MODELS_LUA}
+
+
+def _listen(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def spark_files(service: str, serve_port: int, backend_port: int, agent_port: int, gateways: list[str],
+                layout: Layout, agent: str) -> dict[str, str]:
+    """The units a Spark gets when the fleet has gateways: a filtering socket on backend_port relaying to
+    trtllm-serve on loopback, and the readiness agent's socket and service, both admitting the gateways only.
+    `gateways`: their addresses as the Spark sees them; `agent`: the installed agent program's path."""
+    allowed = " ".join(gateways)
+    env = ENV
+    return {
+        f"{UNIT_DIR}/{service}-gateway.socket": env.get_template("spark-gateway.socket.j2").render(
+            port=backend_port, listen=_listen("0.0.0.0", backend_port), gateways=allowed),
+        f"{UNIT_DIR}/{service}-gateway.service": env.get_template("spark-gateway.service.j2").render(
+            name=service, serve=f"127.0.0.1:{serve_port}"),
+        f"{UNIT_DIR}/{service}-agent.socket": env.get_template("spark-agent.socket.j2").render(
+            port=agent_port, listen=_listen("0.0.0.0", agent_port), gateways=allowed),
+        f"{UNIT_DIR}/{service}-agent.service": env.get_template("spark-agent.service.j2").render(
+            name=service, exec_start=systemd_args(["/usr/bin/python3", "-I", agent, "--data-dir", layout.data_dir])),
+    }

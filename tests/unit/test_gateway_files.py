@@ -141,3 +141,23 @@ def test_a_spark_whose_agent_says_down_leaves_within_the_bound(gateway):
     while not _models(api) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _models(api) == [EAGLE_MODEL]
+
+
+def test_the_spark_units_admit_the_gateways_only_and_systemd_accepts_them(tmp_path):
+    from specfleet.gateway_files import spark_files
+    from specfleet.host.layout import Layout
+    files = spark_files("specfleet-trtllm", 8000, 8001, 8002, ["10.88.0.10", "10.88.0.11"], Layout("/var/lib/specfleet"),
+                        "/var/lib/specfleet/bin/gateway-agent")
+    sock = files["/etc/systemd/system/specfleet-trtllm-gateway.socket"]
+    assert "ListenStream=0.0.0.0:8001" in sock and "IPAddressDeny=any" in sock
+    assert "IPAddressAllow=10.88.0.10 10.88.0.11" in sock
+    assert "systemd-socket-proxyd --connections-max=1024 127.0.0.1:8000" in files[
+        "/etc/systemd/system/specfleet-trtllm-gateway.service"]
+    assert "IPAddressAllow=10.88.0.10 10.88.0.11" in files["/etc/systemd/system/specfleet-trtllm-agent.socket"]
+    for path, text in files.items():
+        (tmp_path / path.rsplit("/", 1)[1]).write_text(text)
+    units = sorted(str(p) for p in tmp_path.iterdir())
+    proc = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True, timeout=60)
+    problems = [line for line in (proc.stdout + proc.stderr).splitlines()
+                if "specfleet-trtllm" in line and "not found" not in line.lower() and "Failed to" not in line]
+    assert not problems, proc.stdout + proc.stderr
