@@ -161,3 +161,28 @@ def test_the_spark_units_admit_the_gateways_only_and_systemd_accepts_them(tmp_pa
     problems = [line for line in (proc.stdout + proc.stderr).splitlines()
                 if "specfleet-trtllm" in line and "not found" not in line.lower() and "Failed to" not in line]
     assert not problems, proc.stdout + proc.stderr
+
+
+def test_a_revoked_key_is_refused_on_the_next_request_of_a_kept_alive_connection(gateway, tmp_path):
+    """Revoking is HAProxy's runtime `del map` on the key map (plus the file, for the next reload): the rule runs
+    per request, so a connection opened with the key is refused on its next request, while another key's works."""
+    import http.client
+    api, _, _ = gateway
+    host, port = api.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    conn.request("GET", "/v1/models", headers=headers)
+    first = conn.getresponse()
+    first.read()
+    assert first.status == 200 and not first.will_close
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(str(tmp_path / "admin.sock"))
+    sock.sendall(f"del map {tmp_path / 'specfleet-keys.map'} {key_digest(KEY)}\n".encode())
+    answer = sock.makefile().read()
+    sock.close()
+    assert "not found" not in answer.lower(), answer
+    conn.request("GET", "/v1/models", headers=headers)
+    second = conn.getresponse()
+    second.read()
+    assert second.status == 401
+    conn.close()
