@@ -186,3 +186,22 @@ def test_a_revoked_key_is_refused_on_the_next_request_of_a_kept_alive_connection
     second.read()
     assert second.status == 401
     conn.close()
+
+
+def test_a_stream_passes_unbuffered(gateway):
+    """The events of a 200-token stream (12 ms a token at the stand-in) reach the client spread over the
+    generation, not at its end: a buffering proxy would hand them over at once."""
+    api, _, _ = gateway
+    body = {"model": EAGLE_MODEL, "prompt": "hello", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(api + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    arrivals = []
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.headers.get("Content-Type", "").startswith("text/event-stream")
+        for line in r:
+            if line.startswith(b"data: "):
+                arrivals.append((time.monotonic(), line.strip() == b"data: [DONE]"))
+    assert arrivals[-1][1] and len(arrivals) > 100, len(arrivals)
+    spread = arrivals[-1][0] - arrivals[0][0]
+    print(f"\n  gateway: {len(arrivals)} stream events over {spread:.2f} s (generation at the stand-in: >= 2.4 s)")
+    assert spread >= 1.2, spread
