@@ -10,10 +10,12 @@ import shutil
 import socket
 import socketserver
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -205,3 +207,37 @@ def test_a_stream_passes_unbuffered(gateway):
     spread = arrivals[-1][0] - arrivals[0][0]
     print(f"\n  gateway: {len(arrivals)} stream events over {spread:.2f} s (generation at the stand-in: >= 2.4 s)")
     assert spread >= 1.2, spread
+
+
+def _admin(tmp_path, *args: str) -> dict | list:
+    tool = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "haproxy_admin.py"
+    out = subprocess.run([sys.executable, str(tool), "--socket", str(tmp_path / "admin.sock"), *args],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    return json.loads(out)
+
+
+def test_a_drain_lets_a_running_stream_finish_and_sends_new_requests_elsewhere(gateway, tmp_path):
+    api, _, _ = gateway
+    body = {"model": EAGLE_MODEL, "prompt": "hello", "max_tokens": 250, "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(api + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    events: list[bytes] = []
+    stream = urllib.request.urlopen(req, timeout=60)
+    events.append(stream.readline())  # the stream runs: one server holds it
+    busy = [r for r in _admin(tmp_path, "state") if r["sessions"]]
+    assert len(busy) == 1, busy
+    reader = threading.Thread(target=lambda: events.extend(line for line in stream if line.startswith(b"data: ")))
+    reader.start()
+    result = _admin(tmp_path, "drain", busy[0]["server"], "--timeout", "60")
+    reader.join(timeout=60)
+    assert result["drained"] and result["left"] == 0 and result["waited_s"] > 0.5, result
+    assert events[-1].strip() == b"data: [DONE]", events[-3:]  # the stream finished whole
+    states = {r["server"]: r["status"] for r in _admin(tmp_path, "state")}
+    assert states[busy[0]["server"]].startswith("DRAIN"), states
+    for _ in range(4):  # new requests all go to the other Spark
+        assert _call(api + "/v1/completions", {"model": EAGLE_MODEL, "prompt": "x", "max_tokens": 2})[0] == 200
+    after = {r["server"]: r for r in _admin(tmp_path, "state")}
+    assert _admin(tmp_path, "ready", busy[0]["server"])["backends"]
+    assert {r["server"]: r["status"] for r in _admin(tmp_path, "state")}[busy[0]["server"]].startswith("UP")
+    print(f"\n  gateway: drain of {busy[0]['server']} waited {result['waited_s']} s for its stream; "
+          f"state after: {after[busy[0]['server']]['status']}")

@@ -95,6 +95,7 @@ LAYERS = {
     "specfleet.host.bench_load": "host",  # the bench's load client
     "specfleet.host.layout": "host",  # THE host layout: paths, unit names, the host tool's command line
     "specfleet.host.hostlib": "host",  # the host tool's helpers
+    "specfleet.host.haproxy_admin": "host",  # drain, re-admit and read Sparks on a gateway (HAProxy runtime API)
     "specfleet.host.gateway_agent": "host",  # the readiness agent the gateways ask (agent-check): up or down
     "specfleet.host.release_state": "host",  # THE reader of the release state (installed, and shipped by probes)
     "specfleet.host.probes": "host",  # read-only programs run on the host

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Drain and re-admit a Spark on a gateway through HAProxy's runtime API (its admin socket), and read every
+server's state. Shipped to the gateway hosts as one remote command per step (python3 -c <this file> ...); stdlib
+only; prints one JSON object.
+
+    state                         every backend server: status, check, agent, current sessions, queue
+    drain SERVER --timeout SEC    `set server B/SERVER state drain` in every backend holding SERVER (no new
+                                  requests; running ones and streams go on), then wait until none is left or
+                                  SEC passed; `drained` says which
+    ready SERVER                  `set server B/SERVER state ready` (back in the pool; the checks still apply)
+
+Why not socat: it is not on a minimal host, and the drain needs a loop that reads `show stat` anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import socket
+import sys
+import time
+
+
+def ask(sock_path: str, command: str) -> str:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(sock_path)
+        s.sendall(command.encode() + b"\n")
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return b"".join(chunks).decode()
+            chunks.append(data)
+
+
+def servers(sock_path: str) -> list[dict]:
+    """`show stat` of every server (not the FRONTEND/BACKEND rows)."""
+    text = ask(sock_path, "show stat").lstrip("# ")
+    rows = csv.DictReader(io.StringIO(text))
+    return [{"backend": r["pxname"], "server": r["svname"], "status": r["status"], "check": r["check_status"],
+             "agent": r.get("agent_status", ""), "sessions": int(r["scur"] or 0), "queued": int(r["qcur"] or 0)}
+            for r in rows if r.get("svname") not in ("FRONTEND", "BACKEND", None)]
+
+
+def set_state(sock_path: str, server: str, state: str) -> list[str]:
+    """`set server B/server state STATE` in every backend that holds `server`; the backends touched."""
+    touched = []
+    for row in servers(sock_path):
+        if row["server"] == server:
+            answer = ask(sock_path, f"set server {row['backend']}/{server} state {state}").strip()
+            if answer:
+                raise SystemExit(f"haproxy refused `set server {row['backend']}/{server} state {state}`: {answer}")
+            touched.append(row["backend"])
+    return touched
+
+
+def drain(sock_path: str, server: str, timeout: float, poll: float = 0.5) -> dict:
+    start = time.monotonic()
+    backends = set_state(sock_path, server, "drain")
+    while True:
+        left = sum(r["sessions"] + r["queued"] for r in servers(sock_path) if r["server"] == server)
+        waited = time.monotonic() - start
+        if left == 0 or waited >= timeout:
+            return {"server": server, "backends": backends, "drained": left == 0, "left": left,
+                    "waited_s": round(waited, 2)}
+        time.sleep(poll)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("state")
+    d = sub.add_parser("drain")
+    d.add_argument("server")
+    d.add_argument("--timeout", type=float, required=True)
+    r = sub.add_parser("ready")
+    r.add_argument("server")
+    a = ap.parse_args(argv)
+    if a.cmd == "state":
+        out: object = servers(a.socket)
+    elif a.cmd == "drain":
+        out = drain(a.socket, a.server, a.timeout)
+    else:
+        out = {"server": a.server, "backends": set_state(a.socket, a.server, "ready")}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
