@@ -41,6 +41,8 @@ mirror_python = "python3"  # interpreter (Python >= 3.10) the mirror's virtualen
 hub_fallback = False  # noqa: E501  # a host that downloads from the mirror goes to the mirror's upstream Hub directly (with a warning) when the mirror is down or failed to warm; false: it refuses to stage and keeps serving
 
 # --- gateway (hosts of the inventory group `gateway`; deploys/gateway.py) ----------------------------
+serves = None  # noqa: E501  # profile this Spark serves (eagle3, draft_target, baseline); required on every Spark of a fleet with a gateway group; a profile deploy skips hosts that serve another
+fleet_address = None  # noqa: E501  # IP address the other fleet hosts reach this host at (gateway -> Spark, the Sparks' allow-lists); None: its ssh_hostname
 gateway_port = 8000  # TCP port of the fleet's OpenAI-compatible endpoint on each gateway host
 gateway_bind = "0.0.0.0"  # address the gateway's endpoint binds on its host (an IP address)
 gateway_metrics_port = 8404  # noqa: E501  # TCP port of the gateway's Prometheus metrics (/metrics) and its health path, served without an API key

@@ -33,6 +33,9 @@ class ModelPin:
 
 
 def models_of(s: Settings) -> list[tuple[str, dict, str, str]]:
+    """(role, model, revision, its var) of what the host serves; none on a host built without a profile."""
+    if s.profile is None:
+        return []
     out = [("target", s.profile["target"], s.target_revision, "target_revision")]
     if s.profile.get("draft"):
         out.append(("draft", s.profile["draft"], s.draft_revision, "draft_revision"))

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import gateway_fleet
 from .constants import DEFAULT_INVENTORY, EXIT_INVALID
 from .host.layout import Layout
 from .hub import ModelPin, resolve_pins
@@ -50,6 +51,8 @@ class HostPlan:
     # that mirror's upstream Hub (its hub_endpoint): where hub_fallback goes when it is down
     hub_upstream: str | None = None
     mirror_down: bool = False  # set by `specfleet rollout` when the mirror failed its warm-up phase
+    # why this run leaves the host alone (a gateway host, or a Spark that serves another profile); None: it does not
+    skip: str | None = None
     # Values derived from (settings, pins), computed once. pyinfra hands out a shallow copy of host data on every
     # access, so the memo is a dict that all those copies share.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -181,7 +184,8 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     if problems:
         raise PlanError([str(problem) for problem in problems])
     mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
-    plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0], is_mirror=h in mirrors)
+    plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0], is_mirror=h in mirrors,
+                         skip=gateway_fleet.skipped(inventory, h, s.serves, profile))
              for h, s in fleet.items()}
     first = next((h for h in inventory.hosts if h in mirrors), None)
     if first is not None:

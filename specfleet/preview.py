@@ -28,11 +28,17 @@ def read_changes(plans, hosts) -> tuple[dict, set[str]]:
     return out, failed
 
 
-def report(targets: list[str], found: dict, unreachable: set[str]) -> tuple[list[str], int]:
-    """The plan's lines and exit code (0 nothing would change, 10 something would, 1 a host is unreachable)."""
+def report(targets: list[str], found: dict, unreachable: set[str],
+           skipped: dict[str, str] | None = None) -> tuple[list[str], int]:
+    """The plan's lines and exit code (0 nothing would change, 10 something would, 1 a host is unreachable);
+    `skipped`: the hosts this deploy leaves alone, and why."""
     lines: list[str] = []
     changed = 0
+    skipped = skipped or {}
     for h in targets:
+        if h in skipped:
+            lines.append(f"{h}: skipped ({skipped[h]})")
+            continue
         if h in unreachable or h not in found:
             lines.append(f"{h}: UNREACHABLE (status not read)")
             continue
@@ -43,7 +49,7 @@ def report(targets: list[str], found: dict, unreachable: set[str]) -> tuple[list
     lines.append(f"\n{changed} of {len(targets)} host(s) would change; {len(restarts)} serving host(s) would restart"
                  + ("; a converge restarts them all at once, specfleet rollout switches them in batches"
                     if len(restarts) > 1 else ""))
-    if unreachable or len(found) < len(targets):
+    if unreachable or len(found) < len(targets) - len(skipped):
         return lines, EXIT_UNREACHABLE
     return lines, EXIT_CHANGES if changed else 0
 

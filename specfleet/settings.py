@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
-from . import grammars
+from . import gateway_fleet, grammars
 from .inventory import Inventory
 from .llm_options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, schema_for_image, show
 from .problems import Problem, error_key, error_message, llm_error_message
@@ -50,6 +50,7 @@ FIELD_GRAMMARS: dict[str, Callable[[Any], Any]] = {
     "gateway_tls_cert_file": grammars.check_token_file,
     "gateway_tls_key_file": grammars.check_token_file,
     "gateway_bind": grammars.check_bind_address,
+    "fleet_address": grammars.check_address,
     "gateway_health_path": grammars.check_http_path,
     "serve_host": grammars.check_serve_host,
 }
@@ -85,6 +86,8 @@ class Settings(BaseModel):
     mirror_requirement: str
     mirror_python: str
     hub_fallback: bool
+    serves: str | None
+    fleet_address: str | None
     gateway_port: Annotated[int, Field(ge=1, le=65535)]
     gateway_bind: str
     gateway_metrics_port: Annotated[int, Field(ge=1, le=65535)]
@@ -156,6 +159,13 @@ class Settings(BaseModel):
         for name, digest in v.items():
             if not re.fullmatch(r"[0-9a-f]{64}", digest):
                 raise ValueError(f"'{name}': '{digest}' is not a lowercase hex SHA-256 (64 characters)")
+        return v
+
+    @field_validator("serves")
+    @classmethod
+    def _v_serves(cls, v: str | None) -> str | None:
+        if v is not None and v not in PROFILES:
+            raise ValueError(f"{show(v)} is not a profile (allowed: {', '.join(PROFILES)})")
         return v
 
     @field_validator("operator_users")
@@ -291,23 +301,7 @@ def _validated(host: str, problems: list[Problem], fields: dict[str, Any]) -> tu
             if problem not in problems:
                 problems.append(problem)
         return None, problems
-    problems += [Problem(host, key, message) for key, message in port_and_tls_problems(settings)]
     return (None, problems) if problems else (settings, [])
-
-
-def port_and_tls_problems(s: Settings) -> list[tuple[str, str]]:
-    """(key, message) of the rules between fields: ports that would collide on one host, and a TLS certificate
-    without its key (or the reverse)."""
-    out = []
-    for first, second in (("gateway_metrics_port", "gateway_port"), ("gateway_backend_port", "serve_port"),
-                          ("gateway_agent_port", "serve_port"), ("gateway_agent_port", "gateway_backend_port")):
-        if getattr(s, first) == getattr(s, second):
-            out.append((first, f"{getattr(s, first)} is also {second} on this host (allowed: a port of its own)"))
-    if (s.gateway_tls_cert_file is None) != (s.gateway_tls_key_file is None):
-        missing = "gateway_tls_key_file" if s.gateway_tls_key_file is None else "gateway_tls_cert_file"
-        out.append((missing, "is not set, but the other half of the TLS pair is "
-                             "(allowed: both gateway_tls_cert_file and gateway_tls_key_file, or neither)"))
-    return out
 
 
 def build_fleet(inventory: Inventory, profile_name: str | None,
@@ -322,8 +316,10 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
     mirrors = inventory.groups.get(MIRROR_GROUP, ())
     out: dict[str, Settings] = {}
     for host in inventory.hosts:
-        settings, host_problems = build_settings(host, host_vars[host], profile_name, defaults,
-                                                 mirror=deploying and host in mirrors)
+        serves = host_vars[host].get("serves", defaults.get("serves"))
+        settings, host_problems = build_settings(host, host_vars[host],
+                                                 gateway_fleet.host_profile(inventory, host, serves, profile_name),
+                                                 defaults, mirror=deploying and host in mirrors)
         if settings is not None and host in mirrors and "/" in settings.hub_endpoint.split("://", 1)[1]:
             host_problems.append(Problem(host, "hub_endpoint", f"{show(settings.hub_endpoint)} has a path; the "
                                          "mirror (olah) proxies a whole Hub host "
@@ -331,4 +327,7 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
         problems += host_problems
         if settings is not None and not host_problems:
             out[host] = settings
+    if not problems:
+        problems += gateway_fleet.problems(inventory, {h: dict(s) for h, s in out.items()},
+                                           {h: split_vars(inventory.host_vars[h])[0] for h in out})
     return out, problems

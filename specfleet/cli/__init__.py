@@ -65,6 +65,9 @@ def render(inventory_file: str, deploy_file: str, host: str) -> None:
     if host not in plans:
         click.echo(f"{host}: not in the inventory (hosts: {', '.join(plans)})", err=True)
         sys.exit(EXIT_INVALID)
+    if plans[host].skip:
+        click.echo(f"{host}: {deploy_file} writes nothing there ({plans[host].skip})", err=True)
+        sys.exit(EXIT_INVALID)
     if plans[host].settings.profile is None:
         click.echo(f"{deploy_file}: this deploy writes no files (it has no PROFILE)", err=True)
         sys.exit(EXIT_INVALID)

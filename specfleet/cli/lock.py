@@ -66,8 +66,9 @@ def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
         if not targets:
             raise PlanError([f"--limit {limit}: matches no host of the inventory"])
         plans = build_plans(inventory, profile)
-    found, unreachable = read_changes(plans, targets)
-    lines, code = report(targets, found, unreachable)
+    skipped = {h: plans[h].skip for h in targets if plans[h].skip}
+    found, unreachable = read_changes(plans, [h for h in targets if h not in skipped])
+    lines, code = report(targets, found, unreachable, skipped)
     for line in lines:
         click.echo(line)
     sys.exit(code)

@@ -40,8 +40,10 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
             raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); "
                              "roll out eagle3/draft_target/baseline"])
         inventory, plans = fleet_plans(inventory_file, profile, resolve=True)
-        # hub_mirror hosts serve no model: they are warmed before the stage, never switched
-        targets = [h for h in select(inventory.hosts, inventory.groups, limit) if not plans[h].is_mirror]
+        # hub_mirror hosts serve no model: they are warmed before the stage, never switched; gateways and Sparks
+        # that serve another profile are not this rollout's
+        targets = [h for h in select(inventory.hosts, inventory.groups, limit)
+                   if not (plans[h].is_mirror or plans[h].skip)]
         if not targets:
             raise PlanError([f"--limit {limit}: matches no serving host of the inventory"])
         parse_batches(batches, len(targets))

@@ -35,7 +35,13 @@ def _check_profile(profile: str) -> None:
 
 
 def converge(profile: str) -> None:
-    """Turn the host into a trtllm-serve server for `profile`, idempotently."""
+    """Turn the host into a trtllm-serve server for `profile`, idempotently (a host this run skips is left alone:
+    a gateway host, or a Spark whose `serves` names another profile)."""
+    plan = current_plan()
+    if plan.skip:
+        logger.info(f"[{host.name}] skipped: {plan.skip}")
+        _count_restarts()
+        return
     _check_profile(profile)
     _converge()
 
@@ -67,10 +73,10 @@ def _count_restarts() -> None:
     operation), say how many SERVING hosts this converge restarts at once: they all go down together, which
     `specfleet rollout` avoids (it switches in batches behind a gate)."""
     plan = current_plan()
-    st = host_status(plan) if not plan.is_mirror else None
+    st = host_status(plan) if not (plan.is_mirror or plan.skip) else None
     state = ctx_state.get()
     seen = _RESTARTS.setdefault(state, {})
-    if plan.is_mirror:
+    if st is None:
         seen[host.name] = False
     else:
         seen[host.name] = st.active == "active" and st.container_running and bool(changes(plan).restart)

@@ -60,8 +60,10 @@ def write_fake_lock(fleet_path: Path, commits: dict[str, str] | None = None) -> 
     return lock_path(fleet_path)
 
 
-def make_plans(host_vars: dict[str, dict[str, Any]], profile: str | None) -> dict[str, HostPlan]:
-    inv = FleetInventory(path=None, hosts=list(host_vars), groups={"all": list(host_vars)}, host_vars=host_vars)
+def make_plans(host_vars: dict[str, dict[str, Any]], profile: str | None,
+               groups: dict[str, list[str]] | None = None) -> dict[str, HostPlan]:
+    inv = FleetInventory(path=None, hosts=list(host_vars), groups={"all": list(host_vars), **(groups or {})},
+                         host_vars=host_vars)
     plans = build_plans(inv, profile, resolve=False)
     for plan in plans.values():
         if plan.settings.profile:

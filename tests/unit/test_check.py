@@ -100,16 +100,13 @@ BAD = [
     ("gateway port out of range", "{gateway_port: 70000}", "gateway_port"),
     ("gateway bind that is a host name", "{gateway_bind: gateway.example}", "gateway_bind"),
     ("gateway bind with a command separator", "{gateway_bind: '0.0.0.0;reboot'}", "gateway_bind"),
-    ("gateway metrics on the API port", "{gateway_metrics_port: 8000}", "gateway_metrics_port"),
     ("gateway health path without a slash", "{gateway_health_path: healthz}", "gateway_health_path"),
     ("gateway health path with a space (config injection)", "{gateway_health_path: '/h acl x'}", "gateway_health_path"),
     ("gateway keys file with a newline", "{gateway_api_keys_file: \"/tmp/k\\nx\"}", "gateway_api_keys_file"),
-    ("gateway TLS certificate without its key", "{gateway_tls_cert_file: /tmp/cert.pem}", "gateway_tls_key_file"),
-    ("gateway TLS key without its certificate", "{gateway_tls_key_file: /tmp/key.pem}", "gateway_tls_cert_file"),
-    ("gateway backend port = serve_port", "{gateway_backend_port: 8000}", "gateway_backend_port"),
-    ("gateway agent port = backend port", "{gateway_agent_port: 8001}", "gateway_agent_port"),
     ("gateway check interval of 0", "{gateway_check_inter_ms: 0}", "gateway_check_inter_ms"),
     ("drain timeout of 0", "{drain_timeout_sec: 0}", "drain_timeout_sec"),
+    ("serves an unknown profile", "{serves: eagle4}", "serves"),
+    ("fleet address with a space", "{fleet_address: '10.0.0.1 x'}", "fleet_address"),
     ("speculative_model_dir with a dot-dot", "{extra_llm_api_options: {speculative_config: {speculative_model_dir: /opt/../etc}}}",
      "extra_llm_api_options.speculative_config.speculative_model_dir"),
 ]
@@ -125,6 +122,57 @@ def test_check_refuses(fleet_file, what, host_vars, key):
     assert not any(line.startswith("good-1") for line in lines), "only the bad host is reported"
     assert all(line.startswith("bad-host: ") for line in lines), "one line per problem"
     assert "Traceback" not in result.output
+
+
+# Rules between the hosts of a fleet WITH a gateway group (issue 18): `bad-host` is a gateway or a Spark of
+#   gateway: gw-1 (10.0.0.1), bad-host when its role is "gateway"; Sparks: good-1 (10.0.0.2), bad-host otherwise
+GATEWAY_BAD = [
+    # (what, role of bad-host, its vars, expected key)
+    ("gateway metrics on the API port", "gateway", "gateway_metrics_port: 8000", "gateway_metrics_port"),
+    ("gateway TLS certificate without its key", "gateway", "gateway_tls_cert_file: /tmp/cert.pem", "gateway_tls_key_file"),
+    ("gateway TLS key without its certificate", "gateway", "gateway_tls_key_file: /tmp/key.pem", "gateway_tls_cert_file"),
+    ("two gateways with different ports", "gateway", "gateway_port: 9000", "gateway_port"),
+    ("a gateway that is also the hub mirror", "gateway+mirror", "mirror_port: 8090", "gateway"),
+    ("a gateway reached by name", "gateway", "ssh_hostname: gw.example", "fleet_address"),
+    ("a Spark that names no profile", "spark", "{}", "serves"),
+    ("a Spark reached by name", "spark", "serves: eagle3, ssh_hostname: spark.example", "fleet_address"),
+    ("backend port = serve_port", "spark", "serves: eagle3, gateway_backend_port: 8000", "gateway_backend_port"),
+    ("agent port = backend port", "spark", "serves: eagle3, gateway_agent_port: 8001", "gateway_agent_port"),
+]
+
+
+def _gateway_fleet(role: str, bad_vars: str) -> str:
+    bad = bad_vars if bad_vars.startswith("{") else f"{{ssh_hostname: 10.0.0.3, {bad_vars}}}"
+    gateways = "gw-1: {ssh_hostname: 10.0.0.1}" + (f", bad-host: {bad}" if role.startswith("gateway") else "")
+    sparks = "good-1: {ssh_hostname: 10.0.0.2, serves: eagle3}" + ("" if role.startswith("gateway") else f", bad-host: {bad}")
+    mirror = "\n    hub_mirror: {hosts: {bad-host: }}" if role.endswith("mirror") else ""
+    return f"all:\n  hosts: {{{sparks}}}\n  children:\n    gateway: {{hosts: {{{gateways}}}}}{mirror}\n"
+
+
+@pytest.mark.parametrize("what,role,bad_vars,key", GATEWAY_BAD, ids=[b[0] for b in GATEWAY_BAD])
+def test_check_refuses_in_a_fleet_with_gateways(fleet_file, what, role, bad_vars, key):
+    fleet_file(_gateway_fleet(role, bad_vars))
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line]
+    assert any(line.startswith(f"bad-host: {key}: ") for line in lines), lines
+    assert all(line.startswith("bad-host: ") for line in lines), "only the bad host, one line per problem"
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("what,role,bad_vars,key", [b for b in GATEWAY_BAD if b[1] == "spark" and "serves" in b[2]],
+                         ids=[b[0] for b in GATEWAY_BAD if b[1] == "spark" and "serves" in b[2]])
+def test_the_same_vars_without_a_gateway_group_are_as_before(fleet_file, what, role, bad_vars, key):
+    """A fleet without a gateway group gets none of the rules between hosts (it behaves exactly as before)."""
+    fleet_file(f"all:\n  hosts:\n    good-1:\n    bad-host: {{{bad_vars.replace('serves: eagle3', 'serves: eagle3')}}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_valid_fleet_with_gateways_passes(fleet_file):
+    fleet_file(_gateway_fleet("spark", "serves: eagle3"))
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == 0, result.output
 
 
 def test_table_has_at_least_53_distinct_cases():

@@ -1,0 +1,143 @@
+"""The fleet's gateway group (pure): who is a gateway, who is a Spark behind it and what it serves, the addresses
+they reach each other at, and the rules between hosts that only hold when the fleet has gateways.
+
+A fleet without a `gateway` group gets none of these rules and no value from here: it behaves as before.
+With one, every other host (but hub_mirror hosts) is a Spark that must say which profile it `serves` (the gateway
+routes by model) and be reachable at an IP address (`fleet_address`, else its ssh_hostname): the Sparks' filtering
+sockets admit the gateways by address (systemd's IPAddressAllow= takes addresses, not names)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from .inventory import Inventory
+from .llm_options import show
+from .problems import Problem
+from .profiles import PROFILES
+from .topology import MIRROR_GROUP
+
+GATEWAY_GROUP = "gateway"  # inventory group whose hosts run the fleet's gateway (deploys/gateway.py)
+# vars every gateway must agree on: the gateways serve one config (two gateways behind DNS or a VIP are identical)
+SHARED_GATEWAY_VARS = ("gateway_port", "gateway_bind", "gateway_metrics_port", "gateway_health_path",
+                       "gateway_api_keys_file", "gateway_tls_cert_file", "gateway_tls_key_file", "gateway_timeout_sec",
+                       "gateway_queue_timeout_sec", "gateway_check_inter_ms", "gateway_check_fall",
+                       "gateway_check_rise", "gateway_server_maxconn", "drain_timeout_sec")
+# (a, b): two ports that would collide on one host, per role
+GATEWAY_PORT_PAIRS = (("gateway_metrics_port", "gateway_port"),)
+SPARK_PORT_PAIRS = (("gateway_backend_port", "serve_port"), ("gateway_agent_port", "serve_port"),
+                    ("gateway_agent_port", "gateway_backend_port"))
+
+
+@dataclass(frozen=True)
+class GatewayFleet:
+    gateways: tuple[str, ...]  # the gateway hosts, in inventory order
+    serves: dict[str, str]  # Spark -> the profile it serves, in inventory order
+    addresses: dict[str, str]  # host (gateway or Spark) -> the IP address the other fleet hosts reach it at
+
+
+def gateway_hosts(inventory: Inventory) -> list[str]:
+    members = set(inventory.groups.get(GATEWAY_GROUP) or ())
+    return [h for h in inventory.hosts if h in members]
+
+
+def spark_hosts(inventory: Inventory) -> list[str]:
+    """The hosts that serve a model: all but the gateways and the hub_mirror hosts."""
+    others = set(inventory.groups.get(GATEWAY_GROUP) or ()) | set(inventory.groups.get(MIRROR_GROUP) or ())
+    return [h for h in inventory.hosts if h not in others]
+
+
+def host_profile(inventory: Inventory, host: str, serves: Any, profile_name: str | None) -> str | None:
+    """The profile `host` is built with in a run for `profile_name`: None on a gateway (it serves no model) and on
+    a Spark whose `serves` names another profile (that run skips it: see `skipped`)."""
+    if host in (inventory.groups.get(GATEWAY_GROUP) or ()):
+        return None
+    if profile_name is not None and serves in PROFILES and serves != profile_name:
+        return None
+    return profile_name
+
+
+def skipped(inventory: Inventory, host: str, serves: str | None, profile_name: str | None) -> str | None:
+    """Why a run for `profile_name` leaves `host` alone (None: it does not)."""
+    if profile_name is None:
+        return None
+    if host in (inventory.groups.get(GATEWAY_GROUP) or ()):
+        return f"a {GATEWAY_GROUP} host: deploys/gateway.py converges it"
+    if serves is not None and serves != profile_name:
+        return f"serves {serves}: deploys/{serves}.py converges it"
+    return None
+
+
+def fleet_address(deploy_vars: dict[str, Any], connection: dict[str, Any], name: str) -> str:
+    """fleet_address, else the ssh_hostname, else the inventory name (then refused by `problems` if no IP)."""
+    return str(deploy_vars.get("fleet_address") or connection.get("ssh_hostname") or name)
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return False
+
+
+def problems(inventory: Inventory, values: dict[str, dict[str, Any]],
+             connections: dict[str, dict[str, Any]]) -> list[Problem]:
+    """The rules between hosts of a fleet with gateways (none without): `values` are each host's validated
+    deploy vars (defaults applied), `connections` its connection data."""
+    gateways = [h for h in gateway_hosts(inventory) if h in values]
+    if not gateways:
+        return []
+    mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
+    out: list[Problem] = []
+    for h in gateways:
+        out += _gateway_problems(h, values[h], values[gateways[0]], gateways[0], h in mirrors)
+    sparks = [h for h in spark_hosts(inventory) if h in values]
+    for h in sparks:
+        if values[h].get("serves") is None:
+            out.append(Problem(h, "serves", f"not set; with a {GATEWAY_GROUP} group every Spark names the profile it "
+                                            f"serves (allowed: {', '.join(PROFILES)})"))
+        out += _port_problems(h, values[h], SPARK_PORT_PAIRS)
+    for h in gateways + sparks:
+        address = fleet_address(values[h], connections[h], h)
+        if not _is_ip(address):
+            out.append(Problem(h, "fleet_address", f"{show(address)} is not an IP address (with a {GATEWAY_GROUP} "
+                                                   "group, hosts admit each other by address: set fleet_address to "
+                                                   "the IP the other fleet hosts reach this host at)"))
+    return out
+
+
+def _gateway_problems(h: str, own: dict[str, Any], first: dict[str, Any], first_name: str,
+                      is_mirror: bool) -> list[Problem]:
+    out = []
+    if is_mirror:
+        out.append(Problem(h, GATEWAY_GROUP, f"is also in {MIRROR_GROUP} (allowed: a host in one of "
+                                             f"{GATEWAY_GROUP} and {MIRROR_GROUP}, not both)"))
+    out += _port_problems(h, own, GATEWAY_PORT_PAIRS)
+    cert, key = own.get("gateway_tls_cert_file"), own.get("gateway_tls_key_file")
+    if (cert is None) != (key is None):
+        out.append(Problem(h, "gateway_tls_key_file" if key is None else "gateway_tls_cert_file",
+                           "is not set, but the other half of the TLS pair is "
+                           "(allowed: both gateway_tls_cert_file and gateway_tls_key_file, or neither)"))
+    for var in SHARED_GATEWAY_VARS:
+        if own.get(var) != first.get(var):
+            out.append(Problem(h, var, f"{show(own.get(var))} differs from {first_name}'s {show(first.get(var))} "
+                                       "(allowed: the same value on every gateway: they serve one config)"))
+    return out
+
+
+def _port_problems(host: str, values: dict[str, Any], pairs) -> list[Problem]:
+    return [Problem(host, a, f"{values[a]} is also {b} on this host (allowed: a port of its own)")
+            for a, b in pairs if values.get(a) == values.get(b)]
+
+
+def gateway_fleet(inventory: Inventory, values: dict[str, dict[str, Any]],
+                  connections: dict[str, dict[str, Any]]) -> GatewayFleet | None:
+    """The fleet's gateway roles, once `problems` found none; None without a gateway group."""
+    gateways = gateway_hosts(inventory)
+    if not gateways:
+        return None
+    sparks = spark_hosts(inventory)
+    return GatewayFleet(tuple(gateways), {h: values[h]["serves"] for h in sparks},
+                        {h: fleet_address(values[h], connections[h], h) for h in gateways + sparks})
