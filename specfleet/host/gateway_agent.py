@@ -24,10 +24,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # release_state.py and layout.py are installed next to it
+import drain  # noqa: E402
 import release_state  # noqa: E402
 from layout import Layout  # noqa: E402
 
 SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed socket
+DRAINING = "a host job is switching or gating this host"
 
 
 def started_marker(path: str) -> float | None:
@@ -41,6 +43,8 @@ def readiness(layout: Layout) -> tuple[str, str]:
     """(`up`|`down`, why) of this host, from its release state and the serving unit's start marker."""
     state = release_state.read(layout)
     current, gate = state["current"], state["gate"]
+    if gate.get("result") == "running":  # a host job is switching or gating: drained (drain.py)
+        return "down", DRAINING
     if not current:
         return "down", "no release installed"
     if gate.get("release") != current:
@@ -61,8 +65,10 @@ class Agent(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self):
-                word, _why = readiness(layout)
+                word, why = readiness(layout)
                 self.request.sendall(f"{word}\n".encode())
+                if why == DRAINING:  # the host job waits until every gateway has heard it (drain.py)
+                    drain.record_ack(layout.agent_acks, self.client_address[0])
 
         super().__init__(listen or ("127.0.0.1", 0), Handler, bind_and_activate=sock is None)
         if sock is not None:

@@ -15,10 +15,13 @@ FETCH_TOOL = "fetch-model"  # the model fetcher's installed name (host/fetch_mod
 LAYOUT_FILE = "layout.py"  # this module's installed name, next to the host tool
 LIB_FILE = "hostlib.py"  # the host tool's helpers, installed next to it
 STATE_FILE = "release_state.py"  # THE reader of the release state, installed next to it (and shipped by probes)
+DRAIN_FILE = "drain.py"  # the drain before a restart behind gateways, installed next to it
+AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
 # Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
-                 LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py"}
-MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE)  # installed as modules (0644), not programs
+                 LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py", DRAIN_FILE: "drain.py",
+                 AGENT_TOOL: "gateway_agent.py"}
+MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE, DRAIN_FILE)  # installed as modules (0644), not programs
 
 JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
 MIRROR_UNIT = "specfleet-hub-mirror"  # the Hub mirror's units: olah; -proxy.socket / -proxy.service in front of it
@@ -70,6 +73,8 @@ class Layout:
     previous = property(lambda self: f"{self.data_dir}/previous")
     gate_file = property(lambda self: f"{self.data_dir}/gate.json")
     started_marker = property(lambda self: f"{self.data_dir}/started")  # touched by the unit at every start
+    gateways_file = property(lambda self: f"{self.data_dir}/gateways.json")  # the gateways this Spark is behind
+    agent_acks = property(lambda self: f"{self.data_dir}/agent-acks.json")  # gateway -> when the agent said down
     lock = property(lambda self: f"{self.data_dir}/lock")
     lock_owner = property(lambda self: f"{self.data_dir}/lock/owner")
     jobs = property(lambda self: f"{self.data_dir}/jobs")
@@ -79,6 +84,7 @@ class Layout:
     venv = property(lambda self: f"{self.data_dir}/venv")
     host_tool = property(lambda self: f"{self.data_dir}/bin/{HOST_TOOL}")
     fetch_tool = property(lambda self: f"{self.data_dir}/bin/{FETCH_TOOL}")
+    agent_tool = property(lambda self: f"{self.data_dir}/bin/{AGENT_TOOL}")
     layout_file = property(lambda self: f"{self.data_dir}/bin/{LAYOUT_FILE}")
     token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")

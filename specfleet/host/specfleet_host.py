@@ -42,6 +42,7 @@ from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules (layout.MODULES) are installed next to it
+import drain  # noqa: E402
 import release_state  # noqa: E402
 from hostlib import Fail, Progress, atomic_write, now_iso, prune_unused, read_json, say, sh, tail  # noqa: E402
 from layout import CONFIG_FILE, DRAFT_LINK, JOB_UNIT_PREFIX, RECORD_FILE, SMOKE_FILE, UNIT_DIR, Layout, cache_folder  # noqa: E402
@@ -143,10 +144,12 @@ class Host:
         rec = self.record(rid)
         self.check_complete(rec)
         old = self.current()
-        self.set_gate(rid, "running")
+        since = time.time()
+        self.set_gate(rid, "running")  # from here the readiness agent tells the gateways `down`
         restarted_at = None
         try:
             if self._install(rec):
+                self._drain(rec["service"], since)
                 self.progress(kind="gate", release=rid, phase="restart", elapsed=0,
                               timeout=timeout or rec["gate"]["health_timeout_sec"], unit="restarting")
                 sh("systemctl", "reset-failed", f"{rec['service']}.service", check=False)
@@ -166,6 +169,13 @@ class Host:
         downtime = round(time.time() - restarted_at, 2) if restarted_at else None
         self.set_gate(rid, "passed", downtime_s=downtime)
         say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
+
+    def _drain(self, service: str, since: float) -> None:
+        """Behind gateways (gateways.json), and serving: out of every gateway's pool, requests in flight done."""
+        gw = drain.read_gateways(self.layout.gateways_file)
+        if gw is None or sh("systemctl", "is-active", service, check=False).stdout.strip() != "active":
+            return
+        drain.drain(gw, self.layout.agent_acks, since, say, self.progress)
 
     def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:
         rid = rec["id"]

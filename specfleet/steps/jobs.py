@@ -111,6 +111,10 @@ def progress_line(status: dict, elapsed: float) -> str:
                 f"{done / 1e9:.2f}/{total / 1e9:.2f} GB ({100 * done / total:.0f}%, "
                 f"{progress.get('files_done', 0)}/{progress.get('files_total', '?')} files), "
                 f"{rate / 1e6:.1f} MB/s, ETA {eta}")
+    if progress.get("kind") == "drain":  # host/drain.py: gateways yet to take the host out, or requests in flight
+        what = "gateway(s) to answer" if progress.get("phase") == "gateways" else "request(s) in flight"
+        return (f"drain before the restart: {progress.get('pending')} {what}, "
+                f"{progress.get('elapsed', 0):.0f}s/{progress.get('timeout')}s")
     if progress.get("kind") == "gate":
         return (f"gate {progress.get('release')}: {progress.get('phase')} "
                 f"{progress.get('elapsed', 0):.0f}s/{progress.get('timeout')}s, "

@@ -42,7 +42,7 @@ def test_down_until_the_gate_passes_and_after_a_restart_of_its_own(tmp_path):
     marker = Path(Layout(str(tmp_path)).started_marker)
     marker.touch()
     _gate(tmp_path, "running", None)
-    assert _once(tmp_path) == ("down", "gate running for r-aaaaaaaaaaaa")
+    assert _once(tmp_path) == ("down", "a host job is switching or gating this host")
     _gate(tmp_path, "passed", os.stat(marker).st_mtime)
     assert _once(tmp_path) == ("up", "r-aaaaaaaaaaaa passed its gate")
     os.utime(marker, (time.time() + 5, time.time() + 5))  # systemd started the container again on its own
