@@ -9,12 +9,14 @@ token is hashed by HAProxy per request and looked up there (the file never holds
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from importlib import resources
 
 from .host.layout import UNIT_DIR, GatewayLayout, Layout
-from .render import ENV, systemd_args
+from .render import ENV, systemd_args, systemd_word
+from .settings import Settings
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 MODELS_LUA = (resources.files("specfleet.host") / "gateway_models.lua").read_text(encoding="utf-8")  # GET /v1/models
@@ -102,20 +104,25 @@ def _listen(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def spark_files(service: str, serve_port: int, backend_port: int, agent_port: int, gateways: list[str],
-                layout: Layout, agent: str) -> dict[str, str]:
-    """The units a Spark gets when the fleet has gateways: a filtering socket on backend_port relaying to
-    trtllm-serve on loopback, and the readiness agent's socket and service, both admitting the gateways only.
-    `gateways`: their addresses as the Spark sees them; `agent`: the installed agent program's path."""
-    allowed = " ".join(gateways)
-    env = ENV
+def spark_files(s: Settings) -> dict[str, str]:
+    """What a Spark behind the fleet's gateways gets (none without gateways): a filtering socket on
+    gateway_backend_port relaying to trtllm-serve on loopback, the readiness agent's socket and service, both
+    admitting the gateways only; and gateways.json, what the host tool's drain needs (host/drain.py)."""
+    if not s.gateways:
+        return {}
+    layout, allowed = Layout.of(s), " ".join(s.gateways)
+    service, backend, agent = s.service_name, s.gateway_backend_port, s.gateway_agent_port
     return {
-        f"{UNIT_DIR}/{service}-gateway.socket": env.get_template("spark-gateway.socket.j2").render(
-            port=backend_port, listen=_listen("0.0.0.0", backend_port), gateways=allowed),
-        f"{UNIT_DIR}/{service}-gateway.service": env.get_template("spark-gateway.service.j2").render(
-            name=service, serve=f"127.0.0.1:{serve_port}"),
-        f"{UNIT_DIR}/{service}-agent.socket": env.get_template("spark-agent.socket.j2").render(
-            port=agent_port, listen=_listen("0.0.0.0", agent_port), gateways=allowed),
-        f"{UNIT_DIR}/{service}-agent.service": env.get_template("spark-agent.service.j2").render(
-            name=service, exec_start=systemd_args(["/usr/bin/python3", "-I", agent, "--data-dir", layout.data_dir])),
+        f"{UNIT_DIR}/{service}-gateway.socket": ENV.get_template("spark-gateway.socket.j2").render(
+            port=backend, listen=_listen("0.0.0.0", backend), gateways=allowed),
+        f"{UNIT_DIR}/{service}-gateway.service": ENV.get_template("spark-gateway.service.j2").render(
+            name=service, serve=f"127.0.0.1:{s.serve_port}"),
+        f"{UNIT_DIR}/{service}-agent.socket": ENV.get_template("spark-agent.socket.j2").render(
+            port=agent, listen=_listen("0.0.0.0", agent), gateways=allowed),
+        f"{UNIT_DIR}/{service}-agent.service": ENV.get_template("spark-agent.service.j2").render(
+            name=service, agent_dir=systemd_word(layout.agent_dir),
+            exec_start=systemd_args(["/usr/bin/python3", "-I", layout.agent_tool, "--data-dir", layout.data_dir])),
+        layout.gateways_file: json.dumps({"gateways": s.gateways, "backend_port": backend,
+                                          "check_inter_ms": s.gateway_check_inter_ms,
+                                          "drain_timeout_sec": s.drain_timeout_sec}, indent=1) + "\n",
     }

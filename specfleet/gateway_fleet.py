@@ -24,6 +24,8 @@ SHARED_GATEWAY_VARS = ("gateway_port", "gateway_bind", "gateway_metrics_port", "
                        "gateway_api_keys_file", "gateway_tls_cert_file", "gateway_tls_key_file", "gateway_timeout_sec",
                        "gateway_queue_timeout_sec", "gateway_check_inter_ms", "gateway_check_fall",
                        "gateway_check_rise", "gateway_server_maxconn", "drain_timeout_sec")
+# the gateways' values every Spark behind them uses (its drain waits as they check), whatever the Spark's own vars say
+SPARK_VARS_FROM_GATEWAYS = ("gateway_check_inter_ms", "drain_timeout_sec")
 # (a, b): two ports that would collide on one host, per role
 GATEWAY_PORT_PAIRS = (("gateway_metrics_port", "gateway_port"),)
 SPARK_PORT_PAIRS = (("gateway_backend_port", "serve_port"), ("gateway_agent_port", "serve_port"),
@@ -35,6 +37,8 @@ class GatewayFleet:
     gateways: tuple[str, ...]  # the gateway hosts, in inventory order
     serves: dict[str, str]  # Spark -> the profile it serves, in inventory order
     addresses: dict[str, str]  # host (gateway or Spark) -> the IP address the other fleet hosts reach it at
+    # what the Sparks take from the gateways (set on the gateway group): how often they check, how long a drain waits
+    spark_vars: dict[str, Any]
 
 
 def gateway_hosts(inventory: Inventory) -> list[str]:
@@ -139,5 +143,7 @@ def gateway_fleet(inventory: Inventory, values: dict[str, dict[str, Any]],
     if not gateways:
         return None
     sparks = spark_hosts(inventory)
-    return GatewayFleet(tuple(gateways), {h: values[h]["serves"] for h in sparks},
-                        {h: fleet_address(values[h], connections[h], h) for h in gateways + sparks})
+    addresses = {h: fleet_address(values[h], connections[h], h) for h in gateways + sparks}
+    return GatewayFleet(tuple(gateways), {h: values[h]["serves"] for h in sparks}, addresses,
+                        {"gateways": [addresses[g] for g in gateways],
+                         **{k: values[gateways[0]][k] for k in SPARK_VARS_FROM_GATEWAYS}})

@@ -130,6 +130,7 @@ class Settings(BaseModel):
     llm_api_options: dict[str, Any]
     trtllm_version: str = DEFAULT_VERSION  # the contract the options were validated against (the image tag's version)
     hf_token: SecretStr | None = Field(default=None, repr=False)
+    gateways: list[str] = Field(default_factory=list)  # a Spark behind gateways: their addresses (the gateway group)
 
     @field_validator(*FIELD_GRAMMARS)
     @classmethod
@@ -328,6 +329,10 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
         if settings is not None and not host_problems:
             out[host] = settings
     if not problems:
-        problems += gateway_fleet.problems(inventory, {h: dict(s) for h, s in out.items()},
-                                           {h: split_vars(inventory.host_vars[h])[0] for h in out})
+        values = {h: dict(s) for h, s in out.items()}
+        connections = {h: split_vars(inventory.host_vars[h])[0] for h in out}
+        problems += gateway_fleet.problems(inventory, values, connections)
+        gw = None if problems else gateway_fleet.gateway_fleet(inventory, values, connections)
+        for h in gw.serves if gw else ():
+            out[h] = out[h].model_copy(update=gw.spark_vars)
     return out, problems

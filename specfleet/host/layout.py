@@ -74,7 +74,8 @@ class Layout:
     gate_file = property(lambda self: f"{self.data_dir}/gate.json")
     started_marker = property(lambda self: f"{self.data_dir}/started")  # touched by the unit at every start
     gateways_file = property(lambda self: f"{self.data_dir}/gateways.json")  # the gateways this Spark is behind
-    agent_acks = property(lambda self: f"{self.data_dir}/agent-acks.json")  # gateway -> when the agent said down
+    agent_dir = property(lambda self: f"{self.data_dir}/agent")  # the readiness agent's only writable directory
+    agent_acks = property(lambda self: f"{self.data_dir}/agent/acks.json")  # gateway -> when the agent said down
     lock = property(lambda self: f"{self.data_dir}/lock")
     lock_owner = property(lambda self: f"{self.data_dir}/lock/owner")
     jobs = property(lambda self: f"{self.data_dir}/jobs")

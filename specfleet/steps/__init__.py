@@ -8,6 +8,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 
+from .behind_gateways import behind_gateways
 from .changes import changes, pending
 from .cleanup import cleanup
 from .docker_access import docker_access
@@ -98,6 +99,7 @@ def _stage_steps(preflight_done: bool = False) -> None:
         docker_access()
         token()
         tools()
+        behind_gateways()  # before any restart: the drain reads gateways.json and asks the agent's acks
         encodings()
     mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (steps/mirror.py)
     if mirror:

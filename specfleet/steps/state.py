@@ -14,6 +14,7 @@ from pyinfra.api import operation
 from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
+from ..gateway_files import spark_files
 from ..grammars import pinned_version
 from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
 from ..plan import HostPlan
@@ -108,6 +109,11 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
                                        sha256=sha256((host_dir / source).read_bytes()))
     if s.hf_token is not None:
         want[layout.token_file] = Want("file", "600", sha256=sha256(token_text(s, redact=False)))
+    behind = spark_files(s)  # behind the fleet's gateways (none without a gateway group)
+    if behind:
+        want[layout.agent_dir] = Want("dir")
+        for path, content in behind.items():
+            want[path] = Want("file", "644", sha256=sha256(content))
     if s.profile is None:
         return want
     if s.profile["tiktoken"]:

@@ -147,9 +147,16 @@ def test_a_spark_whose_agent_says_down_leaves_within_the_bound(gateway):
 
 def test_the_spark_units_admit_the_gateways_only_and_systemd_accepts_them(tmp_path):
     from specfleet.gateway_files import spark_files
-    from specfleet.host.layout import Layout
-    files = spark_files("specfleet-trtllm", 8000, 8001, 8002, ["10.88.0.10", "10.88.0.11"], Layout("/var/lib/specfleet"),
-                        "/var/lib/specfleet/bin/gateway-agent")
+    from tests.unit.fakehost import make_plans
+    fleet = {"gw-1": {"ssh_hostname": "10.88.0.10"}, "gw-2": {"ssh_hostname": "10.88.0.11"},
+             "spark": {"ssh_hostname": "10.88.0.1", "serves": "eagle3", "service_name": "specfleet-trtllm"}}
+    files = spark_files(make_plans(fleet, "eagle3", groups={"gateway": ["gw-1", "gw-2"]})["spark"].settings)
+    gateways_json = json.loads(files.pop("/var/lib/specfleet/gateways.json"))
+    assert gateways_json == {"gateways": ["10.88.0.10", "10.88.0.11"], "backend_port": 8001, "check_inter_ms": 2000,
+                             "drain_timeout_sec": 600}
+    agent = files["/etc/systemd/system/specfleet-trtllm-agent.service"]
+    assert "ReadWritePaths=/var/lib/specfleet/agent" in agent
+    assert "ExecStart=/usr/bin/python3 -I /var/lib/specfleet/bin/gateway-agent --data-dir /var/lib/specfleet" in agent
     sock = files["/etc/systemd/system/specfleet-trtllm-gateway.socket"]
     assert "ListenStream=0.0.0.0:8001" in sock and "IPAddressDeny=any" in sock
     assert "IPAddressAllow=10.88.0.10 10.88.0.11" in sock

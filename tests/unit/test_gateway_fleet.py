@@ -48,3 +48,52 @@ def test_plan_names_the_hosts_this_deploy_skips():
     assert "gw-1: skipped (a gateway host: deploys/gateway.py converges it)" in lines
     assert "spark-b: skipped (serves draft_target: deploys/draft_target.py converges it)" in lines
     assert f"spark-a: release {plans['spark-a'].release_id}: nothing to do" in lines
+
+
+def test_behind_gateways_the_unit_marks_every_start_and_the_release_id_changes():
+    """Adding a gateway group changes the Sparks' unit (a start marker for the readiness agent), so their release
+    id: one rollout (the README's upgrade notes). Without gateways the unit is the golden one (test_golden_render)."""
+    with_gw = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
+    without = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
+    assert with_gw.settings.gateways == ["10.0.0.1"] and without.settings.gateways == []
+    marker = "ExecStartPre=/usr/bin/touch /var/lib/specfleet/started\n"
+    assert marker in with_gw.rendered.unit and marker not in without.rendered.unit
+    assert with_gw.rendered.unit.replace(marker, "") == without.rendered.unit
+    assert with_gw.release_id != without.release_id
+
+
+def test_a_spark_drains_by_the_gateways_settings_not_its_own():
+    fleet = {**FLEET, "gw-1": {"ssh_hostname": "10.0.0.1", "gateway_check_inter_ms": 500, "drain_timeout_sec": 30},
+             "spark-a": {**FLEET["spark-a"], "drain_timeout_sec": 999}}
+    s = make_plans(fleet, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"].settings
+    assert (s.gateways, s.gateway_check_inter_ms, s.drain_timeout_sec) == (["10.0.0.1"], 500, 30)
+
+
+def test_a_spark_behind_gateways_gets_its_socket_agent_and_drain_file_once():
+    from specfleet.gateway_files import spark_files
+
+    plan = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
+    files = spark_files(plan.settings)
+    assert len(files) == 5
+    svc = plan.settings.service_name
+    state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
+        p, files_missing=[*files, p.paths.agent_dir]))
+    changed = [n.rsplit(" | ", 1)[-1] for n in changed_ops(state)["spark-a"]]
+    assert [n for n in changed if n.startswith("Write ")] == [f"Write {path}" for path in files], changed
+    assert f"Readiness agent directory {plan.paths.agent_dir}" in changed
+    cmds = "\n".join(executed(state)["spark-a"])
+    assert f"systemctl enable --now {svc}-gateway.socket {svc}-agent.socket" in cmds
+    assert f"systemctl restart {svc}-gateway.socket" in cmds and "systemctl restart specfleet" in cmds
+    assert "systemctl restart specfleet-trtllm.service" not in cmds and " activate " not in cmds  # trtllm untouched
+    # converged: nothing to do
+    again = run_deploy({"spark-a": plan}, converge, "eagle3", responses=converged_responses)
+    assert changed_ops(again)["spark-a"] == []
+
+
+def test_without_gateways_a_spark_gets_none_of_it():
+    from specfleet.gateway_files import spark_files
+
+    plan = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
+    assert spark_files(plan.settings) == {}
+    state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=converged_responses)
+    assert not [c for c in executed(state)["spark-a"] if "-gateway.socket" in c or "gateways.json" in c]

@@ -67,6 +67,7 @@ LAYERS = {
     "specfleet.steps": "pyinfra",  # the packaged deploys composed: converge, stage, switch
     "specfleet.steps.state": "pyinfra",  # the host's plan and its one status read, wanted files, refuse
     "specfleet.steps.changes": "pyinfra",  # what a converge would change, decided from the one status read
+    "specfleet.steps.behind_gateways": "pyinfra",  # a Spark behind gateways: filtering socket, agent, gateways.json
     "specfleet.steps.cleanup": "pyinfra",  # step: remove what specfleet installed
     "specfleet.steps.docker_access": "pyinfra",  # step: operator users in the docker group
     "specfleet.steps.encodings": "pyinfra",  # step: the tiktoken encodings

@@ -1,0 +1,46 @@
+"""A Spark behind the fleet's gateways: its filtering socket (the gateways' only way to trtllm-serve), its readiness
+agent, and gateways.json (what its drain before a restart waits for). Written where they differ from the one status
+read; a Spark of a fleet without a gateway group gets nothing here.
+
+Sockets are (re)started only when their unit changed: trtllm-serve itself is not touched (its unit is part of the
+release; the start marker that the readiness agent compares is in it, see render.unit_text)."""
+
+from __future__ import annotations
+
+import shlex
+from io import StringIO
+
+from pyinfra.api import deploy
+from pyinfra.operations import files, server, systemd
+
+from ..gateway_files import spark_files
+from ..host.layout import UNIT_DIR
+from .state import current_plan, differs
+
+
+@deploy("Behind the gateways")
+def behind_gateways():
+    plan = current_plan()
+    s, layout = plan.settings, plan.paths
+    wanted = spark_files(s)
+    if not wanted:
+        return
+    if differs(plan, layout.agent_dir):
+        files.directory(name=f"Readiness agent directory {layout.agent_dir}", path=layout.agent_dir,
+                        user="root", group="root", mode="755")
+    changed = [path for path in wanted if differs(plan, path)]
+    for path in changed:
+        files.put(name=f"Write {path}", src=StringIO(wanted[path]), dest=path, user="root", group="root", mode="644")
+    units = [path.rsplit("/", 1)[1] for path in changed if path.startswith(UNIT_DIR + "/")]
+    if not units:
+        return
+    systemd.daemon_reload(name="systemd daemon-reload (the gateway-facing units changed)")
+    sockets = [f"{s.service_name}-gateway.socket", f"{s.service_name}-agent.socket"]
+    # a changed socket (e.g. another gateway admitted) restarts with its service (Requires=): requests relayed at
+    # that moment are cut, so change the gateway set in a rollout; a changed service alone restarts if it runs
+    restart_sockets = [u for u in units if u.endswith(".socket")]
+    restart_services = [u for u in units if u.endswith(".service") and u.replace(".service", ".socket") not in units]
+    server.shell(name=f"Enable and (re)start {', '.join(units)}",
+                 commands=[f"systemctl enable --now {shlex.join(sockets)}",
+                           *(f"systemctl restart {shlex.quote(u)}" for u in restart_sockets),
+                           *(f"systemctl try-restart {shlex.quote(u)}" for u in restart_services)])
