@@ -8,6 +8,10 @@ only; prints one JSON object.
                                   requests; running ones and streams go on), then wait until none is left or
                                   SEC passed; `drained` says which
     ready SERVER                  `set server B/SERVER state ready` (back in the pool; the checks still apply)
+    sync-map MAP                  make the running map MAP equal its file, atomically (prepare, add, commit): a
+                                  revoked API key is refused on the next request, also on a kept-alive connection
+    save-state FILE               `show servers state` into FILE (the config loads it after a reload: drains
+                                  and agent states survive)
 
 Why not socat: it is not on a minimal host, and the drain needs a loop that reads `show stat` anyway.
 """
@@ -18,6 +22,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import socket
 import sys
 import time
@@ -69,6 +74,31 @@ def drain(sock_path: str, server: str, timeout: float, poll: float = 0.5) -> dic
         time.sleep(poll)
 
 
+def sync_map(sock_path: str, map_path: str) -> dict:
+    """The running map := the map file's `key value` lines, in one transaction (HAProxy >= 2.4)."""
+    entries = [line.split(None, 1) for line in open(map_path, encoding="ascii").read().splitlines() if line.strip()]
+    answer = ask(sock_path, f"prepare map {map_path}").strip()
+    if not answer.rsplit(":", 1)[-1].strip().isdigit():
+        raise SystemExit(f"haproxy refused `prepare map {map_path}`: {answer}")
+    version = answer.rsplit(":", 1)[-1].strip()
+    for key, value in entries:
+        answer = ask(sock_path, f"add map @{version} {map_path} {key} {value}").strip()
+        if answer:
+            raise SystemExit(f"haproxy refused an entry of {map_path}: {answer}")
+    answer = ask(sock_path, f"commit map @{version} {map_path}").strip()
+    if answer:
+        raise SystemExit(f"haproxy refused `commit map @{version} {map_path}`: {answer}")
+    return {"map": map_path, "entries": len(entries), "version": int(version)}
+
+
+def save_state(sock_path: str, path: str) -> dict:
+    text = ask(sock_path, "show servers state")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    return {"state_file": path, "lines": len(text.splitlines())}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", required=True)
@@ -79,11 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--timeout", type=float, required=True)
     r = sub.add_parser("ready")
     r.add_argument("server")
+    sub.add_parser("sync-map").add_argument("map")
+    sub.add_parser("save-state").add_argument("file")
     a = ap.parse_args(argv)
     if a.cmd == "state":
         out: object = servers(a.socket)
     elif a.cmd == "drain":
         out = drain(a.socket, a.server, a.timeout)
+    elif a.cmd == "sync-map":
+        out = sync_map(a.socket, a.map)
+    elif a.cmd == "save-state":
+        out = save_state(a.socket, a.file)
     else:
         out = {"server": a.server, "backends": set_state(a.socket, a.server, "ready")}
     print(json.dumps(out))

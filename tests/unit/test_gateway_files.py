@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.gateway_files import GatewayOptions, backends, gateway_files, key_digest
+from specfleet.gateway_files import GatewayOptions, backends, gateway_files, key_digest, keys_map
 from specfleet.host.layout import GatewayLayout
 from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
 
@@ -173,8 +173,9 @@ def test_the_spark_units_admit_the_gateways_only_and_systemd_accepts_them(tmp_pa
 
 
 def test_a_revoked_key_is_refused_on_the_next_request_of_a_kept_alive_connection(gateway, tmp_path):
-    """Revoking is HAProxy's runtime `del map` on the key map (plus the file, for the next reload): the rule runs
-    per request, so a connection opened with the key is refused on its next request, while another key's works."""
+    """Revoking is the key map's file rewritten, then synced into the running HAProxy (haproxy_admin.py sync-map: one
+    transaction): the rule runs per request, so a connection opened with the key is refused on its next request,
+    while a new key works at once, and no reload happened."""
     import http.client
     api, _, _ = gateway
     host, port = api.split("//")[1].split(":")
@@ -184,17 +185,16 @@ def test_a_revoked_key_is_refused_on_the_next_request_of_a_kept_alive_connection
     first = conn.getresponse()
     first.read()
     assert first.status == 200 and not first.will_close
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(str(tmp_path / "admin.sock"))
-    sock.sendall(f"del map {tmp_path / 'specfleet-keys.map'} {key_digest(KEY)}\n".encode())
-    answer = sock.makefile().read()
-    sock.close()
-    assert "not found" not in answer.lower(), answer
+    new_key = "sk-specfleet-test-new-key-456789"
+    (tmp_path / "specfleet-keys.map").write_text(keys_map({"new": new_key}))  # KEY revoked, another added
+    synced = _admin(tmp_path, "sync-map", str(tmp_path / "specfleet-keys.map"))
+    assert synced["entries"] == 1, synced
     conn.request("GET", "/v1/models", headers=headers)
     second = conn.getresponse()
     second.read()
     assert second.status == 401
     conn.close()
+    assert _call(api + "/v1/models", key=new_key)[0] == 200
 
 
 def test_a_stream_passes_unbuffered(gateway):
