@@ -55,3 +55,28 @@ def read_keys(keys_file: str | None) -> tuple[dict[str, str], list[str]]:
     if ENV_VAR not in os.environ:
         return {}, [f"no API keys: set gateway_api_keys_file or export {ENV_VAR} (a gateway never runs without keys)"]
     return parse_keys(os.environ[ENV_VAR], f"${ENV_VAR}")
+
+
+def gateway_secrets(s) -> tuple[dict[str, str], str | None, list[str]]:
+    """A gateway host's secrets, read on the controller: (keys, the TLS pem text (certificate chain + key) or None,
+    problems as `VAR: message`). No message shows a secret."""
+    keys, problems = read_keys(s.gateway_api_keys_file)
+    out = [f"gateway_api_keys_file: {p}" for p in problems]
+    pem = None
+    if s.gateway_tls_cert_file:
+        parts = []
+        for var in ("gateway_tls_cert_file", "gateway_tls_key_file"):
+            path = getattr(s, var)
+            try:
+                text = Path(path).expanduser().read_text(encoding="ascii")
+            except OSError as exc:
+                out.append(f"{var}: cannot read {path}: {exc.strerror}")
+                continue
+            except UnicodeDecodeError:
+                out.append(f"{var}: {path} is not PEM text (allowed: a PEM file, ASCII)")
+                continue
+            if "-----BEGIN " not in text:
+                out.append(f"{var}: {path} holds no PEM block (allowed: a PEM file with -----BEGIN ...)")
+            parts.append(text if text.endswith("\n") else text + "\n")
+        pem = "".join(parts)
+    return keys, pem, out

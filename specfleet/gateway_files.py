@@ -26,6 +26,7 @@ MODELS_LUA = (resources.files("specfleet.host") / "gateway_models.lua").read_tex
 class Server:
     name: str  # the Spark's inventory name (HAProxy's server name)
     address: str  # host:port the gateways reach its filtering socket at
+    agent_port: int  # the port of its readiness agent (on the same address)
 
 
 @dataclass(frozen=True)
@@ -49,15 +50,14 @@ class GatewayOptions:
     check_inter_ms: int
     check_fall: int
     check_rise: int
-    agent_port: int
     maxconn: int  # requests one Spark runs at once; the rest queue in HAProxy (leastconn picks the least busy)
 
 
-def backends(sparks: dict[str, tuple[str, str]]) -> list[Backend]:
-    """Spark name -> (model, host:port) as one backend per model, in the order models first appear."""
+def backends(sparks: dict[str, tuple[str, str, int]]) -> list[Backend]:
+    """Spark name -> (model, host:port, agent port) as one backend per model, in the order models first appear."""
     by_model: dict[str, list[Server]] = {}
-    for name, (model, address) in sparks.items():
-        by_model.setdefault(model, []).append(Server(_SAFE_NAME.sub("_", name), address))
+    for name, (model, address, agent_port) in sparks.items():
+        by_model.setdefault(model, []).append(Server(_SAFE_NAME.sub("_", name), address, int(agent_port)))
     return [Backend(model, f"model_{i}_{_SAFE_NAME.sub('_', model)}", tuple(servers))
             for i, (model, servers) in enumerate(by_model.items(), 1)]
 
@@ -88,7 +88,7 @@ def haproxy_cfg(o: GatewayOptions, bes: list[Backend], layout: GatewayLayout = G
         hard_stop_after=f"{o.drain_timeout_sec}s",
         timeout=f"{o.timeout_sec}s", queue_timeout=f"{o.queue_timeout_sec}s", listen=o.listen,
         tls=f" ssl crt {layout.tls_pem}" if o.tls else "", health_path=o.health_path, backends=bes,
-        inter=f"{o.check_inter_ms}ms", fall=o.check_fall, rise=o.check_rise, agent_port=o.agent_port,
+        inter=f"{o.check_inter_ms}ms", fall=o.check_fall, rise=o.check_rise,
         maxconn=o.maxconn, metrics_listen=o.metrics_listen)
 
 
@@ -98,6 +98,16 @@ def gateway_files(o: GatewayOptions, bes: list[Backend], keys: dict[str, str],
     return {layout.config: haproxy_cfg(o, bes, layout), layout.models_map: models_map(bes),
             layout.paths_map: paths_map(bes),
             layout.keys_map: keys_map(keys), layout.models_lua: MODELS_LUA}
+
+
+def gateway_options(s: Settings) -> GatewayOptions:
+    """A gateway host's tunables, from its validated settings."""
+    return GatewayOptions(
+        listen=_listen(s.gateway_bind, s.gateway_port), metrics_listen=_listen(s.gateway_bind, s.gateway_metrics_port),
+        health_path=s.gateway_health_path, tls=s.gateway_tls_cert_file is not None, timeout_sec=s.gateway_timeout_sec,
+        queue_timeout_sec=s.gateway_queue_timeout_sec, drain_timeout_sec=s.drain_timeout_sec,
+        check_inter_ms=s.gateway_check_inter_ms, check_fall=s.gateway_check_fall, check_rise=s.gateway_check_rise,
+        maxconn=s.gateway_server_maxconn)
 
 
 def _listen(address: str, port: int) -> str:

@@ -39,6 +39,8 @@ class GatewayFleet:
     addresses: dict[str, str]  # host (gateway or Spark) -> the IP address the other fleet hosts reach it at
     # what the Sparks take from the gateways (set on the gateway group): how often they check, how long a drain waits
     spark_vars: dict[str, Any]
+    # what the gateways get: each Spark's [model, host:port of its filtering socket, agent port], in inventory order
+    gateway_vars: dict[str, Any]
 
 
 def gateway_hosts(inventory: Inventory) -> list[str]:
@@ -144,6 +146,14 @@ def gateway_fleet(inventory: Inventory, values: dict[str, dict[str, Any]],
         return None
     sparks = spark_hosts(inventory)
     addresses = {h: fleet_address(values[h], connections[h], h) for h in gateways + sparks}
+    backends = {h: [PROFILES[values[h]["serves"]]["target"]["repo"],
+                    f"{_bracketed(addresses[h])}:{values[h]['gateway_backend_port']}",
+                    values[h]["gateway_agent_port"]] for h in sparks}
     return GatewayFleet(tuple(gateways), {h: values[h]["serves"] for h in sparks}, addresses,
                         {"gateways": [addresses[g] for g in gateways],
-                         **{k: values[gateways[0]][k] for k in SPARK_VARS_FROM_GATEWAYS}})
+                         **{k: values[gateways[0]][k] for k in SPARK_VARS_FROM_GATEWAYS}},
+                        {"gateway_backends": backends})
+
+
+def _bracketed(address: str) -> str:
+    return f"[{address}]" if ":" in address else address

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import gateway_fleet
+from .api_keys import gateway_secrets
 from .constants import DEFAULT_INVENTORY, EXIT_INVALID
 from .host.layout import Layout
 from .hub import ModelPin, resolve_pins
@@ -45,6 +46,7 @@ class HostPlan:
     pins: dict[str, ModelPin] = field(default_factory=dict)
     image_digest: str | None = None  # the lock's registry digest of the image (None: not in a registry, run by tag)
     is_mirror: bool = False  # a host of the hub_mirror group: runs the fleet's Hub mirror, serves no model
+    is_gateway: bool = False  # a host of the gateway group: runs the fleet's gateway (deploys/gateway.py)
     # the hub_mirror group's (first) mirror; hosts whose hub_endpoint it is wait for its warm-up
     mirror_url: str | None = None
     mirror_name: str | None = None  # that mirror's inventory name
@@ -135,14 +137,28 @@ def inventory_path() -> Path:
     return Path(os.environ.get("SPECFLEET_INVENTORY") or project_dir() / DEFAULT_INVENTORY)
 
 
-def deploy_profile(deploy_file: str | Path) -> str | None:
-    """The PROFILE a deploy file declares (read without executing it); None for profile-less deploys."""
+def deploy_constant(deploy_file: str | Path, name: str) -> str | None:
+    """A constant a deploy file declares at its top level (read without executing it), e.g. PROFILE or ROLE."""
     tree = ast.parse(Path(deploy_file).read_text(encoding="utf-8"))
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PROFILE" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             if isinstance(node.value, ast.Constant):
                 return node.value.value
     return None
+
+
+def deploy_profile(deploy_file: str | Path) -> str | None:
+    """The PROFILE a deploy file declares; None for profile-less deploys."""
+    return deploy_constant(deploy_file, "PROFILE")
+
+
+def role_problems(plans: dict[str, HostPlan], deploy_files) -> list[str]:
+    """What a deploy of ROLE "gateway" needs on the controller before anything changes: each gateway host's API
+    keys and TLS files readable and well-formed (api_keys.gateway_secrets; no line shows a secret)."""
+    if not any(deploy_constant(f, "ROLE") == "gateway" for f in deploy_files):
+        return []
+    return [f"{h}: {problem}" for h, plan in plans.items() if plan.is_gateway
+            for problem in gateway_secrets(plan.settings)[2]]
 
 
 def load_inventory_or_fail(path: Path | None = None) -> Inventory:
@@ -184,8 +200,9 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     if problems:
         raise PlanError([str(problem) for problem in problems])
     mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
+    gateways = set(gateway_fleet.gateway_hosts(inventory))
     plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0], is_mirror=h in mirrors,
-                         skip=gateway_fleet.skipped(inventory, h, s.serves, profile))
+                         is_gateway=h in gateways, skip=gateway_fleet.skipped(inventory, h, s.serves, profile))
              for h, s in fleet.items()}
     first = next((h for h in inventory.hosts if h in mirrors), None)
     if first is not None:
@@ -280,6 +297,9 @@ def pyinfra_groups(argv: list[str] | None = None, project: str | None = None) ->
         inventory = load_inventory_or_fail()
         plans = build_plans(inventory, profile, resolve=bool(deploys), overrides=data_overrides(argv),
                             deploying=bool(deploys))
+        problems = role_problems(plans, deploys)
+        if problems:
+            raise PlanError(problems)
     except PlanError as exc:
         for line in exc.lines:
             print(f"specfleet: {line}", file=sys.stderr)

@@ -131,6 +131,8 @@ class Settings(BaseModel):
     trtllm_version: str = DEFAULT_VERSION  # the contract the options were validated against (the image tag's version)
     hf_token: SecretStr | None = Field(default=None, repr=False)
     gateways: list[str] = Field(default_factory=list)  # a Spark behind gateways: their addresses (the gateway group)
+    # a gateway: Spark -> [the model it serves, host:port of its filtering socket, its agent port]
+    gateway_backends: dict[str, list[Any]] = Field(default_factory=dict)
 
     @field_validator(*FIELD_GRAMMARS)
     @classmethod
@@ -335,4 +337,6 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
         gw = None if problems else gateway_fleet.gateway_fleet(inventory, values, connections)
         for h in gw.serves if gw else ():
             out[h] = out[h].model_copy(update=gw.spark_vars)
+        for h in gw.gateways if gw else ():
+            out[h] = out[h].model_copy(update=gw.gateway_vars)
     return out, problems

@@ -12,7 +12,7 @@ import sys
 import click
 
 from ..constants import EXIT_INVALID
-from ..plan import build_plans, deploy_profile, load_inventory_or_fail
+from ..plan import PlanError, build_plans, deploy_profile, load_inventory_or_fail, role_problems
 from . import bench as _bench
 from . import lock as _lock
 from . import mirror as _mirror
@@ -25,7 +25,11 @@ from .invalid import invalid_input, use_inventory_py
 def _plans(inventory_file: str, deploy_file: str, hub: bool):
     use_inventory_py(inventory_file)  # its directory is the project (fleet file default, group_data/all.py)
     profile = deploy_profile(deploy_file)
-    return build_plans(load_inventory_or_fail(), profile, live=hub)  # pins: the lock file, or the Hub with --hub
+    plans = build_plans(load_inventory_or_fail(), profile, live=hub)  # pins: the lock file, or the Hub with --hub
+    problems = role_problems(plans, [deploy_file])
+    if problems:
+        raise PlanError(problems)
+    return plans
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -44,6 +44,7 @@ def record_ack(path: str, peer: str, when: float | None = None) -> None:
         acks = read_acks(path)
         acks[peer] = time.time() if when is None else when
         tmp = f"{path}.tmp"
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(tmp).write_text(json.dumps(acks) + "\n", encoding="utf-8")
         os.replace(tmp, path)
 

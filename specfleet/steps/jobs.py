@@ -41,6 +41,18 @@ def run_on_host(state, host, command: str, stdin: str | None = None) -> tuple[bo
     return ok, list(output.stdout_lines), list(output.stderr_lines)
 
 
+def write_root_file(state, host, path: str, content: str, mode: str) -> bool:
+    """Write a root-owned file atomically from stdin (no temp upload outside its directory; created under umask 077,
+    so a secret is never readable by others, not even before its chmod)."""
+    tmp = f"{path}.specfleet-tmp"
+    script = (f"umask 077 && cat > {shlex.quote(tmp)} && chown root:root {shlex.quote(tmp)} && "
+              f"chmod {mode} {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+    ok, _, err = run_on_host(state, host, f"sh -c {shlex.quote(script)}", stdin=content)
+    if not ok:
+        _say(host, f"writing {path} failed: {' '.join(err[-1:])}", error=True)
+    return ok
+
+
 def _say(host, line: str, error: bool = False) -> None:
     (log.error if error else log.info)(f"{host.print_prefix}{line}")
 

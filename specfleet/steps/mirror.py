@@ -32,7 +32,7 @@ from ..mirror import OLAH_READY, WARM, MirrorStatus
 from ..mirror_files import NAME, USER, advertised_url, mirror_files
 from ..render import token_file_text
 from .changes import changes
-from .jobs import _follow, _say, run_on_host
+from .jobs import _follow, _say, run_on_host, write_root_file
 from .state import _STATUS, blob_path, current_plan, host_status, missing, refuse, sha256
 from .token import _write_token
 
@@ -88,17 +88,6 @@ def problems_of(plan, st, need_bytes: int) -> list[str]:
                         f"yet cached + {s.disk_headroom_gb} GB headroom (disk_headroom_gb), "
                         f"{st.free_bytes / GB:.1f} GB free")
     return problems
-
-
-def _write_file(state, host, path: str, content: str, mode: str) -> bool:
-    """Write a root-owned file atomically from stdin (no temp upload outside its directory)."""
-    tmp = f"{path}.specfleet-tmp"
-    script = (f"umask 022 && cat > {shlex.quote(tmp)} && chown root:root {shlex.quote(tmp)} && "
-              f"chmod {mode} {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
-    ok, _, err = run_on_host(state, host, f"sh -c {shlex.quote(script)}", stdin=content)
-    if not ok:
-        _say(host, f"writing {path} failed: {' '.join(err[-1:])}", error=True)
-    return ok
 
 
 def _wait_ready(state, host, port: int, cache_dir: str) -> bool:
@@ -167,7 +156,7 @@ def _host_tool(plan, st) -> None:
     at a time)."""
     for path, (content, mode) in host_files(plan).items():
         if st.sha.get(path) != sha256(content):
-            python.call(name=f"Install {path}", function=_write_file, path=path, content=content, mode=mode)
+            python.call(name=f"Install {path}", function=write_root_file, path=path, content=content, mode=mode)
 
 
 def _olah(plan, st, p: MirrorLayout) -> bool:
@@ -198,7 +187,7 @@ def _files_and_service(plan, st, p: MirrorLayout, installed: bool) -> None:
     for path, content in mirror_files(s, plan.connection).items():
         if st.sha.get(path) != sha256(content):
             changed.append(path)
-            python.call(name=f"Write {path}", function=_write_file, path=path, content=content, mode="644")
+            python.call(name=f"Write {path}", function=write_root_file, path=path, content=content, mode="644")
     if set(changed) & set(p.units):
         server.shell(name="systemd daemon-reload (mirror units changed)", commands=["systemctl daemon-reload"])
     if not (changed or installed or st.service != "active" or st.socket != "active"

@@ -20,6 +20,7 @@ import pytest
 
 from specfleet.host import drain
 from specfleet.host import specfleet_host as sfh
+from specfleet.host.layout import Layout
 from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
 from tests.unit.test_gateway_files import HAPROXY, KEY, _admin, _call, _write
 
@@ -135,7 +136,7 @@ def test_a_spark_drains_itself_while_a_stream_runs_on_it(fleet, tmp_path):
     said: list[str] = []
     gw = {"gateways": ["127.0.0.1"], "backend_port": int(sparks[busy][1].rsplit(":", 1)[1]), "check_inter_ms": 500,
           "drain_timeout_sec": 20}
-    result = drain.drain(gw, str(data / "agent-acks.json"), since, lambda *lines, err=False: said.extend(lines))
+    result = drain.drain(gw, Layout(str(data)).agent_acks, since, lambda *lines, err=False: said.extend(lines))
     stream_done = events[-1].strip() == b"data: [DONE]"
     reader.join(timeout=60)
     stream.close()

@@ -31,12 +31,13 @@ OTHER = "nvidia/Llama-3.3-70B-Instruct-FP4"
 def _options(api: int, metrics: int, agent: int) -> GatewayOptions:
     return GatewayOptions(listen=f"127.0.0.1:{api}", metrics_listen=f"127.0.0.1:{metrics}", health_path="/healthz",
                           tls=False, timeout_sec=3600, queue_timeout_sec=30, drain_timeout_sec=60,
-                          check_inter_ms=500, check_fall=2, check_rise=1, agent_port=agent, maxconn=2)
+                          check_inter_ms=500, check_fall=2, check_rise=1, maxconn=2)
 
 
 def _write(tmp_path, sparks: dict[str, tuple[str, str]], api: int, metrics: int, agent: int) -> GatewayLayout:
     lay = GatewayLayout(str(tmp_path), admin_socket=str(tmp_path / "admin.sock"), state_file=str(tmp_path / "state"))
-    for path, text in gateway_files(_options(api, metrics, agent), backends(sparks), {"ci": KEY}, lay).items():
+    bes = backends({name: (model, address, agent) for name, (model, address) in sparks.items()})
+    for path, text in gateway_files(_options(api, metrics, agent), bes, {"ci": KEY}, lay).items():
         (tmp_path / path.rsplit("/", 1)[1]).write_text(text)
     return lay
 

@@ -97,3 +97,41 @@ def test_without_gateways_a_spark_gets_none_of_it():
     assert spark_files(plan.settings) == {}
     state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=converged_responses)
     assert not [c for c in executed(state)["spark-a"] if "-gateway.socket" in c or "gateways.json" in c]
+
+
+def test_a_gateway_knows_every_spark_its_model_and_its_filtering_socket():
+    fleet = {**FLEET, "spark-c": {"ssh_hostname": "fd00::3", "serves": "eagle3", "gateway_backend_port": 9001}}
+    gw = make_plans(fleet, "eagle3", groups={"gateway": ["gw-1"]})["gw-1"].settings
+    assert gw.gateway_backends == {"spark-a": ["openai/gpt-oss-120b", "10.0.0.2:8001", 8002],
+                                   "spark-b": ["nvidia/Llama-3.3-70B-Instruct-FP4", "10.0.0.3:8001", 8002],
+                                   "spark-c": ["openai/gpt-oss-120b", "[fd00::3]:9001", 8002]}
+
+
+def test_check_of_the_gateway_deploy_reads_the_keys_and_tls_files_and_shows_no_secret(fleet_file, monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+
+    secret = "sk-specfleet-check-secret-000111"
+    monkeypatch.setenv("SPECFLEET_API_KEYS", f"ci {secret}\nbad {secret}-x y\n")
+    key = tmp_path / "key.pem"
+    key.write_text("not a pem\n")
+    fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}}\n  children:\n    gateway:\n"
+               f"      hosts: {{gw-1: {{ssh_hostname: 10.0.0.1, gateway_tls_cert_file: {tmp_path}/none.pem, "
+               f"gateway_tls_key_file: {key}}}}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/gateway.py"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines == ["gw-1: gateway_api_keys_file: $SPECFLEET_API_KEYS line 2 is not a valid key line "
+                     "(allowed: one `NAME KEY` per line; NAME of letters, digits, '_', '.', '-' (at most 64); KEY of 16 "
+                     "to 256 printable ASCII characters without spaces)",
+                     f"gw-1: gateway_tls_cert_file: cannot read {tmp_path}/none.pem: No such file or directory",
+                     f"gw-1: gateway_tls_key_file: {key} holds no PEM block (allowed: a PEM file with -----BEGIN ...)"]
+    assert secret not in result.output
+    monkeypatch.setenv("SPECFLEET_API_KEYS", f"ci {secret}\n")
+    fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}}\n  children:\n    gateway:\n"
+               "      hosts: {gw-1: {ssh_hostname: 10.0.0.1}}\n")
+    assert CliRunner().invoke(main, ["check", "inventory.py", "deploys/gateway.py"]).exit_code == 0
+    # a profile deploy of the same fleet needs no keys on the controller
+    monkeypatch.delenv("SPECFLEET_API_KEYS")
+    assert CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"]).exit_code == 0

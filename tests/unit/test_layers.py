@@ -57,6 +57,7 @@ LAYERS = {
     "specfleet.status_report": "core",  # what `specfleet status` makes of the hosts' answers: health, rows, table
     "specfleet.bench": "core",  # bench variants, prompts, statistics, table, plot, the fleet-file rewrite
     # ---- pyinfra layer: facts, steps, running deploys on hosts ----
+    "specfleet.gateway": "pyinfra",  # the gateway host's status read (GatewayStatus)
     "specfleet.facts": "pyinfra",  # the host's status read (SpecfleetHost, ReleaseStatus): pyinfra facts
     "specfleet.runner": "pyinfra",  # run a packaged deploy on a set of hosts through pyinfra's API
     "specfleet.rollout": "pyinfra",  # the rollout: lock, warm the mirror, stage, switch in batches behind the gate
@@ -68,6 +69,7 @@ LAYERS = {
     "specfleet.steps.state": "pyinfra",  # the host's plan and its one status read, wanted files, refuse
     "specfleet.steps.changes": "pyinfra",  # what a converge would change, decided from the one status read
     "specfleet.steps.behind_gateways": "pyinfra",  # a Spark behind gateways: filtering socket, agent, gateways.json
+    "specfleet.steps.gateway": "pyinfra",  # the gateway hosts: HAProxy, its files, checked config, reload or key sync
     "specfleet.steps.cleanup": "pyinfra",  # step: remove what specfleet installed
     "specfleet.steps.docker_access": "pyinfra",  # step: operator users in the docker group
     "specfleet.steps.encodings": "pyinfra",  # step: the tiktoken encodings

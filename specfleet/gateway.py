@@ -1,0 +1,61 @@
+"""What a gateway host is now (GatewayStatus: one remote command, host/probes/gateway_status.sh), for the gateway
+deploy (steps/gateway.py) to decide on."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from importlib import resources
+
+from pyinfra.api import FactBase
+
+from .host.layout import GatewayLayout
+
+_SCRIPT = (resources.files("specfleet.host") / "probes" / "gateway_status.sh").read_text(encoding="utf-8")
+NEEDED_FEATURES = ("LUA", "PROMEX")  # GET /v1/models (host/gateway_models.lua) and the Prometheus exporter
+
+
+@dataclass
+class GatewayState:
+    haproxy: str = ""  # its version; "" when not installed
+    features: tuple[str, ...] = ()  # HAProxy's `Feature list` entries built in (+NAME)
+    active: str = ""
+    enabled: str = ""
+    admin: bool = False  # the runtime API socket exists (HAProxy runs with our config)
+    dpkg_busy: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)  # path -> "mode|user|group|sha256"
+
+    @property
+    def missing_features(self) -> list[str]:
+        return [f for f in NEEDED_FEATURES if f not in self.features]
+
+
+def parse_gateway_state(lines: list[str]) -> GatewayState:
+    st = GatewayState()
+    for line in lines:
+        key, _, rest = line.partition("\t")
+        if key == "haproxy":
+            st.haproxy = rest.strip()
+        elif key == "features":
+            st.features = tuple(f[1:] for f in rest.split() if f.startswith("+"))
+        elif key in ("active", "enabled"):
+            setattr(st, key, rest.strip())
+        elif key == "admin":
+            st.admin = rest.strip() == "yes"
+        elif key == "dpkg_busy":
+            st.dpkg_busy = tuple(rest.split())
+        elif key == "file":
+            desc, _, path = rest.partition("\t")
+            st.files[path] = desc
+    return st
+
+
+class GatewayStatus(FactBase):
+    """Everything the gateway deploy decides on, in one remote command."""
+
+    def command(self, files: tuple[str, ...], layout: GatewayLayout = GatewayLayout()) -> str:
+        env = {"FILES": "\n".join(files), "ADMIN": layout.admin_socket}
+        return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "; " + _SCRIPT
+
+    def process(self, output) -> GatewayState:
+        return parse_gateway_state(list(output))

@@ -1,0 +1,91 @@
+"""The fleet's gateway on the hosts of the `gateway` group (deploys/gateway.py): HAProxy from the distribution, its
+config rendered from the fleet file (one backend per model, each Spark's filtering socket a server), the API keys
+as SHA-256 digests (root-only), the TLS pair (root-only). Every decision comes from one status read.
+
+- A changed config is checked by HAProxy (`haproxy -c`) under another name before it replaces the running one, then
+  HAProxy reloads (master-worker: no connection is dropped); the servers' states (a drain) are saved first.
+- Changed keys alone need no reload: the running key map is synced in one transaction (haproxy_admin.py sync-map),
+  so a revoked key is refused on its next request, also on a kept-alive connection.
+The keys and the TLS key are read on the controller and travel on stdin (steps/jobs.write_root_file)."""
+
+from __future__ import annotations
+
+import shlex
+from importlib import resources
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import apt, python, server
+
+from ..api_keys import gateway_secrets
+from ..constants import DPKG_LOCK_TIMEOUT_SEC
+from ..gateway import GatewayStatus
+from ..gateway_files import backends, gateway_files, gateway_options
+from ..host.layout import GatewayLayout
+from .jobs import write_root_file
+from .state import current_plan, refuse, sha256
+
+ADMIN = (resources.files("specfleet.host") / "haproxy_admin.py").read_text(encoding="utf-8")
+LAYOUT = GatewayLayout()
+SECRET = {LAYOUT.keys_map, LAYOUT.tls_pem}  # root-only (0600)
+RELOAD = {LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.models_lua, LAYOUT.tls_pem}  # read at (re)load
+
+
+def _admin(*args: str) -> str:
+    """haproxy_admin.py on the gateway host, shipped on the command line (it holds no secret)."""
+    return shlex.join(["python3", "-I", "-c", ADMIN, "--socket", LAYOUT.admin_socket, *args])
+
+
+@deploy("Gateway")
+def gateway():
+    plan = current_plan()
+    if not plan.is_gateway:
+        logger.info(f"    [{host.name}] not a gateway host: nothing to do")
+        return
+    s = plan.settings
+    keys, pem, problems = gateway_secrets(s)
+    if problems:
+        refuse(name="Gateway preflight", message="; ".join(f"{host.name}: {p}" for p in problems))
+        return
+    wanted = gateway_files(gateway_options(s), backends(s.gateway_backends), keys, LAYOUT)
+    if pem is not None:
+        wanted[LAYOUT.tls_pem] = pem
+    st = host.get_fact(GatewayStatus, files=tuple(wanted))
+    if st.haproxy and st.missing_features:
+        refuse(name="Gateway preflight", message=f"{host.name}: gateway: haproxy {st.haproxy} is built without "
+                                                 f"{', '.join(st.missing_features)} (needed: Lua for GET /v1/models, "
+                                                 "PROMEX for /metrics; the distribution's package has both)")
+        return
+    if not st.haproxy:
+        apt.packages(name=f"haproxy from the distribution (waits up to {DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
+                     packages=["haproxy"], update=True,
+                     extra_install_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")
+    changed = [p for p in wanted if st.files.get(p) != f"{'600' if p in SECRET else '644'}|root|root|"
+               f"{sha256(wanted[p])}"]
+    for path in changed:
+        if path == LAYOUT.config:
+            continue
+        python.call(name=f"Write {path}" + (" (root-only, from stdin)" if path in SECRET else ""),
+                    function=write_root_file, path=path, content=wanted[path], mode="600" if path in SECRET else "644")
+    _config_and_reload(st, changed, wanted[LAYOUT.config])
+    logger.info(f"    [{host.name}] gateway: {len(s.gateway_backends)} Spark(s), {len(keys)} API key(s), "
+                f"{len(changed)} file(s) to write")
+
+
+def _config_and_reload(st, changed: list[str], config: str) -> None:
+    """The config checked by HAProxy before it replaces the old one; reload (states saved) or key-map sync."""
+    new = f"{LAYOUT.config}.specfleet-new"
+    if LAYOUT.config in changed:
+        python.call(name=f"Write {new}", function=write_root_file, path=new, content=config, mode="644")
+        server.shell(name=f"Check {new} with haproxy -c, then install it as {LAYOUT.config}",
+                     commands=[f"haproxy -c -q -f {shlex.quote(new)} && mv -f {shlex.quote(new)} "
+                               f"{shlex.quote(LAYOUT.config)}"])
+    running = st.active == "active" and st.admin
+    if not running:
+        server.shell(name="Enable and start haproxy", commands=["systemctl enable haproxy",
+                                                                "systemctl restart haproxy"])
+    elif set(changed) & RELOAD:
+        server.shell(name="Save the servers' states, then reload haproxy (no connection dropped)",
+                     commands=[_admin("save-state", LAYOUT.state_file), "systemctl reload haproxy"])
+    elif LAYOUT.keys_map in changed:
+        server.shell(name="Sync the running API-key map (no reload)", commands=[_admin("sync-map", LAYOUT.keys_map)])

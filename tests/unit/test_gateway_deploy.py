@@ -1,0 +1,120 @@
+"""deploys/gateway.py on pyinfra's @fake connector: what the gateway deploy does to a gateway host in each situation
+(fresh, converged, keys changed, config changed, bad keys, an engine without Lua), and that it never touches a
+Spark or puts a key anywhere."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from specfleet.gateway_files import backends, gateway_files, gateway_options
+from specfleet.host.layout import GatewayLayout
+from specfleet.steps import gateway
+from specfleet.steps.gateway import LAYOUT, SECRET
+from tests.unit.fakehost import changed_ops, executed, make_plans, run_deploy
+
+KEY = "sk-specfleet-unit-key-0123456789"
+FLEET = {"gw-1": {"ssh_hostname": "10.0.0.1"},
+         "spark-a": {"ssh_hostname": "10.0.0.2", "serves": "eagle3"},
+         "spark-b": {"ssh_hostname": "10.0.0.3", "serves": "draft_target"}}
+FEATURES = "-51DEGREES +LUA +OPENSSL +PROMEX +SYSTEMD"
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch):
+    monkeypatch.setenv("SPECFLEET_API_KEYS", f"ci {KEY}\n")
+
+
+def _plans(**gw_vars):
+    return make_plans({**FLEET, "gw-1": {**FLEET["gw-1"], **gw_vars}}, None, groups={"gateway": ["gw-1"]})
+
+
+def _status(plan, keys=None, *, haproxy="2.8.5-1ubuntu3", features=FEATURES, active="active", files=None) -> list:
+    s = plan.settings
+    wanted = gateway_files(gateway_options(s), backends(s.gateway_backends), keys or {"ci": KEY}, GatewayLayout())
+    files = wanted if files is None else files
+    lines = [f"haproxy\t{haproxy}", f"features\t{features}", f"active\t{active}", "enabled\tenabled", "admin\tyes",
+             "dpkg_busy\t"]
+    for path, content in files.items():
+        mode = "600" if path in SECRET else "644"
+        lines.append(f"file\t{mode}|root|root|{hashlib.sha256(content.encode()).hexdigest()}\t{path}")
+    return lines
+
+
+def _run(plans, status_lines):
+    state = run_deploy(plans, gateway, responses=lambda p: {"gateway.GatewayStatus": status_lines(p),
+                                                            "exit 1": {"success": False}} if p.is_gateway else {})
+    names = {h: [n.rsplit(" | ", 1)[-1] for n in ops] for h, ops in changed_ops(state).items()}
+    return state, names, executed(state)
+
+
+def test_a_fresh_gateway_gets_haproxy_its_files_a_checked_config_and_a_start():
+    plans = _plans()
+    state, names, cmds = _run(plans, lambda p: _status(p, haproxy="", features="", active="inactive", files={}))
+    ops = names["gw-1"]
+    assert ops[0].startswith("haproxy from the distribution"), ops
+    assert f"Write {LAYOUT.keys_map} (root-only, from stdin)" in ops and f"Write {LAYOUT.models_map}" in ops
+    assert ops[-3:] == [f"Write {LAYOUT.config}.specfleet-new",
+                        f"Check {LAYOUT.config}.specfleet-new with haproxy -c, then install it as {LAYOUT.config}",
+                        "Enable and start haproxy"], ops
+    text = "\n".join(cmds["gw-1"])
+    assert f"haproxy -c -q -f {LAYOUT.config}.specfleet-new && mv -f" in text
+    assert "umask 077" in text and "chmod 600" in text  # the key map: root-only from its first byte
+    assert KEY not in text  # the key itself goes nowhere, not even hashed on a command line
+    assert names["spark-a"] == names["spark-b"] == [] and cmds["spark-a"] == cmds["spark-b"] == []
+
+
+def test_a_converged_gateway_is_only_read():
+    plans = _plans()
+    state, names, cmds = _run(plans, _status)
+    assert names["gw-1"] == [] and not state.failed_hosts
+    assert len(cmds["gw-1"]) == 1 and "gateway.GatewayStatus" in cmds["gw-1"][0]
+
+
+def test_a_revoked_and_an_added_key_sync_the_running_map_without_a_reload(monkeypatch):
+    plans = _plans()
+    monkeypatch.setenv("SPECFLEET_API_KEYS", "other sk-specfleet-unit-other-key-987654\n")
+    state, names, cmds = _run(plans, _status)  # the host still has the map with `ci`
+    assert names["gw-1"] == [f"Write {LAYOUT.keys_map} (root-only, from stdin)",
+                             "Sync the running API-key map (no reload)"], names
+    text = "\n".join(cmds["gw-1"])
+    assert "sync-map /etc/haproxy/specfleet-keys.map" in text and "systemctl reload" not in text
+
+
+def test_a_new_spark_is_a_checked_config_and_a_reload_that_keeps_the_drains():
+    old = _plans()
+    new = make_plans({**FLEET, "spark-c": {"ssh_hostname": "10.0.0.4", "serves": "eagle3"}}, None,
+                     groups={"gateway": ["gw-1"]})
+    state, names, cmds = _run(new, lambda p: _status(old["gw-1"]))
+    ops = names["gw-1"]
+    assert ops[-1] == "Save the servers' states, then reload haproxy (no connection dropped)", ops
+    assert f"Check {LAYOUT.config}.specfleet-new with haproxy -c, then install it as {LAYOUT.config}" in ops
+    text = "\n".join(cmds["gw-1"])
+    assert text.index("save-state /var/lib/haproxy/server-state") < text.index("systemctl reload haproxy")
+
+
+def test_bad_keys_are_refused_with_one_line_and_nothing_changes(monkeypatch):
+    monkeypatch.setenv("SPECFLEET_API_KEYS", f"ci {KEY}\nbroken-line-with-{KEY}-in-it\n")
+    state, names, cmds = _run(_plans(), _status)
+    assert "gw-1" in {h.name.removeprefix("@fake/") for h in state.failed_hosts}
+    text = "\n".join(cmds["gw-1"])
+    assert "gw-1: gateway_api_keys_file: $SPECFLEET_API_KEYS line 2 is not a valid key line" in text
+    assert KEY not in text and "Write" not in " ".join(names["gw-1"])
+
+
+def test_an_engine_without_lua_is_refused_before_anything_changes():
+    state, names, cmds = _run(_plans(), lambda p: _status(p, features="+OPENSSL +PROMEX", files={}))
+    text = "\n".join(cmds["gw-1"])
+    assert "gw-1: gateway: haproxy 2.8.5-1ubuntu3 is built without LUA" in text
+    assert not [c for c in cmds["gw-1"][1:] if "cat >" in c or "systemctl" in c], cmds  # [0]: the status read
+
+
+def test_tls_pair_is_one_root_only_pem_and_the_config_binds_ssl(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nsecretkeymaterial\n-----END PRIVATE KEY-----\n")
+    plans = _plans(gateway_tls_cert_file=str(cert), gateway_tls_key_file=str(key))
+    state, names, cmds = _run(plans, lambda p: _status(p, files={}))
+    assert f"Write {LAYOUT.tls_pem} (root-only, from stdin)" in names["gw-1"], names
+    assert "secretkeymaterial" not in "\n".join(cmds["gw-1"])
