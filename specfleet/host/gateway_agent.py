@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # release_state.py and layout.py are installed next to it
 import drain  # noqa: E402
 import release_state  # noqa: E402
-from layout import Layout  # noqa: E402
+from layout import Layout, lock_kind  # noqa: E402
 
 SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed socket
 DRAINING = "a host job is switching or gating this host"
@@ -45,6 +45,8 @@ def readiness(layout: Layout) -> tuple[str, str]:
     current, gate = state["current"], state["gate"]
     if gate.get("result") == "running":  # a host job is switching or gating: drained (drain.py)
         return "down", DRAINING
+    if lock_kind(state.get("lock")) == "bench":  # variants under test are not the fleet's release
+        return "down", "held out of the pool by a bench run"
     if not current:
         return "down", "no release installed"
     if gate.get("release") != current:

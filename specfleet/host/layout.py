@@ -32,6 +32,17 @@ RECORD_FILE = "release.json"  # what the release is: id, models, image, gate set
 DRAFT_LINK = "draft"  # -> the draft model's directory (speculative decoding with a separate draft)
 
 
+def lock_owner_text(kind: str, run_id: str, user: str, host: str, pid: int) -> str:
+    """THE run lock's owner line: `<kind> <run id> by <user>@<controller host> pid <pid>` (kind: rollout, converge,
+    bench); read back by lock_kind and by the controller's stale-lock check."""
+    return f"{kind} {run_id} by {user}@{host} pid {pid}"
+
+
+def lock_kind(owner: str | None) -> str | None:
+    """The kind of run holding the lock (its owner line's first word); None without a lock."""
+    return owner.split(" ", 1)[0] if owner else None
+
+
 def program_mode(name: str) -> str:
     """The mode an installed host program (or module) has: 644 for the imported modules, else 755."""
     return "644" if name in MODULES else "755"

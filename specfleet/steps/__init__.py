@@ -67,27 +67,38 @@ def _converge() -> None:
         unlock(CONVERGE_ID, kind="converge")
 
 
-_RESTARTS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: whether it serves and will restart}
+# pyinfra State -> {host: ((model, profile) when behind gateways, ready, restarts)}
+_RESTARTS: WeakKeyDictionary = WeakKeyDictionary()
 
 
 def _count_restarts() -> None:
     """Once every host of a plain converge has read its status (pyinfra prepares all hosts before it runs any
     operation), say how many SERVING hosts this converge restarts at once: they all go down together, which
-    `specfleet rollout` avoids (it switches in batches behind a gate)."""
+    `specfleet rollout` avoids (it switches in batches behind a gate). Behind gateways, a converge that would
+    restart every ready host of a model is refused before anything changes: its clients would get 503s."""
     plan = current_plan()
     st = host_status(plan) if not (plan.is_mirror or plan.skip) else None
     state = ctx_state.get()
     seen = _RESTARTS.setdefault(state, {})
     if st is None:
-        seen[host.name] = False
+        seen[host.name] = (None, False, False)
     else:
-        seen[host.name] = st.active == "active" and st.container_running and bool(changes(plan).restart)
-    if len(seen) == len(list(state.inventory.get_active_hosts())):
-        restarting = [h for h, yes in seen.items() if yes]
-        if len(restarting) > 1:
-            logger.warning(f"specfleet: this converge restarts {len(restarting)} serving hosts at once "
-                           f"({', '.join(sorted(restarting))}); "
-                           "use specfleet rollout to switch a serving fleet in batches")
+        serving, s = st.active == "active" and st.container_running, plan.settings
+        model = (s.profile["target"]["repo"], s.profile_name) if s.gateways else None
+        seen[host.name] = (model, serving and st.gate_passed(st.current or ""), serving and bool(changes(plan).restart))
+    if len(seen) < len(list(state.inventory.get_active_hosts())):
+        return
+    restarting = sorted(h for h, (_, _, restarts) in seen.items() if restarts)
+    if len(restarting) > 1:
+        logger.warning(f"specfleet: this converge restarts {len(restarting)} serving hosts at once "
+                       f"({', '.join(restarting)}); use specfleet rollout to switch a serving fleet in batches")
+    for model, profile in sorted({m for m, _, _ in seen.values() if m}):
+        ready = [h for h, (m, is_ready, _) in seen.items() if m and m[0] == model and is_ready]
+        if ready and all(seen[h][2] for h in ready):
+            raise SystemExit(f"specfleet: {', '.join(sorted(ready))}: serves {model}: this converge would restart "
+                             "every ready host of the model at once, leaving the gateways none to send its requests "
+                             f"to; use `specfleet rollout inventory.py deploys/{profile}.py`, which "
+                             "switches them in batches (or converge them a few at a time with --limit)")
 
 
 def _stage_steps(preflight_done: bool = False) -> None:

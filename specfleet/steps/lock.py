@@ -17,13 +17,14 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from ..host.layout import lock_owner_text
 from .state import current_plan, host_status, refuse
 
 CONVERGE_ID = uuid.uuid4().hex[:8]  # this controller process's converge run
 
 
 def owner_line(run_id: str, kind: str = "rollout") -> str:
-    return f"{kind} {run_id} by {os.environ.get('USER', 'root')}@{socket.gethostname()} pid {os.getpid()}"
+    return lock_owner_text(kind, run_id, os.environ.get("USER", "root"), socket.gethostname(), os.getpid())
 
 
 def is_stale(owner: str) -> bool:

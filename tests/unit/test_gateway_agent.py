@@ -80,3 +80,14 @@ def test_served_over_tcp_one_word_per_connection(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_bench_run_holds_the_host_out_of_the_pool_even_between_its_variants(tmp_path):
+    _release(tmp_path)
+    _gate(tmp_path, "passed", None)
+    assert _once(tmp_path)[0] == "up"
+    (tmp_path / "lock").mkdir()
+    (tmp_path / "lock" / "owner").write_text("bench 3f2a9c1e by nvidia@ctl since 2026-11-24T07:00:00Z\n")
+    assert _once(tmp_path) == ("down", "held out of the pool by a bench run")  # a variant passed its gate: still out
+    (tmp_path / "lock" / "owner").write_text("rollout 77aa by nvidia@ctl since 2026-11-24T07:00:00Z\n")
+    assert _once(tmp_path)[0] == "up"  # a rollout's lock alone does not: its switches drain and gate each host

@@ -1,6 +1,8 @@
 """The gateway group's roles in a profile run (issue 18): a profile deploy leaves gateway hosts and Sparks that
 serve another profile alone, and a fleet without a gateway group is planned exactly as before."""
 
+import pytest
+
 from specfleet.preview import collect, report
 from specfleet.steps import converge
 from tests.unit.fakehost import changed_ops, converged_responses, executed, make_plans, run_deploy
@@ -135,3 +137,44 @@ def test_check_of_the_gateway_deploy_reads_the_keys_and_tls_files_and_shows_no_s
     # a profile deploy of the same fleet needs no keys on the controller
     monkeypatch.delenv("SPECFLEET_API_KEYS")
     assert CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"]).exit_code == 0
+
+
+def _restart_all(plans, old, serving_gate=True):
+    """Responses of hosts serving `old`'s release (gated), which `plans` would restart."""
+    def responses(p):
+        if p.skip:
+            return {}
+        was = old[p.settings.host]
+        gate = {"release": was.release_id, "result": "passed"} if serving_gate else {}
+        return converged_responses(p, current=was.release_id, release_missing=True, gate=gate,
+                                   current_release=was.release_record("t"))
+    return responses
+
+
+def test_a_converge_that_would_restart_every_ready_host_of_a_model_is_refused_before_anything_changes():
+    both = {**FLEET, "spark-b": {**FLEET["spark-b"], "serves": "eagle3"}}
+    changed = {h: {**v, "extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}} if h != "gw-1" else v
+               for h, v in both.items()}
+    old = make_plans(both, "eagle3", groups={"gateway": ["gw-1"]})
+    new = make_plans(changed, "eagle3", groups={"gateway": ["gw-1"]})
+    with pytest.raises(SystemExit) as exc:
+        run_deploy(new, converge, "eagle3", responses=_restart_all(new, old))
+    assert str(exc.value) == (
+        "specfleet: @fake/spark-a, @fake/spark-b: serves openai/gpt-oss-120b: this converge would restart every ready "
+        "host of the model at once, leaving the gateways none to send its requests to; use `specfleet rollout "
+        "inventory.py deploys/eagle3.py`, which switches them in batches (or converge them a few at a time with --limit)")
+    # one of the two keeps serving (already converged): the converge goes on
+    new_one = make_plans({**both, "spark-a": changed["spark-a"]}, "eagle3", groups={"gateway": ["gw-1"]})
+    state = run_deploy(new_one, converge, "eagle3", responses=_restart_all(new_one, old))
+    assert not state.failed_hosts
+    # hosts not ready (no passed gate) leave nothing to protect: nothing is refused
+    state = run_deploy(new, converge, "eagle3", responses=_restart_all(new, old, serving_gate=False))
+    assert not state.failed_hosts
+
+
+def test_without_gateways_the_same_converge_only_warns():
+    hosts = {"spark-a": {}, "spark-b": {}}
+    old = make_plans(hosts, "eagle3")
+    new = make_plans({h: {"extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}} for h in hosts}, "eagle3")
+    state = run_deploy(new, converge, "eagle3", responses=_restart_all(new, old))
+    assert not state.failed_hosts
