@@ -19,6 +19,7 @@ from .arch import DEFAULT_ARCH, guest_arches
 from .errors import VMError
 from .guest import OPERATOR, Guest, qemu_argv
 from .image import ImageInfo, build_image
+from .lan import FIRST_HOST, Lan, new_lan
 from .local import default_workdir, free_port, read_pid, resolve, run, stop_qemu
 from .state import Fleet, fleet_json, load, write_fleet_json, write_inventory
 
@@ -51,12 +52,15 @@ class _Bringup:
 
 
 def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 2048,
-       smp: int | None = None, accel: str | None = None, arch=None) -> Fleet:
+       smp: int | None = None, accel: str | None = None, arch=None, lan: Lan | None = None,
+       lan_first: int = FIRST_HOST) -> Fleet:
     """Build/reuse the image(s), boot the guests, wait for SSH + systemd, write the inventory.
 
     `arch`: one architecture for all `count` guests (default x86_64, count default 3), or a list /
     comma-separated string with one architecture per guest (`"x86_64,arm64"`). One image per
-    architecture; all guests use the same SSH key (the first image's)."""
+    architecture; all guests use the same SSH key (the first image's).
+    `lan`: the shared guest network to join (another fleet's `lan`), its guests numbered from `lan_first`;
+    default: a network of its own (lan.py)."""
     arches = guest_arches(count, arch)
     workdir = resolve(workdir, default_workdir)
     _clear_workdir(workdir)
@@ -64,7 +68,7 @@ def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 
     b = _Bringup(workdir=workdir, arches=arches, images=_images(arches, cache_dir, timings),
                  memory_mb=memory_mb, timings=timings)
     _choose_machine(b, cache_dir, accel, smp)
-    b.guests = _create_guests(b)
+    b.guests = _create_guests(b, lan or new_lan(), lan_first)
     b.save()
     _boot(b)
     log.info("%d guest(s) up in %.0f s: %s", len(arches), timings["boot_s"],
@@ -120,8 +124,9 @@ def _choose_machine(b: _Bringup, cache_dir, accel: str | None, smp: int | None) 
              timings["accel"], timings["smp"], b.memory_mb)
 
 
-def _create_guests(b: _Bringup) -> list[Guest]:
-    """One guest per arch entry (spark-1, spark-2, ...), each on a fresh qcow2 overlay of its arch's image."""
+def _create_guests(b: _Bringup, lan: Lan, lan_first: int) -> list[Guest]:
+    """One guest per arch entry (spark-1, spark-2, ...), each on a fresh qcow2 overlay of its arch's image, on the
+    shared guest network `lan` from host number `lan_first` on."""
     guests: list[Guest] = []
     for i, a in enumerate(b.arches, start=1):
         name = f"spark-{i}"
@@ -131,7 +136,8 @@ def _create_guests(b: _Bringup) -> list[Guest]:
         run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", b.images[a].disk, "-F", "raw",
              overlay], capture_output=True)
         g = Guest(name=name, port=0, overlay=overlay, pidfile=b.workdir / f"{name}.pid",
-                  console_log=b.workdir / f"{name}.console.log", key_path=b.images[a].key, argv=[], arch=a)
+                  console_log=b.workdir / f"{name}.console.log", key_path=b.images[a].key, argv=[], arch=a,
+                  lan=lan, lan_host=lan_first + i - 1)
         with contextlib.suppress(FileNotFoundError):
             g.console_log.unlink()
         guests.append(g)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .arch import ARCHES, DEFAULT_ARCH, parse_arch, qemu_binary
 from .errors import SSHError, VMError
+from .lan import Lan
 from .local import pid_is_our_qemu, port_free, qesc, read_pid, tail, wait_gone
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,11 @@ def qemu_argv(g: Guest, kernel: Path, initrd: Path, memory_mb: int, smp: int, ac
         "-chardev", f"file,id=con0,path={qesc(g.console_log)},append=on",
         "-serial", "chardev:con0",
         "-kernel", str(kernel), "-initrd", str(initrd),
-        "-append", f"{a.cmdline} systemd.hostname={hostname}",
+        "-append", f"{a.cmdline} systemd.hostname={hostname}" + (f" {g.lan.kernel_args(g.lan_host)}" if g.lan else ""),
         "-drive", f"file={qesc(g.overlay)},format=qcow2,if=virtio",
         "-netdev", f"user,id=n0,hostname={hostname},hostfwd=tcp:127.0.0.1:{g.port}-:22",
         "-device", "virtio-net-pci,netdev=n0",
+        *(g.lan.qemu_args(g.lan_host) if g.lan else ()),  # the shared guest network (lan.py)
         "-device", "virtio-rng-pci",
         "-pidfile", str(g.pidfile),
     ]
@@ -78,6 +80,12 @@ class Guest:
     host: str = "127.0.0.1"
     boot_timeout: float = 900.0
     arch: str = DEFAULT_ARCH  # an ARCHES key (wheelhouse.guest_arch reads it)
+    lan: Lan | None = None  # the shared guest network it is on (lan.py)
+    lan_host: int = 0  # its host number there (its address: lan.address(lan_host))
+
+    @property
+    def lan_address(self) -> str | None:
+        return self.lan.address(self.lan_host) if self.lan else None
 
     # -- state
     @property
@@ -92,7 +100,8 @@ class Guest:
         return {"name": self.name, "port": self.port, "pidfile": str(self.pidfile),
                 "overlay": str(self.overlay), "console_log": str(self.console_log),
                 "key_path": str(self.key_path), "argv": self.argv,
-                "boot_timeout": self.boot_timeout, "arch": self.arch}
+                "boot_timeout": self.boot_timeout, "arch": self.arch,
+                "lan": self.lan.to_json() if self.lan else None, "lan_host": self.lan_host}
 
     @classmethod
     def from_json(cls, d: dict) -> Guest:
@@ -100,7 +109,8 @@ class Guest:
                    pidfile=Path(d["pidfile"]), console_log=Path(d["console_log"]),
                    key_path=Path(d["key_path"]), argv=list(d.get("argv", [])),
                    boot_timeout=float(d.get("boot_timeout", 900.0)),
-                   arch=parse_arch(d.get("arch") or DEFAULT_ARCH))
+                   arch=parse_arch(d.get("arch") or DEFAULT_ARCH),
+                   lan=Lan.from_json(d.get("lan")), lan_host=int(d.get("lan_host") or 0))
 
     # -- remote access
     def ssh_base(self, connect_timeout: int = 20) -> list[str]:

@@ -31,6 +31,11 @@ class Fleet:
     key_path: Path
     timings: dict = dataclasses.field(default_factory=dict)
 
+    @property
+    def lan(self):
+        """The shared guest network (lan.py) its guests are on: pass it to up() to bring up a guest that joins."""
+        return self.guests[0].lan if self.guests else None
+
     def __getitem__(self, name: str) -> Guest:
         for g in self.guests:
             if g.name == name:
@@ -95,7 +100,8 @@ def write_inventory(path: Path, guests: Sequence[Guest], key: Path) -> None:
     its architecture, so a run can be limited to one arch (`--limit vm_arm64`). No per-host data beyond
     the connection: the deploy reads a host's architecture from the host itself, as on real Sparks."""
     children: dict = {"vm_fleet": {"hosts": {
-        g.name: {"ssh_hostname": g.host, "ssh_port": g.port} for g in guests}}}
+        g.name: {"ssh_hostname": g.host, "ssh_port": g.port,
+                 **({"fleet_address": g.lan_address} if g.lan_address else {})} for g in guests}}}
     for arch in ARCHES:
         names = [g.name for g in guests if g.arch == arch]
         if names:

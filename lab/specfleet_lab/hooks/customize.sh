@@ -11,6 +11,8 @@ Name=e*
 [Network]
 DHCP=yes
 EOF
+# the shared guest network's NIC (lan0) is named and addressed from the kernel command line
+# (specfleet_lab/lan.py: ifname= ip=) by systemd-network-generator; it does not match e* above
 rm -f "$R/etc/resolv.conf"
 echo "nameserver 10.0.2.3" > "$R/etc/resolv.conf"
 
@@ -94,5 +96,5 @@ cat > "$R/etc/docker/daemon.json" <<'EOF'
 }
 EOF
 
-chroot "$R" systemctl enable systemd-networkd.service ssh.service docker.service \
+chroot "$R" systemctl enable systemd-networkd.service systemd-network-generator.service ssh.service docker.service \
     specfleet-ssh-hostkeys.service
