@@ -29,8 +29,11 @@ def _log(msg: str) -> None:
               help="Halt after a batch once MORE than this many hosts (or N%) have failed.")
 @click.option("--health-timeout", type=int, default=None, help="Override health_timeout_sec for the gate.")
 @click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed), as in pyinfra.")
+@click.option("--without-gateway", "without_gateways", multiple=True, metavar="HOST",
+              help="Roll out even though this gateway host cannot be reached (repeatable); by default a gateway that "
+                   "does not answer refuses the rollout before anything changes.")
 def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, health_timeout: int | None,
-            limit: str | None) -> None:
+            limit: str | None, without_gateways: tuple[str, ...]) -> None:
     """Roll DEPLOY_FILE's release out: stage on every host, then switch batch by batch behind a gate."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("pyinfra.specfleet").setLevel(logging.INFO)  # host job progress and failures
@@ -48,9 +51,20 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
             raise PlanError([f"--limit {limit}: matches no serving host of the inventory"])
         parse_batches(batches, len(targets))
         tolerated = parse_max_fail(max_fail, len(targets))
+        gateways = [h for h in inventory.hosts if plans[h].is_gateway]
+        for g in without_gateways:
+            if g not in gateways:
+                raise PlanError([f"--without-gateway {g}: not a host of the gateway group "
+                                 f"(gateways: {', '.join(gateways) or 'none'})"])
     r = engine.Rollout(profile, plans, mirrors=[h for h in inventory.hosts if plans[h].is_mirror], targets=targets,
-                       batches=batches, tolerated=tolerated, health_timeout=health_timeout, log=_log)
+                       batches=batches, tolerated=tolerated, health_timeout=health_timeout, log=_log,
+                       gateways=gateways, without_gateways=list(without_gateways))
     engine.run(r)
+    if r.gateways_down:
+        for g, why in r.gateways_down.items():
+            click.echo(f"{g}: refused: gateway cannot be reached ({why}); nothing changed. Bring it back, or "
+                       f"roll out without it: --without-gateway {g}", err=True)
+        sys.exit(engine.EXIT_REFUSED)
     if r.refused:
         for h, owner in r.refused.items():
             click.echo(f"{h}: refused: another rollout holds the lock: {owner}", err=True)

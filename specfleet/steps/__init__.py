@@ -13,7 +13,7 @@ from .changes import changes, pending
 from .cleanup import cleanup
 from .docker_access import docker_access
 from .encodings import encodings
-from .gateway import gateway
+from .gateway import gateway, gateway_alive
 from .lock import CONVERGE_ID, lock, unlock
 from .mirror import mirror_setup, mirror_warm
 from .models import models
@@ -26,7 +26,8 @@ from .token import token
 from .tools import tools
 
 __all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
-           "token", "tools", "encodings", "models", "release", "activate", "mirror_setup", "mirror_warm", "gateway"]
+           "token", "tools", "encodings", "models", "release", "activate", "mirror_setup", "mirror_warm", "gateway",
+           "gateway_alive"]
 
 
 def _check_profile(profile: str) -> None:

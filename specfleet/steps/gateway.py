@@ -89,3 +89,11 @@ def _config_and_reload(st, changed: list[str], config: str) -> None:
                      commands=[_admin("save-state", LAYOUT.state_file), "systemctl reload haproxy"])
     elif LAYOUT.keys_map in changed:
         server.shell(name="Sync the running API-key map (no reload)", commands=[_admin("sync-map", LAYOUT.keys_map)])
+
+
+@deploy("Gateway status (read only)")
+def gateway_alive(out: dict):
+    """Whether this gateway host's HAProxy runs with specfleet's config (its runtime API socket is there)."""
+    st = host.get_fact(GatewayStatus, files=())
+    out[host.name] = ("" if st.active == "active" and st.admin else
+                      "haproxy is not running" if st.haproxy else "haproxy is not installed")

@@ -118,3 +118,67 @@ def test_tls_pair_is_one_root_only_pem_and_the_config_binds_ssl(tmp_path):
     state, names, cmds = _run(plans, lambda p: _status(p, files={}))
     assert f"Write {LAYOUT.tls_pem} (root-only, from stdin)" in names["gw-1"], names
     assert "secretkeymaterial" not in "\n".join(cmds["gw-1"])
+
+
+# ---- a rollout checks every gateway first ------------------------------------------------------------------------
+def _rollout(monkeypatch, gateway_lines: dict[str, list[str]], without=()):
+    from specfleet import rollout, runner
+
+    plans = make_plans({**FLEET, "gw-2": {"ssh_hostname": "10.0.0.9"}}, "eagle3", groups={"gateway": ["gw-1", "gw-2"]})
+    calls: list[str] = []
+
+    def run_on(plans, hosts, fn, *args):
+        calls.append(fn.__name__)
+        if fn.__name__ != "gateway_alive":
+            return set()
+        state = run_deploy({h: plans[h] for h in hosts}, fn, *args,
+                           responses=lambda p: {"gateway.GatewayStatus": gateway_lines[p.settings.host]})
+        found = args[0]
+        for key in [k for k in found if k.startswith("@fake/")]:  # pyinfra's name of a @fake host
+            found[key.removeprefix("@fake/")] = found.pop(key)
+        return {h.name.removeprefix("@fake/") for h in state.failed_hosts}
+
+    monkeypatch.setattr(runner, "run_on", run_on)
+    monkeypatch.setattr(runner, "read_statuses", lambda plans, hosts: {h: {"current": "r-0", "active": "active"}
+                                                                       for h in hosts})
+    monkeypatch.setattr(runner, "lock_hosts", lambda plans, hosts, rid, *k: calls.append("lock") or (hosts, set(), {}))
+    r = rollout.Rollout("eagle3", plans, [], ["spark-a"], "1", 0, log=lambda line: None, gateways=["gw-1", "gw-2"],
+                        without_gateways=list(without))
+    rollout.run(r)
+    return r, calls
+
+
+UP = ["haproxy\t2.8.5", "features\t+LUA +PROMEX", "active\tactive", "enabled\tenabled", "admin\tyes"]
+DOWN = ["haproxy\t2.8.5", "features\t+LUA +PROMEX", "active\tfailed", "enabled\tenabled", "admin\t"]
+
+
+def test_a_gateway_that_does_not_answer_refuses_the_rollout_before_any_lock(monkeypatch):
+    r, calls = _rollout(monkeypatch, {"gw-1": UP, "gw-2": DOWN})
+    assert r.gateways_down == {"gw-2": "haproxy is not running"}
+    assert calls == ["gateway_alive"]  # no lock, no stage, no switch
+
+
+def test_without_gateway_names_it_and_the_rollout_goes_on(monkeypatch):
+    r, calls = _rollout(monkeypatch, {"gw-1": UP, "gw-2": DOWN}, without=["gw-2"])
+    assert r.gateways_down == {} and calls[:2] == ["gateway_alive", "lock"] and "switch" in calls
+
+
+def test_the_command_line_says_which_gateway_and_how_to_proceed(fleet_file, monkeypatch):
+    from click.testing import CliRunner
+
+    from specfleet import rollout as engine
+    from specfleet.cli import main
+
+    fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}}\n  children:\n    gateway:\n"
+               "      hosts: {gw-1: {ssh_hostname: 10.0.0.1}}\n")
+
+    def run(r):
+        r.gateways_down = {"gw-1": "unreachable over SSH"}
+    monkeypatch.setattr(engine, "run", run)
+    result = CliRunner().invoke(main, ["rollout", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == engine.EXIT_REFUSED
+    assert result.output.strip().endswith("gw-1: refused: gateway cannot be reached (unreachable over SSH); nothing "
+                                          "changed. Bring it back, or roll out without it: --without-gateway gw-1")
+    result = CliRunner().invoke(main, ["rollout", "inventory.py", "deploys/eagle3.py", "--without-gateway", "spark-a"])
+    assert result.exit_code == 2 and "--without-gateway spark-a: not a host of the gateway group (gateways: gw-1)" \
+        in result.output
