@@ -3,6 +3,7 @@ deploy (steps/gateway.py) to decide on."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -59,3 +60,25 @@ class GatewayStatus(FactBase):
 
     def process(self, output) -> GatewayState:
         return parse_gateway_state(list(output))
+
+
+_ADMIN = (resources.files("specfleet.host") / "haproxy_admin.py").read_text(encoding="utf-8")
+
+
+def admin_command(*args: str, layout: GatewayLayout = GatewayLayout()) -> str:
+    """host/haproxy_admin.py on a gateway host, shipped on the command line (it holds no secret)."""
+    return shlex.join(["python3", "-I", "-c", _ADMIN, "--socket", layout.admin_socket, *args])
+
+
+class GatewayPool(FactBase):
+    """Every server of a gateway's HAProxy: backend, server, status (UP, DOWN (agent), DRAIN, ...), sessions."""
+
+    def command(self) -> str:
+        return admin_command("state") + " 2>&1"
+
+    def process(self, output):
+        text = "\n".join(output)
+        try:
+            return {"servers": json.loads(text)}
+        except ValueError:
+            return {"error": text[-300:] or "no output"}

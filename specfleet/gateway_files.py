@@ -53,11 +53,16 @@ class GatewayOptions:
     maxconn: int  # requests one Spark runs at once; the rest queue in HAProxy (leastconn picks the least busy)
 
 
+def server_name(spark: str) -> str:
+    """A Spark's server name in HAProxy (its inventory name, characters HAProxy does not take replaced)."""
+    return _SAFE_NAME.sub("_", spark)
+
+
 def backends(sparks: dict[str, tuple[str, str, int]]) -> list[Backend]:
     """Spark name -> (model, host:port, agent port) as one backend per model, in the order models first appear."""
     by_model: dict[str, list[Server]] = {}
     for name, (model, address, agent_port) in sparks.items():
-        by_model.setdefault(model, []).append(Server(_SAFE_NAME.sub("_", name), address, int(agent_port)))
+        by_model.setdefault(model, []).append(Server(server_name(name), address, int(agent_port)))
     return [Backend(model, f"model_{i}_{_SAFE_NAME.sub('_', model)}", tuple(servers))
             for i, (model, servers) in enumerate(by_model.items(), 1)]
 

@@ -18,6 +18,7 @@ from pyinfra.api import FactBase, deploy
 
 from . import runner
 from .facts import RELEASE_STATE
+from .gateway import GatewayPool
 from .host.layout import CONFIG_FILE, Layout
 from .mirror import MirrorState, MirrorStatus
 from .plan import HostPlan, PlanError
@@ -69,6 +70,18 @@ def read_mirrors(plans: dict[str, HostPlan], mirrors: list[str]) -> dict[str, Mi
     found: dict[str, MirrorState] = {}
     runner.run_on(plans, mirrors, collect_mirror, found)
     return found
+
+
+@deploy("Read the gateway's pool")
+def collect_gateway(found: dict):
+    found[host.name] = host.get_fact(GatewayPool)
+
+
+def read_gateways(plans: dict[str, HostPlan], gateways: list[str]) -> dict[str, dict]:
+    """Each gateway's servers and their pool states (HAProxy's runtime API; unreachable ones: an error)."""
+    found: dict[str, dict] = {}
+    failed = runner.run_on(plans, gateways, collect_gateway, found)
+    return {g: ({"error": "unreachable"} if g in failed else found.get(g) or {"error": "no answer"}) for g in gateways}
 
 
 def ssh_argv(name: str, connection: dict, remote: str) -> list[str]:

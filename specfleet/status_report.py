@@ -3,6 +3,10 @@ the table (pure; unit-tested)."""
 
 from __future__ import annotations
 
+from .gateway_files import server_name
+
+POOL_STATES = {"UP": "ready", "DRAIN": "drain", "NOLB": "drain", "MAINT": "maint"}  # else: down
+
 
 def healthy(info: dict | None) -> tuple[bool, str]:
     """(healthy, why not): reachable, a current release, unit active, /health 200, its gate passed."""
@@ -71,3 +75,47 @@ def table(rs: list[dict]) -> list[str]:
                       _gb(r["disk_free_bytes"])))
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(head))]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
+
+
+# ---- behind gateways: each Spark's state in each gateway's pool, and a row per gateway --------------------------
+def pool_state(status: str) -> str:
+    """HAProxy's server status (UP, UP 1/2, DOWN (agent), DRAIN, MAINT, ...) as the pool sees it."""
+    return POOL_STATES.get((status or "").split(" ")[0], "down")
+
+
+def pools(gateways: dict[str, dict], sparks: list[str]) -> dict[str, dict[str, str]]:
+    """Spark -> {gateway: ready | drain | maint | down | unknown (the gateway did not answer)}."""
+    out: dict[str, dict[str, str]] = {h: {} for h in sparks}
+    for g, answer in gateways.items():
+        by_server = {r["server"]: r["status"] for r in answer.get("servers") or ()}
+        for h in sparks:
+            out[h][g] = "unknown" if answer.get("error") else pool_state(by_server.get(server_name(h), "DOWN"))
+    return out
+
+
+def gateway_rows(gateways: dict[str, dict]) -> list[dict]:
+    """A row per gateway: healthy while its HAProxy answers and every model has a ready Spark."""
+    out = []
+    for g, answer in gateways.items():
+        servers = answer.get("servers") or []
+        by_backend: dict[str, list[str]] = {}
+        for r in servers:
+            by_backend.setdefault(r["backend"], []).append(pool_state(r["status"]))
+        empty = sorted(b for b, states in by_backend.items() if "ready" not in states)
+        problem = (f"not read: {answer['error']}" if answer.get("error")
+                   else f"no ready Spark for {', '.join(empty)}" if empty else None)
+        ready = sum(pool_state(r["status"]) == "ready" for r in servers)
+        out.append({"host": g, "role": "gateway", "healthy": problem is None, "problem": problem,
+                    "ready": ready, "servers": len(servers)})
+    return out
+
+
+def gateway_table(rs: list[dict], spark_rows: list[dict], pool: dict[str, dict[str, str]]) -> list[str]:
+    """The gateways under the Sparks' table: each gateway's verdict, then each Spark's state in each pool."""
+    lines = [f"{r['host']}  gateway  {'ok' if r['healthy'] else 'BAD: ' + r['problem']}  "
+             f"{r['ready']}/{r['servers']} Spark(s) ready" for r in rs]
+    width = max((len(r["host"]) for r in spark_rows), default=0)
+    for r in spark_rows:
+        states = pool.get(r["host"]) or {}
+        lines.append(f"  {r['host'].ljust(width)}  in pool: " + ", ".join(f"{g} {st}" for g, st in states.items()))
+    return lines

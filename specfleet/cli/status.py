@@ -11,8 +11,8 @@ import click
 
 from ..plan import PlanError, fleet_plans
 from ..selection import select
-from ..status import follow_journal, read_overviews, ssh_argv
-from ..status_report import rows, table
+from ..status import follow_journal, read_gateways, read_overviews, ssh_argv
+from ..status_report import gateway_rows, gateway_table, pools, rows, table
 from .invalid import invalid_input
 
 EXIT_OK, EXIT_UNHEALTHY = 0, 1
@@ -35,14 +35,23 @@ def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool)
         hosts = select(inventory.hosts, inventory.groups, limit)
         if not hosts:
             raise PlanError([f"--limit {limit}: matches no host of the inventory"])
-    rs = rows(hosts, read_overviews(plans, hosts, metrics))
+    gateways = [h for h in hosts if plans[h].is_gateway]
+    sparks = [h for h in hosts if h not in gateways]
+    rs = rows(sparks, read_overviews(plans, sparks, metrics))
+    found = read_gateways(plans, gateways) if gateways else {}
+    pool, grs = pools(found, sparks), gateway_rows(found)
+    for r in rs:
+        if gateways:
+            r["pool"] = pool[r["host"]]
     if as_json:
-        click.echo(json.dumps(rs, indent=1))
+        click.echo(json.dumps(rs + grs, indent=1))
     else:
         click.echo("\n".join(table(rs)))
+        if gateways:
+            click.echo("\n".join(gateway_table(grs, rs, pool)))
         if not metrics:
             click.echo("(tok/s and acceptance: pass --metrics; reading /metrics drains trtllm-serve's iteration stats)")
-    sys.exit(EXIT_OK if all(r["healthy"] for r in rs) else EXIT_UNHEALTHY)
+    sys.exit(EXIT_OK if all(r["healthy"] for r in rs + grs) else EXIT_UNHEALTHY)
 
 
 @click.command()

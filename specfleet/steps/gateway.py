@@ -11,7 +11,6 @@ The keys and the TLS key are read on the controller and travel on stdin (steps/j
 from __future__ import annotations
 
 import shlex
-from importlib import resources
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -19,21 +18,15 @@ from pyinfra.operations import apt, python, server
 
 from ..api_keys import gateway_secrets
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
-from ..gateway import GatewayStatus
+from ..gateway import GatewayStatus, admin_command
 from ..gateway_files import backends, gateway_files, gateway_options
 from ..host.layout import GatewayLayout
 from .jobs import write_root_file
 from .state import current_plan, refuse, sha256
 
-ADMIN = (resources.files("specfleet.host") / "haproxy_admin.py").read_text(encoding="utf-8")
 LAYOUT = GatewayLayout()
 SECRET = {LAYOUT.keys_map, LAYOUT.tls_pem}  # root-only (0600)
 RELOAD = {LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.models_lua, LAYOUT.tls_pem}  # read at (re)load
-
-
-def _admin(*args: str) -> str:
-    """haproxy_admin.py on the gateway host, shipped on the command line (it holds no secret)."""
-    return shlex.join(["python3", "-I", "-c", ADMIN, "--socket", LAYOUT.admin_socket, *args])
 
 
 @deploy("Gateway")
@@ -86,9 +79,10 @@ def _config_and_reload(st, changed: list[str], config: str) -> None:
                                                                 "systemctl restart haproxy"])
     elif set(changed) & RELOAD:
         server.shell(name="Save the servers' states, then reload haproxy (no connection dropped)",
-                     commands=[_admin("save-state", LAYOUT.state_file), "systemctl reload haproxy"])
+                     commands=[admin_command("save-state", LAYOUT.state_file), "systemctl reload haproxy"])
     elif LAYOUT.keys_map in changed:
-        server.shell(name="Sync the running API-key map (no reload)", commands=[_admin("sync-map", LAYOUT.keys_map)])
+        server.shell(name="Sync the running API-key map (no reload)",
+                     commands=[admin_command("sync-map", LAYOUT.keys_map)])
 
 
 @deploy("Gateway status (read only)")

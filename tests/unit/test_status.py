@@ -96,9 +96,11 @@ def _answer(info: dict | None):
     return {"python3 -c": json.dumps(info)}
 
 
-def _fake_run_on(answers):
+def _fake_run_on(answers, answer=None):
+    answer = answer or _answer
+
     def run_on(plans, hosts, fn, *args):
-        state = run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=lambda p: _answer(answers[p.settings.host]))
+        state = run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=lambda p: answer(answers[p.settings.host]))
         out = args[0]
         for key in list(out):
             out[key.removeprefix("@fake/")] = out.pop(key)
@@ -169,3 +171,44 @@ def test_logs_ssh_command_line(fleet_file, monkeypatch, tmp_path):
     assert r.exit_code == 0 and seen[0][-2:] == ["spark-02", "journalctl -u specfleet-trtllm -n 7 --no-pager"]
     r = CliRunner().invoke(main, ["logs", "spark-09"])
     assert r.exit_code == 2 and "spark-09: not in the inventory" in r.output
+
+
+GATEWAY_FLEET = """all:
+  hosts:
+    spark-01: {ssh_hostname: 10.0.0.2, serves: eagle3}
+    spark-02: {ssh_hostname: 10.0.0.3, serves: eagle3}
+  children:
+    gateway:
+      hosts:
+        gw-1: {ssh_hostname: 10.0.0.1}
+"""
+
+
+def test_status_shows_each_spark_in_each_gateway_pool_and_a_row_per_gateway(fleet_file, monkeypatch, tmp_path):
+    fleet_file(GATEWAY_FLEET, lock=False)
+    (tmp_path / "inventory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    servers = [{"backend": "model_1_openai_gpt-oss-120b", "server": "spark-01", "status": "UP", "check": "L7OK",
+                "agent": "L7OK", "sessions": 1, "queued": 0},
+               {"backend": "model_1_openai_gpt-oss-120b", "server": "spark-02", "status": "DRAIN (agent)",
+                "check": "L7OK", "agent": "L7OK", "sessions": 0, "queued": 0}]
+    answers = {"spark-01": GOOD, "spark-02": GOOD, "gw-1": servers}
+
+    def answer(value):
+        if isinstance(value, list):  # the gateway's `haproxy_admin.py state`
+            return {"--socket /run/haproxy/admin.sock state": json.dumps(value)}
+        return _answer(value)
+    monkeypatch.setattr(runner, "run_on", _fake_run_on(answers, answer))
+    r = CliRunner().invoke(main, ["status", "inventory.py"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "gw-1  gateway  ok  1/2 Spark(s) ready" in lines
+    assert any(line.split() == ["spark-01", "in", "pool:", "gw-1", "ready"] for line in lines), lines
+    assert any(line.split() == ["spark-02", "in", "pool:", "gw-1", "drain"] for line in lines), lines
+    assert not [line for line in lines if line.startswith("gw-1 ") and "BAD" in line]
+    servers[0]["status"] = "DOWN (agent)"
+    r = CliRunner().invoke(main, ["status", "inventory.py", "--json"])
+    assert r.exit_code == 1, r.output  # the model has no ready Spark left
+    rows = {x["host"]: x for x in json.loads(r.output)}
+    assert rows["gw-1"]["problem"] == "no ready Spark for model_1_openai_gpt-oss-120b"
+    assert rows["spark-01"]["pool"] == {"gw-1": "down"} and rows["spark-01"]["healthy"]
