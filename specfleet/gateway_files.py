@@ -119,6 +119,14 @@ def _listen(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
+def spark_paths(s: Settings) -> tuple[str, ...]:
+    """Where spark_files writes, with or without gateways (what a cleanup or a fleet that dropped its gateway
+    group removes): the four units, then gateways.json."""
+    service = s.service_name
+    return (*(f"{UNIT_DIR}/{service}-{kind}" for kind in ("gateway.socket", "gateway.service", "agent.socket",
+                                                           "agent.service")), Layout.of(s).gateways_file)
+
+
 def spark_files(s: Settings) -> dict[str, str]:
     """What a Spark behind the fleet's gateways gets (none without gateways): a filtering socket on
     gateway_backend_port relaying to trtllm-serve on loopback, the readiness agent's socket and service, both

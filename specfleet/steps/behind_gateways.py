@@ -13,9 +13,9 @@ from io import StringIO
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
-from ..gateway_files import spark_files
+from ..gateway_files import spark_files, spark_paths
 from ..host.layout import UNIT_DIR
-from .state import current_plan, differs
+from .state import current_plan, differs, host_status
 
 
 @deploy("Behind the gateways")
@@ -24,6 +24,7 @@ def behind_gateways():
     s, layout = plan.settings, plan.paths
     wanted = spark_files(s)
     if not wanted:
+        remove_spark_side(plan)  # a fleet that dropped its gateway group: what it left goes (nothing otherwise)
         return
     if differs(plan, layout.agent_dir):
         files.directory(name=f"Readiness agent directory {layout.agent_dir}", path=layout.agent_dir,
@@ -44,3 +45,18 @@ def behind_gateways():
                  commands=[f"systemctl enable --now {shlex.join(sockets)}",
                            *(f"systemctl restart {shlex.quote(u)}" for u in restart_sockets),
                            *(f"systemctl try-restart {shlex.quote(u)}" for u in restart_services)])
+
+
+def remove_spark_side(plan) -> None:
+    """Stop and remove the gateway-facing units, gateways.json and the agent's directory where they exist (the
+    cleanup deploy; a converge of a fleet without a gateway group)."""
+    s, layout, found = plan.settings, plan.paths, host_status(plan).files
+    present = [path for path in spark_paths(s) if path in found]
+    if not present:
+        return
+    units = [path.rsplit("/", 1)[1] for path in present if path.startswith(UNIT_DIR + "/")]
+    server.shell(name=f"Stop and remove {', '.join(units) or 'the gateway files'} (no gateway group)",
+                 commands=[*(["systemctl disable --now " + shlex.join(units)] if units else []),
+                           "rm -f " + shlex.join(present) + " && rm -rf " + shlex.quote(layout.agent_dir)])
+    if units:
+        systemd.daemon_reload(name="systemd daemon-reload (the gateway-facing units are gone)")

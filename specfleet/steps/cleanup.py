@@ -1,20 +1,27 @@
-"""Cleanup (seed step 4): stop and disable the service and remove the container. The model cache,
-encodings and releases stay unless purge_models is true; then they go too, with the release state
-(current link, previous, gate state, job logs) and the token file."""
+"""Cleanup (seed step 4): stop and disable the service and remove the container, and behind gateways the Spark's
+gateway-facing units and files. The model cache, encodings and releases stay unless purge_models is true; then
+they go too, with the release state (current link, previous, gate state, job logs) and the token file. A gateway
+host: HAProxy stopped and removed with every file the gateway deploy wrote (steps/gateway.py)."""
 
 from __future__ import annotations
 
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
+from .behind_gateways import remove_spark_side
+from .gateway import gateway_cleanup
 from .state import current_plan, host_status
 
 
 @deploy("Cleanup")
 def cleanup():
     plan = current_plan()
+    if plan.is_gateway:
+        gateway_cleanup()
+        return
     s, layout = plan.settings, plan.paths
     st = host_status(plan)
+    remove_spark_side(plan)
     if st.active not in ("inactive", "unknown", "") or st.enabled == "enabled":
         systemd.service(name=f"Stop and disable {s.service_name}", service=f"{s.service_name}.service",
                         running=False, enabled=False)

@@ -91,3 +91,20 @@ def gateway_alive(out: dict):
     st = host.get_fact(GatewayStatus, files=())
     out[host.name] = ("" if st.active == "active" and st.admin else
                       "haproxy is not running" if st.haproxy else "haproxy is not installed")
+
+
+@deploy("Gateway cleanup")
+def gateway_cleanup():
+    """Stop and disable HAProxy, remove every file the gateway deploy wrote, and the package it installed."""
+    ours = (LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.keys_map, LAYOUT.models_lua, LAYOUT.tls_pem,
+            LAYOUT.state_file)
+    st = host.get_fact(GatewayStatus, files=ours)
+    if st.active == "active" or st.enabled == "enabled":
+        server.shell(name="Stop and disable haproxy", commands=["systemctl disable --now haproxy"])
+    present = [path for path in ours if path in st.files]
+    if present:
+        server.shell(name=f"Remove {len(present)} gateway file(s), the keys' digests and TLS pair included",
+                     commands=["rm -f " + shlex.join(present)])
+    if st.haproxy:
+        apt.packages(name="Remove haproxy (installed by the gateway deploy)", packages=["haproxy"], present=False,
+                     extra_uninstall_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")

@@ -14,7 +14,7 @@ from pyinfra.api import operation
 from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
-from ..gateway_files import spark_files
+from ..gateway_files import spark_files, spark_paths
 from ..grammars import pinned_version
 from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
 from ..plan import HostPlan
@@ -139,6 +139,7 @@ def _read_status(plan: HostPlan) -> HostStatus:
     if plan.mirror_url is not None:  # the mirror warms only what no host has: blobs a new commit shares are not fetched
         sizes += tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs)
     files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
+    files += () if s.gateways else spark_paths(s)  # left over from a gateway group the fleet no longer has
     return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
                          image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users),
                          config_key=config_key(plan.rendered.config) if s.profile is not None else "")

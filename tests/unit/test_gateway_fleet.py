@@ -98,7 +98,9 @@ def test_without_gateways_a_spark_gets_none_of_it():
     plan = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
     assert spark_files(plan.settings) == {}
     state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=converged_responses)
-    assert not [c for c in executed(state)["spark-a"] if "-gateway.socket" in c or "gateways.json" in c]
+    changes = [c for c in executed(state)["spark-a"] if not c.startswith("DATA=")]  # but the status read
+    assert not [c for c in changes if "-gateway.socket" in c or "gateways.json" in c]
+    assert changed_ops(state)["spark-a"] == []
 
 
 def test_a_gateway_knows_every_spark_its_model_and_its_filtering_socket():
@@ -178,3 +180,35 @@ def test_without_gateways_the_same_converge_only_warns():
     new = make_plans({h: {"extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}} for h in hosts}, "eagle3")
     state = run_deploy(new, converge, "eagle3", responses=_restart_all(new, old))
     assert not state.failed_hosts
+
+
+def test_a_fleet_that_dropped_its_gateway_group_removes_what_it_left_and_cleanup_does_too():
+    from specfleet.gateway_files import spark_paths
+    from specfleet.steps import cleanup
+
+    plan = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
+    svc = plan.settings.service_name
+    left = spark_paths(plan.settings)
+    leftovers = [f"file\tfile|644|root|root|{'0' * 64}\t{path}" for path in left]
+
+    from tests.unit.fakehost import SPECFLEET_FACT, status_lines
+    for deploy_fn, args in ((converge, ("eagle3",)), (cleanup, ())):
+        state = run_deploy({"spark-a": plan}, deploy_fn, *args, responses=lambda p: {
+            **converged_responses(p), SPECFLEET_FACT: status_lines(p) + leftovers})
+        cmds = "\n".join(executed(state)["spark-a"])
+        assert f"systemctl disable --now {svc}-gateway.socket {svc}-gateway.service {svc}-agent.socket " \
+               f"{svc}-agent.service" in cmds, cmds[-2000:]
+        assert "rm -f " + " ".join(left) in cmds and "rm -rf /var/lib/specfleet/agent" in cmds
+
+
+def test_cleanup_of_a_gateway_host_stops_haproxy_and_removes_its_files_and_package():
+    from specfleet.steps import cleanup
+
+    plans = make_plans(FLEET, None, groups={"gateway": ["gw-1"]})
+    status = ["haproxy\t2.8.5", "features\t+LUA +PROMEX", "active\tactive", "enabled\tenabled", "admin\tyes",
+              "file\t644|root|root|x\t/etc/haproxy/haproxy.cfg", "file\t600|root|root|x\t/etc/haproxy/specfleet-keys.map"]
+    state = run_deploy({"gw-1": plans["gw-1"]}, cleanup, responses=lambda p: {"gateway.GatewayStatus": status})
+    cmds = "\n".join(executed(state)["gw-1"])
+    assert "systemctl disable --now haproxy" in cmds
+    assert "rm -f /etc/haproxy/haproxy.cfg /etc/haproxy/specfleet-keys.map" in cmds
+    assert "specfleet-trtllm" not in cmds  # a gateway host has no Spark service to stop
