@@ -80,4 +80,7 @@ def describe(name: str, found) -> list[str]:
     if ch.writes:
         out.append(f"  write {len(ch.writes)} managed file(s): "
                    f"{', '.join(ch.writes[:6])}{' ...' if len(ch.writes) > 6 else ''}")
+    if ch.removes:
+        out.append(f"  remove {len(ch.removes)} file(s) left by a gateway group the fleet no longer has: "
+                   f"{', '.join(ch.removes)}")
     return out

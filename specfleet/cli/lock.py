@@ -7,11 +7,13 @@ import sys
 
 import click
 
+from .. import runner
 from ..lockfile import fleets_to_lock, update_lock
-from ..plan import PlanError, build_plans, deploy_profile, load_inventory_or_fail
-from ..preview import read_changes, report
+from ..plan import PlanError, build_plans, deploy_constant, deploy_profile, load_inventory_or_fail
+from ..preview import EXIT_CHANGES, EXIT_UNREACHABLE, read_changes, report
 from ..profiles import PROFILES
 from ..selection import select
+from ..steps.gateway import gateway_plan
 from .invalid import exit_invalid, invalid_input, use_inventory_py
 
 
@@ -57,9 +59,12 @@ def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
 
     Exit 0: nothing would change; 10: something would; 2: invalid input; 1: a host is unreachable."""
     profile = deploy_profile(deploy_file)
+    if profile is None and deploy_constant(deploy_file, "ROLE") == "gateway":
+        sys.exit(_plan_gateways(inventory_file, limit))
     with invalid_input():
         if profile is None:
-            raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); plan eagle3/draft_target/baseline"])
+            raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); "
+                             "plan eagle3/draft_target/baseline, or gateway"])
         use_inventory_py(inventory_file)
         inventory = load_inventory_or_fail()
         targets = select(inventory.hosts, inventory.groups, limit)
@@ -72,3 +77,29 @@ def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
     for line in lines:
         click.echo(line)
     sys.exit(code)
+
+
+def _plan_gateways(inventory_file: str, limit: str | None) -> int:
+    """`specfleet plan inventory.py deploys/gateway.py`: what the gateway deploy would do on each gateway host."""
+    with invalid_input():
+        use_inventory_py(inventory_file)
+        inventory = load_inventory_or_fail()
+        plans = build_plans(inventory, None)
+        targets = [h for h in select(inventory.hosts, inventory.groups, limit) if plans[h].is_gateway]
+        if not targets:
+            raise PlanError([f"{'--limit ' + limit + ': matches' if limit else 'the inventory has'} no host of the "
+                             "gateway group"])
+    found: dict = {}
+    unreachable = runner.run_on(plans, targets, gateway_plan, found)
+    changed = 0
+    for h in targets:
+        lines = found.get(h)
+        if h in unreachable or lines is None:
+            click.echo(f"{h}: UNREACHABLE (status not read)")
+            continue
+        changed += bool(lines)
+        click.echo(f"{h}: gateway: " + (f"{len(lines)} change(s)" if lines else "nothing to do"))
+        for line in lines:
+            click.echo(f"  {line}")
+    click.echo(f"\n{changed} of {len(targets)} gateway host(s) would change")
+    return EXIT_UNREACHABLE if unreachable or len(found) < len(targets) else EXIT_CHANGES if changed else 0

@@ -5,8 +5,9 @@ warm-up asks which hosts still fetch models."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..gateway_files import spark_paths
 from ..plan import HostPlan
 from .service import RESTARTS, switch_checks
 from .state import differs, host_status, hub_client_ok, missing, needs_validation, wanted_files
@@ -40,6 +41,7 @@ class Changes:
     users: list[str]  # added to the docker group
     install: str | None  # hub client requirement to install
     writes: list[str]  # other managed files/dirs/links (tools, encodings, release files) to write
+    removes: list[str] = field(default_factory=list)  # left by a gateway group the fleet no longer has
     validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
 
     @property
@@ -52,6 +54,7 @@ class Changes:
 
     def lines(self) -> list[str]:
         out = [f"write {path}" for path in self.writes]
+        out += [f"remove {path} (the fleet has no gateway group)" for path in self.removes]
         if self.token:
             out.append(f"{self.token} the Hugging Face token file")
         out += [f"add {u} to the docker group" for u in self.users]
@@ -90,6 +93,7 @@ def changes(plan: HostPlan) -> Changes:
     return Changes(current=st.current, release=plan.release_id if s.profile is not None else None, switch=switch,
                    fetches=fetches, pull=pull, token=token, users=users,
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
+                   removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None)
 
 

@@ -29,6 +29,40 @@ SECRET = {LAYOUT.keys_map, LAYOUT.tls_pem}  # root-only (0600)
 RELOAD = {LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.models_lua, LAYOUT.tls_pem}  # read at (re)load
 
 
+def _wanted(s) -> tuple[dict[str, str], int, list[str]]:
+    """(path -> content of every gateway file, number of keys, problems) from a gateway host's settings."""
+    keys, pem, problems = gateway_secrets(s)
+    if problems:
+        return {}, 0, problems
+    wanted = gateway_files(gateway_options(s), backends(s.gateway_backends), keys, LAYOUT)
+    if pem is not None:
+        wanted[LAYOUT.tls_pem] = pem
+    return wanted, len(keys), []
+
+
+def _work(st, wanted: dict[str, str]) -> tuple[list[str], str | None]:
+    """(files that differ, then what HAProxy needs: start | reload | sync | None), from the one status read."""
+    changed = [p for p in wanted if st.files.get(p) != f"{'600' if p in SECRET else '644'}|root|root|"
+               f"{sha256(wanted[p])}"]
+    if not (st.active == "active" and st.admin):
+        return changed, "start"
+    if set(changed) & RELOAD:
+        return changed, "reload"
+    return changed, "sync" if LAYOUT.keys_map in changed else None
+
+
+ACTIONS = {"start": "enable and start haproxy", "reload": "check the config with haproxy -c, then reload haproxy "
+           "(no connection dropped; drain states kept)", "sync": "sync the running API-key map (no reload)"}
+
+
+def gateway_lines(st, wanted: dict[str, str]) -> list[str]:
+    """What deploys/gateway.py would do on this host (`specfleet plan`); empty: nothing."""
+    changed, action = _work(st, wanted)
+    out = [] if st.haproxy else ["install haproxy from the distribution"]
+    out += [f"write {p}" + (" (root-only)" if p in SECRET else "") for p in changed]
+    return out + ([ACTIONS[action]] if action else [])
+
+
 @deploy("Gateway")
 def gateway():
     plan = current_plan()
@@ -36,13 +70,10 @@ def gateway():
         logger.info(f"    [{host.name}] not a gateway host: nothing to do")
         return
     s = plan.settings
-    keys, pem, problems = gateway_secrets(s)
+    wanted, n_keys, problems = _wanted(s)
     if problems:
         refuse(name="Gateway preflight", message="; ".join(f"{host.name}: {p}" for p in problems))
         return
-    wanted = gateway_files(gateway_options(s), backends(s.gateway_backends), keys, LAYOUT)
-    if pem is not None:
-        wanted[LAYOUT.tls_pem] = pem
     st = host.get_fact(GatewayStatus, files=tuple(wanted))
     if st.haproxy and st.missing_features:
         refuse(name="Gateway preflight", message=f"{host.name}: gateway: haproxy {st.haproxy} is built without "
@@ -53,36 +84,40 @@ def gateway():
         apt.packages(name=f"haproxy from the distribution (waits up to {DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
                      packages=["haproxy"], update=True,
                      extra_install_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")
-    changed = [p for p in wanted if st.files.get(p) != f"{'600' if p in SECRET else '644'}|root|root|"
-               f"{sha256(wanted[p])}"]
+    changed, action = _work(st, wanted)
     for path in changed:
-        if path == LAYOUT.config:
-            continue
-        python.call(name=f"Write {path}" + (" (root-only, from stdin)" if path in SECRET else ""),
-                    function=write_root_file, path=path, content=wanted[path], mode="600" if path in SECRET else "644")
-    _config_and_reload(st, changed, wanted[LAYOUT.config])
-    logger.info(f"    [{host.name}] gateway: {len(s.gateway_backends)} Spark(s), {len(keys)} API key(s), "
-                f"{len(changed)} file(s) to write")
-
-
-def _config_and_reload(st, changed: list[str], config: str) -> None:
-    """The config checked by HAProxy before it replaces the old one; reload (states saved) or key-map sync."""
-    new = f"{LAYOUT.config}.specfleet-new"
+        if path != LAYOUT.config:
+            python.call(name=f"Write {path}" + (" (root-only, from stdin)" if path in SECRET else ""),
+                        function=write_root_file, path=path, content=wanted[path],
+                        mode="600" if path in SECRET else "644")
     if LAYOUT.config in changed:
-        python.call(name=f"Write {new}", function=write_root_file, path=new, content=config, mode="644")
+        new = f"{LAYOUT.config}.specfleet-new"
+        python.call(name=f"Write {new}", function=write_root_file, path=new, content=wanted[LAYOUT.config], mode="644")
         server.shell(name=f"Check {new} with haproxy -c, then install it as {LAYOUT.config}",
                      commands=[f"haproxy -c -q -f {shlex.quote(new)} && mv -f {shlex.quote(new)} "
                                f"{shlex.quote(LAYOUT.config)}"])
-    running = st.active == "active" and st.admin
-    if not running:
+    if action == "start":
         server.shell(name="Enable and start haproxy", commands=["systemctl enable haproxy",
                                                                 "systemctl restart haproxy"])
-    elif set(changed) & RELOAD:
+    elif action == "reload":
         server.shell(name="Save the servers' states, then reload haproxy (no connection dropped)",
                      commands=[admin_command("save-state", LAYOUT.state_file), "systemctl reload haproxy"])
-    elif LAYOUT.keys_map in changed:
+    elif action == "sync":
         server.shell(name="Sync the running API-key map (no reload)",
                      commands=[admin_command("sync-map", LAYOUT.keys_map)])
+    logger.info(f"    [{host.name}] gateway: {len(s.gateway_backends)} Spark(s), {n_keys} API key(s), "
+                f"{len(changed)} file(s) to write")
+
+
+@deploy("Gateway plan (read only)")
+def gateway_plan(out: dict):
+    """What deploys/gateway.py would do here, or the problems that refuse it (`specfleet plan`)."""
+    plan = current_plan()
+    wanted, _, problems = _wanted(plan.settings)
+    if problems:
+        out[host.name] = [f"refused: {p}" for p in problems]
+        return
+    out[host.name] = gateway_lines(host.get_fact(GatewayStatus, files=tuple(wanted)), wanted)
 
 
 @deploy("Gateway status (read only)")

@@ -182,3 +182,30 @@ def test_the_command_line_says_which_gateway_and_how_to_proceed(fleet_file, monk
     result = CliRunner().invoke(main, ["rollout", "inventory.py", "deploys/eagle3.py", "--without-gateway", "spark-a"])
     assert result.exit_code == 2 and "--without-gateway spark-a: not a host of the gateway group (gateways: gw-1)" \
         in result.output
+
+
+def test_plan_of_the_gateway_deploy_says_what_it_would_do(fleet_file, monkeypatch):
+    from click.testing import CliRunner
+
+    from specfleet import runner
+    from specfleet.cli import main
+
+    fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}}\n  children:\n    gateway:\n"
+               "      hosts: {gw-1: {ssh_hostname: 10.0.0.1}}\n")
+    state_of = {"files": {}}
+
+    def run_on(plans, hosts, fn, *args):
+        run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=lambda p: {
+            "gateway.GatewayStatus": _status(p, files=state_of["files"])})
+        found = args[0]
+        for key in [k for k in found if k.startswith("@fake/")]:
+            found[key.removeprefix("@fake/")] = found.pop(key)
+        return set()
+    monkeypatch.setattr(runner, "run_on", run_on)
+    result = CliRunner().invoke(main, ["plan", "inventory.py", "deploys/gateway.py"])
+    assert result.exit_code == 10, result.output
+    assert "gw-1: gateway: 6 change(s)" in result.output and f"  write {LAYOUT.keys_map} (root-only)" in result.output
+    assert "  check the config with haproxy -c, then reload haproxy" in result.output
+    state_of["files"] = None  # converged
+    result = CliRunner().invoke(main, ["plan", "inventory.py", "deploys/gateway.py"])
+    assert result.exit_code == 0 and "gw-1: gateway: nothing to do" in result.output, result.output

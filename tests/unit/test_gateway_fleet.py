@@ -212,3 +212,23 @@ def test_cleanup_of_a_gateway_host_stops_haproxy_and_removes_its_files_and_packa
     assert "systemctl disable --now haproxy" in cmds
     assert "rm -f /etc/haproxy/haproxy.cfg /etc/haproxy/specfleet-keys.map" in cmds
     assert "specfleet-trtllm" not in cmds  # a gateway host has no Spark service to stop
+
+
+def test_plan_shows_the_spark_side_writes_and_the_leftovers_it_would_remove():
+    behind = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
+    from specfleet.gateway_files import spark_files, spark_paths
+
+    out: dict = {}
+    run_deploy({"spark-a": behind}, collect, out, responses=lambda p: converged_responses(
+        p, files_missing=list(spark_files(p.settings))))
+    lines, code = report(["spark-a"], {k.removeprefix("@fake/"): v for k, v in out.items()}, set())
+    assert code == 10 and "/var/lib/specfleet/gateways.json" in [x for x in lines if "  write 5 managed" in x][0]
+    alone = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
+    from tests.unit.fakehost import SPECFLEET_FACT, status_lines
+    left = [f"file\tfile|644|root|root|{'0' * 64}\t{path}" for path in spark_paths(alone.settings)]
+    out = {}
+    run_deploy({"spark-a": alone}, collect, out, responses=lambda p: {
+        **converged_responses(p), SPECFLEET_FACT: status_lines(p) + left})
+    lines, code = report(["spark-a"], {k.removeprefix("@fake/"): v for k, v in out.items()}, set())
+    assert code == 10 and any(x.startswith("  remove 5 file(s) left by a gateway group the fleet no longer has: ")
+                              and x.endswith("/var/lib/specfleet/gateways.json") for x in lines), lines
