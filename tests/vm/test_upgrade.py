@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.vm, pytest.mark.full]
 
 BASE = "1722c52"  # main before issue 17 (the layers, the host layout, the lab out of the wheel)
 HOST_TOOL_WRITES = ("Install specfleet-host", "Install fetch-model", "Install layout.py", "Install hostlib.py",
-                    "Install release_state.py", "Take the run lock", "Release the run lock")  # a converge with work takes the host's run lock
+                    "Install release_state.py", "Install drain.py", "Install gateway-agent",  # issue 18
+                    "Take the run lock", "Release the run lock")  # a converge with work takes the host's run lock
 
 
 @pytest.fixture(scope="module")
