@@ -58,9 +58,13 @@ class HostStatus:
     # in-image validation verdicts for the config hash (validate_in_image)
     validated: list[str] = field(default_factory=list)
     release_state_error: str = ""  # what release_state.py printed when it failed ("": read, or no python3)
+    started: float | None = None  # the serving unit's last start (behind gateways; release_state.started)
 
     def gate_passed(self, release: str) -> bool:
-        return self.gate.get("release") == release and self.gate.get("result") == "passed"
+        """The gate passed for `release` and still holds (behind gateways: the container did not start again since,
+        release_state.gate_holds; without gateways there is no start marker and this is the gate's result)."""
+        return self.gate.get("release") == release and self.gate.get("result") == "passed" and \
+            self.gate.get("started") == self.started
 
 
 class SpecfleetHost(FactBase):
@@ -142,6 +146,7 @@ def apply_release_state(st: HostStatus, line: str) -> None:
     st.current, st.previous = rs.get("current") or "", rs.get("previous") or ""
     st.releases, st.lock = list(rs.get("releases") or []), rs.get("lock") or ""
     st.gate, st.current_release = rs.get("gate") or {}, rs.get("record") or {}
+    st.started = rs.get("started")
     job = rs.get("job")
     st.job = (job["id"], job["unit"], job["key"]) if job and job.get("unit") in ("active", "activating") else None
 

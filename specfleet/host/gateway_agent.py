@@ -32,20 +32,14 @@ SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first passed socket
 DRAINING = "a host job is switching or gating this host"
 
 
-def started_marker(path: str) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
-
-
 def readiness(layout: Layout) -> tuple[str, str]:
-    """(`up`|`down`, why) of this host, from its release state and the serving unit's start marker."""
-    state = release_state.read(layout)
+    """(`up`|`down`, why) of this host, from its release state (release_state.pool_state: files only, no systemctl,
+    so an answer never waits on a busy systemd during a switch)."""
+    state = release_state.pool_state(layout)
     current, gate = state["current"], state["gate"]
     if gate.get("result") == "running":  # a host job is switching or gating: drained (drain.py)
         return "down", DRAINING
-    if lock_kind(state.get("lock")) == "bench":  # variants under test are not the fleet's release
+    if lock_kind(state["lock"]) == "bench":  # variants under test are not the fleet's release
         return "down", "held out of the pool by a bench run"
     if not current:
         return "down", "no release installed"
@@ -53,7 +47,7 @@ def readiness(layout: Layout) -> tuple[str, str]:
         return "down", f"no gate result for {current}"
     if gate.get("result") != "passed":
         return "down", f"gate {gate.get('result')} for {current}"
-    if started_marker(layout.started_marker) != gate.get("started"):
+    if not release_state.gate_holds(state):
         return "down", "the serving container started again since its gate passed"
     return "up", f"{current} passed its gate"
 

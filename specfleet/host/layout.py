@@ -131,7 +131,8 @@ class Layout:
         """The paths release_state.py reads, as it takes them on its command line (JSON)."""
         return {"current": self.current, "previous": self.previous, "releases": self.releases,
                 "gate_file": self.gate_file, "lock_owner": self.lock_owner, "active_job": self.active_job,
-                "jobs": self.jobs, "record_file": self.record_file, "job_unit_prefix": self.job_unit_prefix}
+                "jobs": self.jobs, "record_file": self.record_file, "job_unit_prefix": self.job_unit_prefix,
+                "started_marker": self.started_marker}
 
     def host_tool_argv(self, *args: str) -> list[str]:
         """THE host tool's command line: `<data_dir>/bin/specfleet-host --data-dir <data_dir> ARGS...`."""

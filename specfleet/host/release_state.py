@@ -18,7 +18,7 @@ import sys
 
 # What `paths` must hold (layout.Layout.release_paths() names them all, the two file/unit names included).
 _FIELDS = ("current", "previous", "releases", "gate_file", "lock_owner", "active_job", "jobs", "record_file",
-           "job_unit_prefix")
+           "job_unit_prefix", "started_marker")
 
 
 def _text(path):
@@ -76,6 +76,29 @@ def gate(paths):
     return read_json(paths.gate_file) or {}
 
 
+def started(paths):
+    """When the serving container last started (the mtime of the start marker its unit touches behind gateways);
+    None without a marker."""
+    try:
+        return os.stat(paths.started_marker).st_mtime
+    except OSError:
+        return None
+
+
+def gate_holds(state):
+    """Whether the current release's gate passed and still holds: passed for `current`, and the container has not
+    started again since (the gate records the marker it saw; no marker on either side: it holds). `state`: a dict
+    with current, gate and started, as `read` or `pool_state` give."""
+    gate_ = state.get("gate") or {}
+    return (bool(state.get("current")) and gate_.get("release") == state.get("current")
+            and gate_.get("result") == "passed" and gate_.get("started") == state.get("started"))
+
+
+def pool_state(paths):
+    """What the gateways' readiness agent needs, cheap enough for a check every few seconds (no systemctl)."""
+    return {"current": current(paths), "gate": gate(paths), "lock": lock_owner(paths), "started": started(paths)}
+
+
 def lock_owner(paths):
     """The owner line of the host's run lock ("<kind> <run id> ..."), None when no lock is held."""
     return _text(paths.lock_owner)
@@ -105,7 +128,7 @@ def read(paths):
     cur = current(paths)
     return {"current": cur, "previous": previous(paths), "releases": release_ids(paths),
             "record": record(paths, cur) or {}, "gate": gate(paths), "lock": lock_owner(paths),
-            "job": active_job(paths)}
+            "job": active_job(paths), "started": started(paths)}
 
 
 class _Paths:

@@ -28,7 +28,9 @@ def switch_checks(plan) -> list[tuple[str, str]]:
         (st.unit_sha256 != unit_sha, "unit", "unit file differs"),
         (st.active != "active" or not st.container_running, "down", f"not running ({st.active or 'no unit'})"),
         (st.enabled != "enabled", "enable", "not enabled at boot"),
-        (not st.gate_passed(plan.release_id), "gate", f"gate not passed ({st.gate.get('result') or 'never gated'})"),
+        (not st.gate_passed(plan.release_id), "gate",
+         "the container started again since its gate passed" if st.gate.get("release") == plan.release_id
+         and st.gate.get("result") == "passed" else f"gate not passed ({st.gate.get('result') or 'never gated'})"),
     )
     return [(kind, why) for failed, kind, why in checks if failed]
 

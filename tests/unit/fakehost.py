@@ -117,7 +117,8 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     current = fields["current"] or None
     lines.append(release_state_line(
         current=current, previous=over.get("previous"), releases=over.get("releases", [current] if current else []),
-        record=over.get("current_release", record), gate=gate, lock=over.get("lock"), job=over.get("job")))
+        record=over.get("current_release", record), gate=gate, lock=over.get("lock"), job=over.get("job"),
+        started=over.get("started")))
     return lines
 
 

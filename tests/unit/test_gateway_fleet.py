@@ -232,3 +232,19 @@ def test_plan_shows_the_spark_side_writes_and_the_leftovers_it_would_remove():
     lines, code = report(["spark-a"], {k.removeprefix("@fake/"): v for k, v in out.items()}, set())
     assert code == 10 and any(x.startswith("  remove 5 file(s) left by a gateway group the fleet no longer has: ")
                               and x.endswith("/var/lib/specfleet/gateways.json") for x in lines), lines
+
+
+def test_a_container_restarted_since_its_gate_is_gated_again_by_the_next_converge():
+    """Behind gateways the agent keeps a Spark whose container started again on its own out of the pool; the next
+    converge sees the same (the status read reports the start marker) and re-runs the gate, without a restart."""
+    plan = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
+    gate = {"release": plan.release_id, "result": "passed", "started": 100.0}
+    held = run_deploy({"spark-a": plan}, converge, "eagle3",
+                      responses=lambda p: converged_responses(p, gate=gate, started=100.0))
+    assert changed_ops(held)["spark-a"] == []
+    again = run_deploy({"spark-a": plan}, converge, "eagle3",
+                       responses=lambda p: converged_responses(p, gate=gate, started=250.0))
+    cmds = "\n".join(executed(again)["spark-a"])
+    assert f"activate {plan.release_id} --revert" in cmds
+    assert (f"Converge | Activate | Activate release {plan.release_id} and gate it (the container started again since "
+            "its gate passed)") in changed_ops(again)["spark-a"]
