@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import runner
+from .gateway_fleet import fleet_address
 from .plan import HostPlan
 from .selection import parse_batches
 from .steps import gateway_alive, stage, switch, unlock
@@ -99,6 +100,11 @@ def _gateways_down(r: Rollout) -> bool:
     return bool(r.gateways_down)
 
 
+def _skipped_addresses(r: Rollout) -> tuple[str, ...]:
+    """The addresses (as the Sparks know them) of the gateways --without-gateway names."""
+    return tuple(fleet_address(dict(r.plans[g].settings), r.plans[g].connection, g) for g in r.without_gateways)
+
+
 def _warm_mirror(r: Rollout, locked: list[str]) -> set[str]:
     """1a. The fleet's Hub mirror first: set up and warmed with what the hosts that download from it still need.
     Returns the hosts that cannot stage because it failed (those without hub_fallback)."""
@@ -142,7 +148,7 @@ def _switch_batches(r: Rollout, ready: list[str]) -> None:
         batch = ready[done:done + size]
         done += size
         r.log(f"batch {index}/{len(sizes)}: switching {', '.join(batch)}")
-        batch_failed = runner.run_on(r.plans, batch, switch, r.health_timeout)
+        batch_failed = runner.run_on(r.plans, batch, switch, r.health_timeout, _skipped_addresses(r))
         after = runner.read_statuses(r.plans, batch)
         for h in batch:
             _record_switch(r, h, h in batch_failed, after.get(h, {}))

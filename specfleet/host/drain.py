@@ -107,3 +107,19 @@ def drain(gw: dict, acks_file: str, since: float, say: Callable[..., None],
     else:
         say(f"drain: done in {seconds}s")
     return {"gateways": len(gateways), "unacknowledged": missing, "left_in_flight": in_flight, "seconds": seconds}
+
+
+def before_restart(layout, since: float, skip: tuple, say: Callable[..., None],
+                   progress: Callable[..., None] = lambda **_: None) -> str | None:
+    """The drain of a host job about to restart a serving container (nothing without gateways.json). Returns why
+    the restart must not happen: a gateway (not in `skip`, the addresses a rollout's --without-gateway names) did
+    not take the host out of its pool, so it may still route here."""
+    gw = read_gateways(layout.gateways_file)
+    if gw is None:
+        return None
+    result = drain({**gw, "gateways": [g for g in gw["gateways"] if g not in skip]}, layout.agent_acks, since, say,
+                   progress)
+    if result["unacknowledged"]:
+        return (f"drain: gateway(s) {', '.join(result['unacknowledged'])} did not take this host out of their pool "
+                "(a gateway that is down: `specfleet rollout ... --without-gateway HOST`)")
+    return None

@@ -111,8 +111,8 @@ class Host:
         if "draft" in rec["models"] and not (rdir / DRAFT_LINK).is_dir():
             raise Fail(f"release {rec['id']} is incomplete: its draft model dir is missing")
 
-    def _install(self, rec: dict) -> bool:
-        """Point refs, unit and `current` at the release; returns whether the unit must (re)start."""
+    def _install(self, rec: dict) -> None:
+        """Point refs, unit and `current` at the release."""
         rid, service = rec["id"], rec["service"]
         old = self.current()
         if old and old != rid:
@@ -135,21 +135,35 @@ class Host:
         if sh("systemctl", "is-enabled", service, check=False).stdout.strip() != "enabled":
             sh("systemctl", "enable", f"{service}.service")
             say(f"{service} enabled at boot")
+
+    def _restart_needed(self, rec: dict) -> bool:
+        """Whether activating `rec` (re)starts the server: another release, another unit, or not running."""
+        service = rec["service"]
+        unit_dst = self.unit_dir / f"{service}.service"
+        unit_new = (self.releases / rec["id"] / f"{service}.service").read_text()
         running = (sh("systemctl", "is-active", service, check=False).stdout.strip() == "active"
                    and sh("docker", "inspect", "--format", "{{.State.Running}}", service,
                           check=False).stdout.strip() == "true")
-        return old != rid or unit_changed or not running
+        return self.current() != rec["id"] or not unit_dst.is_file() or unit_dst.read_text() != unit_new \
+            or not running
 
-    def activate(self, rid: str, revert: bool, timeout: int | None = None) -> None:
+    def activate(self, rid: str, revert: bool, timeout: int | None = None, skip_gateways: tuple = ()) -> None:
         rec = self.record(rid)
         self.check_complete(rec)
-        old = self.current()
+        old, before = self.current(), self.gate_state()
+        restart = self._restart_needed(rec)
         since = time.time()
         self.set_gate(rid, "running")  # from here the readiness agent tells the gateways `down`
+        if restart:
+            try:
+                self._drain(rec["service"], since, skip_gateways)
+            except Fail:
+                atomic_write(self.gate_file, json.dumps(before) + "\n")  # nothing changed: the old gate holds again
+                raise
         restarted_at = None
         try:
-            if self._install(rec):
-                self._drain(rec["service"], since)
+            self._install(rec)
+            if restart:
                 self.progress(kind="gate", release=rid, phase="restart", elapsed=0,
                               timeout=timeout or rec["gate"]["health_timeout_sec"], unit="restarting")
                 sh("systemctl", "reset-failed", f"{rec['service']}.service", check=False)
@@ -170,12 +184,12 @@ class Host:
         self.set_gate(rid, "passed", downtime_s=downtime)
         say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
 
-    def _drain(self, service: str, since: float) -> None:
-        """Behind gateways (gateways.json), and serving: out of every gateway's pool, requests in flight done."""
-        gw = drain.read_gateways(self.layout.gateways_file)
-        if gw is None or sh("systemctl", "is-active", service, check=False).stdout.strip() != "active":
-            return
-        drain.drain(gw, self.layout.agent_acks, since, say, self.progress)
+    def _drain(self, service: str, since: float, skip: tuple = ()) -> None:
+        """Behind gateways and serving: out of every gateway's pool, requests in flight done (drain.py)."""
+        if sh("systemctl", "is-active", service, check=False).stdout.strip() == "active":
+            refused = drain.before_restart(self.layout, since, skip, say, self.progress)
+            if refused:
+                raise Fail(f"{refused}; not restarting (it serves {self.current() or 'nothing'} as before)")
 
     def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:
         rid = rec["id"]
@@ -436,6 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("release")
     act.add_argument("--revert", action="store_true")
     act.add_argument("--timeout", type=int, help="override the release's health_timeout_sec")
+    act.add_argument("--skip-gateway", action="append", default=[], metavar="ADDRESS",
+                     help="a gateway (its address) the drain does not wait for: it is down (rollout --without-gateway)")
     sub.add_parser("gate")
     job = sub.add_parser("job").add_subparsers(dest="job_cmd", required=True)
     start = job.add_parser("start")
@@ -462,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     host = Host(args.data_dir)
     try:
         if args.cmd == "activate":
-            host.activate(args.release, args.revert, args.timeout)
+            host.activate(args.release, args.revert, args.timeout, tuple(args.skip_gateway))
         elif args.cmd == "gate":
             host.gate()
         elif args.cmd == "job" and args.job_cmd == "start":

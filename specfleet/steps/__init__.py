@@ -128,8 +128,9 @@ def stage() -> None:
 
 
 @deploy("Switch")
-def switch(health_timeout_sec: int | None = None) -> None:
-    """Make the staged release current, restart, and gate it (reverting on failure)."""
+def switch(health_timeout_sec: int | None = None, skip_gateways: tuple[str, ...] = ()) -> None:
+    """Make the staged release current, restart, and gate it (reverting on failure); the drain behind gateways
+    does not wait for those in `skip_gateways` (their addresses)."""
     if current_plan().is_mirror:
         return
-    activate(health_timeout_sec)
+    activate(health_timeout_sec, skip_gateways)

@@ -70,7 +70,8 @@ def _what_changed(plan, old: dict) -> str:
 
 
 @deploy("Activate")
-def activate(health_timeout_sec: int | None = None):
+def activate(health_timeout_sec: int | None = None, skip_gateways: tuple[str, ...] = ()):
+    """`skip_gateways`: addresses of gateways the drain does not wait for (a rollout's --without-gateway)."""
     plan = current_plan()
     s, layout = plan.settings, plan.paths
     reasons = switch_reasons(plan)
@@ -79,6 +80,8 @@ def activate(health_timeout_sec: int | None = None):
     argv = layout.host_tool_argv("activate", plan.release_id, "--revert")
     if health_timeout_sec:
         argv += ["--timeout", str(int(health_timeout_sec))]
+    for address in skip_gateways:
+        argv += ["--skip-gateway", address]
     host_job(name=f"Activate release {plan.release_id} and gate it ({'; '.join(reasons)})",
              key=f"activate:{plan.release_id}", argv=argv)
     host_job(name=f"Prune releases beyond keep_releases={s.keep_releases}", key="prune",

@@ -94,9 +94,13 @@ def test_established_counts_connections_on_the_port_only(tmp_path):
 
 
 # ---- in the host tool: drained before the restart, only behind gateways and only while serving ----------------
-def _calls(host, monkeypatch):  # noqa: F811
+def _calls(host, monkeypatch, unacknowledged=()):  # noqa: F811
     seen = []
-    monkeypatch.setattr(sfh.drain, "drain", lambda gw, acks, since, say, progress: seen.append(("drain", gw)))
+
+    def fake_drain(gw, acks, since, say, progress):
+        seen.append(("drain", gw))
+        return {"unacknowledged": [g for g in unacknowledged if g in gw["gateways"]]}
+    monkeypatch.setattr(sfh.drain, "drain", fake_drain)
     original = host.system.sh
 
     def sh(*cmd, check=True):
@@ -113,6 +117,23 @@ def test_the_host_tool_drains_then_restarts(host, monkeypatch):  # noqa: F811
     host.h.activate("r-bbbbbbbbbbbb", revert=True)
     assert seen == [("drain", GW), ("restart", "svc.service")], seen
     assert json.loads((host.data / "gate.json").read_text())["result"] == "passed"
+
+
+def test_a_gateway_that_did_not_take_the_host_out_stops_the_switch_before_anything_changes(host, monkeypatch):  # noqa
+    (host.data / "gateways.json").write_text(json.dumps(GW))
+    host.h.set_gate("r-aaaaaaaaaaaa", "passed")
+    gate_before = (host.data / "gate.json").read_text()
+    seen = _calls(host, monkeypatch, unacknowledged=["10.0.0.2"])
+    with pytest.raises(sfh.Fail, match=r"drain: gateway\(s\) 10.0.0.2 did not take this host out of their pool .*"
+                                       r"not restarting \(it serves r-aaaaaaaaaaaa as before\)"):
+        host.h.activate("r-bbbbbbbbbbbb", revert=True)
+    assert seen == [("drain", GW)]  # no restart
+    assert host.h.current() == "r-aaaaaaaaaaaa" and (host.data / "gate.json").read_text() == gate_before
+    # a rollout's --without-gateway names it: the drain does not wait for it, and the switch goes on
+    seen.clear()
+    host.h.activate("r-bbbbbbbbbbbb", revert=True, skip_gateways=("10.0.0.2",))
+    assert seen == [("drain", {**GW, "gateways": ["10.0.0.1"]}), ("restart", "svc.service")], seen
+    assert host.h.current() == "r-bbbbbbbbbbbb"
 
 
 def test_no_drain_without_gateways_or_when_nothing_serves(host, monkeypatch):  # noqa: F811
