@@ -18,6 +18,7 @@ from .host.layout import UNIT_DIR, GatewayLayout, Layout
 from .render import ENV, systemd_args, systemd_word
 from .settings import Settings
 
+HARD_STOP_MARGIN_SEC = 60  # beyond gateway_timeout_sec, before an old worker's connections are cut after a reload
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 MODELS_LUA = (resources.files("specfleet.host") / "gateway_models.lua").read_text(encoding="utf-8")  # GET /v1/models
 
@@ -90,7 +91,8 @@ def haproxy_cfg(o: GatewayOptions, bes: list[Backend], layout: GatewayLayout = G
     return ENV.get_template("haproxy.cfg.j2").render(
         admin_socket=layout.admin_socket, state_file=layout.state_file, models_lua=layout.models_lua,
         models_map=layout.models_map, paths_map=layout.paths_map, keys_map=layout.keys_map,
-        hard_stop_after=f"{o.drain_timeout_sec}s",
+        # an old worker after a reload serves its streams to their end (a generation's longest silence, and then some)
+        hard_stop_after=f"{o.timeout_sec + HARD_STOP_MARGIN_SEC}s",
         timeout=f"{o.timeout_sec}s", queue_timeout=f"{o.queue_timeout_sec}s", listen=o.listen,
         tls=f" ssl crt {layout.tls_pem}" if o.tls else "", health_path=o.health_path, backends=bes,
         inter=f"{o.check_inter_ms}ms", fall=o.check_fall, rise=o.check_rise,

@@ -80,10 +80,9 @@ def fleet_address(deploy_vars: dict[str, Any], connection: dict[str, Any], name:
     return str(deploy_vars.get("fleet_address") or connection.get("ssh_hostname") or name)
 
 
-def _is_ip(value: str) -> bool:
+def _is_ipv4(value: str) -> bool:
     try:
-        ipaddress.ip_address(value)
-        return True
+        return isinstance(ipaddress.ip_address(value), ipaddress.IPv4Address)
     except ValueError:
         return False
 
@@ -105,12 +104,17 @@ def problems(inventory: Inventory, values: dict[str, dict[str, Any]],
             out.append(Problem(h, "serves", f"not set; with a {GATEWAY_GROUP} group every Spark names the profile it "
                                             f"serves (allowed: {', '.join(PROFILES)})"))
         out += _port_problems(h, values[h], SPARK_PORT_PAIRS)
+        if values[h].get("serve_host") != "127.0.0.1":
+            out.append(Problem(h, "serve_host", f"{show(values[h].get('serve_host'))}: behind gateways trtllm-serve "
+                                                "(no authentication) binds the loopback and the gateways reach it "
+                                                "through the filtering socket (allowed: 127.0.0.1)"))
     for h in gateways + sparks:
         address = fleet_address(values[h], connections[h], h)
-        if not _is_ip(address):
-            out.append(Problem(h, "fleet_address", f"{show(address)} is not an IP address (with a {GATEWAY_GROUP} "
-                                                   "group, hosts admit each other by address: set fleet_address to "
-                                                   "the IP the other fleet hosts reach this host at)"))
+        if not _is_ipv4(address):
+            out.append(Problem(h, "fleet_address", f"{show(address)} is not an IPv4 address (with a {GATEWAY_GROUP} "
+                                                   "group, hosts admit each other by address, on IPv4 sockets: set "
+                                                   "fleet_address to the IPv4 address the other fleet hosts reach "
+                                                   "this host at)"))
     return out
 
 
@@ -147,13 +151,10 @@ def gateway_fleet(inventory: Inventory, values: dict[str, dict[str, Any]],
     sparks = spark_hosts(inventory)
     addresses = {h: fleet_address(values[h], connections[h], h) for h in gateways + sparks}
     backends = {h: [PROFILES[values[h]["serves"]]["target"]["repo"],
-                    f"{_bracketed(addresses[h])}:{values[h]['gateway_backend_port']}",
-                    values[h]["gateway_agent_port"]] for h in sparks}
+                    f"{addresses[h]}:{values[h]['gateway_backend_port']}", values[h]["gateway_agent_port"]]
+                for h in sparks}
     return GatewayFleet(tuple(gateways), {h: values[h]["serves"] for h in sparks}, addresses,
                         {"gateways": [addresses[g] for g in gateways],
                          **{k: values[gateways[0]][k] for k in SPARK_VARS_FROM_GATEWAYS}},
                         {"gateway_backends": backends})
 
-
-def _bracketed(address: str) -> str:
-    return f"[{address}]" if ":" in address else address

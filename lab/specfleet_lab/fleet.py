@@ -52,15 +52,15 @@ class _Bringup:
 
 
 def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 2048,
-       smp: int | None = None, accel: str | None = None, arch=None, lan: Lan | None = None,
+       smp: int | None = None, accel: str | None = None, arch=None, lan: Lan | bool = False,
        lan_first: int = FIRST_HOST) -> Fleet:
     """Build/reuse the image(s), boot the guests, wait for SSH + systemd, write the inventory.
 
     `arch`: one architecture for all `count` guests (default x86_64, count default 3), or a list /
     comma-separated string with one architecture per guest (`"x86_64,arm64"`). One image per
     architecture; all guests use the same SSH key (the first image's).
-    `lan`: the shared guest network to join (another fleet's `lan`), its guests numbered from `lan_first`;
-    default: a network of its own (lan.py)."""
+    `lan`: True for a shared guest network of its own (lan.py), or another fleet's `lan` to join, its guests
+    numbered from `lan_first`; default: none (each guest behind its own NAT only)."""
     arches = guest_arches(count, arch)
     workdir = resolve(workdir, default_workdir)
     _clear_workdir(workdir)
@@ -68,7 +68,7 @@ def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 
     b = _Bringup(workdir=workdir, arches=arches, images=_images(arches, cache_dir, timings),
                  memory_mb=memory_mb, timings=timings)
     _choose_machine(b, cache_dir, accel, smp)
-    b.guests = _create_guests(b, lan or new_lan(), lan_first)
+    b.guests = _create_guests(b, new_lan() if lan is True else (lan or None), lan_first)
     b.save()
     _boot(b)
     log.info("%d guest(s) up in %.0f s: %s", len(arches), timings["boot_s"],
@@ -124,7 +124,7 @@ def _choose_machine(b: _Bringup, cache_dir, accel: str | None, smp: int | None) 
              timings["accel"], timings["smp"], b.memory_mb)
 
 
-def _create_guests(b: _Bringup, lan: Lan, lan_first: int) -> list[Guest]:
+def _create_guests(b: _Bringup, lan: Lan | None, lan_first: int) -> list[Guest]:
     """One guest per arch entry (spark-1, spark-2, ...), each on a fresh qcow2 overlay of its arch's image, on the
     shared guest network `lan` from host number `lan_first` on."""
     guests: list[Guest] = []

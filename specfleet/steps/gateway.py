@@ -10,6 +10,7 @@ The keys and the TLS key are read on the controller and travel on stdin (steps/j
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from pyinfra import host, logger
@@ -25,8 +26,14 @@ from .jobs import write_root_file
 from .state import current_plan, refuse, sha256
 
 LAYOUT = GatewayLayout()
+MIN_HAPROXY = (2, 6)  # http_auth_bearer (2.5) and versioned maps, `prepare map`/`commit map` (2.4); Debian 12: 2.6
 SECRET = {LAYOUT.keys_map, LAYOUT.tls_pem}  # root-only (0600)
 RELOAD = {LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.models_lua, LAYOUT.tls_pem}  # read at (re)load
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """HAProxy's version string (`2.8.5-1ubuntu3`) as a comparable tuple."""
+    return tuple(int(x) for x in re.findall(r"\d+", text.split("-")[0])[:2]) or (0,)
 
 
 def _wanted(s) -> tuple[dict[str, str], int, list[str]]:
@@ -75,6 +82,11 @@ def gateway():
         refuse(name="Gateway preflight", message="; ".join(f"{host.name}: {p}" for p in problems))
         return
     st = host.get_fact(GatewayStatus, files=tuple(wanted))
+    if st.haproxy and _version(st.haproxy) < MIN_HAPROXY:
+        refuse(name="Gateway preflight", message=f"{host.name}: gateway: haproxy {st.haproxy} is older than "
+                                                 f"{'.'.join(map(str, MIN_HAPROXY))} (needed: http_auth_bearer, "
+                                                 "prepare/commit map; Ubuntu 24.04 and Debian 12 ship newer)")
+        return
     if st.haproxy and st.missing_features:
         refuse(name="Gateway preflight", message=f"{host.name}: gateway: haproxy {st.haproxy} is built without "
                                                  f"{', '.join(st.missing_features)} (needed: Lua for GET /v1/models, "
@@ -141,5 +153,6 @@ def gateway_cleanup():
         server.shell(name=f"Remove {len(present)} gateway file(s), the keys' digests and TLS pair included",
                      commands=["rm -f " + shlex.join(present)])
     if st.haproxy:
-        apt.packages(name="Remove haproxy (installed by the gateway deploy)", packages=["haproxy"], present=False,
+        apt.packages(name="Purge haproxy (installed by the gateway deploy)", packages=["haproxy"], present=False,
+                     purge=True,
                      extra_uninstall_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")

@@ -8,11 +8,13 @@ from importlib import resources
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, pip
+from pyinfra.operations import apt, files, pip, server
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
-from ..host.layout import HOST_PROGRAMS, program_mode
+from ..host.layout import AGENT_TOOL, DRAIN_FILE, HOST_PROGRAMS, LAYOUT_FILE, STATE_FILE, program_mode
 from .state import current_plan, differs, host_status, hub_client_ok
+
+AGENT_READS = {AGENT_TOOL, DRAIN_FILE, STATE_FILE, LAYOUT_FILE}  # the readiness agent and the modules it imports
 
 
 @deploy("Host tools")
@@ -23,11 +25,16 @@ def tools():
         if differs(plan, path):
             files.directory(name=what, path=path, user="root", group="root", mode="755")
     host_dir = resources.files("specfleet.host")
+    installed = []
     for name, source in HOST_PROGRAMS.items():
         path = f"{layout.bin}/{name}"
         if differs(plan, path):
             files.put(name=f"Install {name}", src=str(host_dir / source), dest=path,
                       user="root", group="root", mode=program_mode(name))
+            installed.append(name)
+    if s.gateways and set(installed) & AGENT_READS:  # the long-lived agent runs what is installed from now on
+        server.shell(name=f"Restart {s.service_name}-agent.service if it runs (its program changed)",
+                     commands=[f"systemctl try-restart {shlex.quote(s.service_name + '-agent.service')}"])
     if hub_client_ok(plan):
         return  # the virtualenv already has exactly the pinned client
     # DGX OS 7 (Ubuntu 24.04) has no python3-venv by default, and unattended-upgrades may hold the dpkg lock

@@ -138,6 +138,8 @@ GATEWAY_BAD = [
     ("a Spark reached by name", "spark", "serves: eagle3, ssh_hostname: spark.example", "fleet_address"),
     ("backend port = serve_port", "spark", "serves: eagle3, gateway_backend_port: 8000", "gateway_backend_port"),
     ("agent port = backend port", "spark", "serves: eagle3, gateway_agent_port: 8001", "gateway_agent_port"),
+    ("a Spark whose trtllm-serve binds all interfaces", "spark", "serves: eagle3, serve_host: 0.0.0.0", "serve_host"),
+    ("a Spark reached by IPv6", "spark", "serves: eagle3, fleet_address: 'fd00::3'", "fleet_address"),
 ]
 
 

@@ -104,11 +104,11 @@ def test_without_gateways_a_spark_gets_none_of_it():
 
 
 def test_a_gateway_knows_every_spark_its_model_and_its_filtering_socket():
-    fleet = {**FLEET, "spark-c": {"ssh_hostname": "fd00::3", "serves": "eagle3", "gateway_backend_port": 9001}}
+    fleet = {**FLEET, "spark-c": {"ssh_hostname": "10.0.0.4", "serves": "eagle3", "gateway_backend_port": 9001}}
     gw = make_plans(fleet, "eagle3", groups={"gateway": ["gw-1"]})["gw-1"].settings
     assert gw.gateway_backends == {"spark-a": ["openai/gpt-oss-120b", "10.0.0.2:8001", 8002],
                                    "spark-b": ["nvidia/Llama-3.3-70B-Instruct-FP4", "10.0.0.3:8001", 8002],
-                                   "spark-c": ["openai/gpt-oss-120b", "[fd00::3]:9001", 8002]}
+                                   "spark-c": ["openai/gpt-oss-120b", "10.0.0.4:9001", 8002]}
 
 
 def test_check_of_the_gateway_deploy_reads_the_keys_and_tls_files_and_shows_no_secret(fleet_file, monkeypatch, tmp_path):
@@ -248,3 +248,13 @@ def test_a_container_restarted_since_its_gate_is_gated_again_by_the_next_converg
     assert f"activate {plan.release_id} --revert" in cmds
     assert (f"Converge | Activate | Activate release {plan.release_id} and gate it (the container started again since "
             "its gate passed)") in changed_ops(again)["spark-a"]
+
+
+def test_a_changed_agent_program_restarts_the_running_agent():
+    plan = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
+    state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
+        p, files_missing=[f"{p.paths.bin}/drain.py"]))
+    assert "systemctl try-restart specfleet-trtllm-agent.service" in "\n".join(executed(state)["spark-a"])
+    state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
+        p, files_missing=[f"{p.paths.bin}/fetch-model"]))  # not something the agent runs
+    assert "try-restart" not in "\n".join(executed(state)["spark-a"])
