@@ -131,6 +131,7 @@ class Settings(BaseModel):
     trtllm_version: str = DEFAULT_VERSION  # the contract the options were validated against (the image tag's version)
     hf_token: SecretStr | None = Field(default=None, repr=False)
     gateways: list[str] = Field(default_factory=list)  # a Spark behind gateways: their addresses (the gateway group)
+    model_peers: list[str] = Field(default_factory=list)  # a Spark behind gateways: every Spark of its model
     # a gateway: Spark -> [the model it serves, host:port of its filtering socket, its agent port]
     gateway_backends: dict[str, list[Any]] = Field(default_factory=dict)
 
@@ -336,7 +337,9 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
         problems += gateway_fleet.problems(inventory, values, connections)
         gw = None if problems else gateway_fleet.gateway_fleet(inventory, values, connections)
         for h in gw.serves if gw else ():
-            out[h] = out[h].model_copy(update=gw.spark_vars)
+            model = gw.gateway_vars["gateway_backends"][h][0]
+            peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
+            out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
         for h in gw.gateways if gw else ():
             out[h] = out[h].model_copy(update=gw.gateway_vars)
     return out, problems

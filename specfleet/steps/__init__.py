@@ -70,6 +70,8 @@ def _converge() -> None:
 
 # pyinfra State -> {host: ((model, profile) when behind gateways, ready, restarts)}
 _RESTARTS: WeakKeyDictionary = WeakKeyDictionary()
+# pyinfra State -> {model: every Spark of it in the fleet file, "read": the inventory names this run has read}
+_PEERS: WeakKeyDictionary = WeakKeyDictionary()
 
 
 def _count_restarts() -> None:
@@ -81,12 +83,17 @@ def _count_restarts() -> None:
     st = host_status(plan) if not (plan.is_mirror or plan.skip) else None
     state = ctx_state.get()
     seen = _RESTARTS.setdefault(state, {})
+    peers = _PEERS.setdefault(state, {"read": set()})
+    peers["read"].add(plan.settings.host)
     if st is None:
         seen[host.name] = (None, False, False)
     else:
+        if plan.settings.gateways:
+            peers[plan.settings.profile["target"]["repo"]] = set(plan.settings.model_peers)
         serving, s = st.active == "active" and st.container_running, plan.settings
         model = (s.profile["target"]["repo"], s.profile_name) if s.gateways else None
-        seen[host.name] = (model, serving and st.gate_passed(st.current or ""), serving and bool(changes(plan).restart))
+        seen[host.name] = (model, serving and st.gate_passed(st.current or ""),
+                           serving and bool(changes(plan).restart))
     if len(seen) < len(list(state.inventory.get_active_hosts())):
         return
     restarting = sorted(h for h, (_, _, restarts) in seen.items() if restarts)
@@ -95,6 +102,8 @@ def _count_restarts() -> None:
                        f"({', '.join(restarting)}); use specfleet rollout to switch a serving fleet in batches")
     for model, profile in sorted({m for m, _, _ in seen.values() if m}):
         ready = [h for h, (m, is_ready, _) in seen.items() if m and m[0] == model and is_ready]
+        if peers.get(model, set()) - peers["read"]:  # a --limit run: Sparks of the model outside it are not read
+            continue
         if ready and all(seen[h][2] for h in ready):
             raise SystemExit(f"specfleet: {', '.join(sorted(ready))}: serves {model}: this converge would restart "
                              "every ready host of the model at once, leaving the gateways none to send its requests "

@@ -258,3 +258,14 @@ def test_a_changed_agent_program_restarts_the_running_agent():
     state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
         p, files_missing=[f"{p.paths.bin}/fetch-model"]))  # not something the agent runs
     assert "try-restart" not in "\n".join(executed(state)["spark-a"])
+
+
+def test_a_limited_converge_is_not_refused_while_sparks_of_the_model_outside_it_may_serve():
+    both = {**FLEET, "spark-b": {**FLEET["spark-b"], "serves": "eagle3"}}
+    changed = {h: {**v, "extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}} if h != "gw-1" else v
+               for h, v in both.items()}
+    old = make_plans(both, "eagle3", groups={"gateway": ["gw-1"]})
+    new = make_plans(changed, "eagle3", groups={"gateway": ["gw-1"]})
+    assert new["spark-a"].settings.model_peers == ["spark-a", "spark-b"]
+    state = run_deploy({"spark-a": new["spark-a"]}, converge, "eagle3", responses=_restart_all(new, old))  # --limit
+    assert not state.failed_hosts
