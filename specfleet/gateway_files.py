@@ -151,3 +151,11 @@ def spark_files(s: Settings) -> dict[str, str]:
                                           "check_inter_ms": s.gateway_check_inter_ms,
                                           "drain_timeout_sec": s.drain_timeout_sec}, indent=1) + "\n",
     }
+
+
+def check_config(config: str, renamed: dict[str, str]) -> str:
+    """The config HAProxy checks before new files replace old ones: `config` naming each file of `renamed`
+    (path -> where its new version waits) at its new place."""
+    for path, new in renamed.items():
+        config = config.replace(path, new)
+    return config

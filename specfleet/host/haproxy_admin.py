@@ -8,8 +8,8 @@ only; prints one JSON object.
                                   requests; running ones and streams go on), then wait until none is left or
                                   SEC passed; `drained` says which
     ready SERVER                  `set server B/SERVER state ready` (back in the pool; the checks still apply)
-    sync-map MAP                  make the running map MAP equal its file, atomically (prepare, add, commit): a
-                                  revoked API key is refused on the next request, also on a kept-alive connection
+    sync-map MAP [--from FILE]    make the running map MAP equal its file (or FILE), atomically (prepare, add,
+                                  commit): a revoked API key is refused on the next request, also kept-alive
     save-state FILE               `show servers state` into FILE (the config loads it after a reload: drains
                                   and agent states survive)
 
@@ -74,9 +74,11 @@ def drain(sock_path: str, server: str, timeout: float, poll: float = 0.5) -> dic
         time.sleep(poll)
 
 
-def sync_map(sock_path: str, map_path: str) -> dict:
-    """The running map := the map file's `key value` lines, in one transaction (HAProxy >= 2.4)."""
-    entries = [line.split(None, 1) for line in open(map_path, encoding="ascii").read().splitlines() if line.strip()]
+def sync_map(sock_path: str, map_path: str, source: str | None = None) -> dict:
+    """The running map `map_path` := the `key value` lines of `source` (default: its own file), in one transaction
+    (HAProxy >= 2.4): either every entry changes or none."""
+    text = open(source or map_path, encoding="ascii").read()
+    entries = [line.split(None, 1) for line in text.splitlines() if line.strip()]
     answer = ask(sock_path, f"prepare map {map_path}").strip()
     if not answer.rsplit(":", 1)[-1].strip().isdigit():
         raise SystemExit(f"haproxy refused `prepare map {map_path}`: {answer}")
@@ -109,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--timeout", type=float, required=True)
     r = sub.add_parser("ready")
     r.add_argument("server")
-    sub.add_parser("sync-map").add_argument("map")
+    sm = sub.add_parser("sync-map")
+    sm.add_argument("map")
+    sm.add_argument("--from", dest="source", help="the file to read the entries from (default: MAP's own file)")
     sub.add_parser("save-state").add_argument("file")
     a = ap.parse_args(argv)
     if a.cmd == "state":
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "drain":
         out = drain(a.socket, a.server, a.timeout)
     elif a.cmd == "sync-map":
-        out = sync_map(a.socket, a.map)
+        out = sync_map(a.socket, a.map, a.source)
     elif a.cmd == "save-state":
         out = save_state(a.socket, a.file)
     else:

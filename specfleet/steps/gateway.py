@@ -20,12 +20,13 @@ from pyinfra.operations import apt, python, server
 from ..api_keys import gateway_secrets
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
 from ..gateway import GatewayStatus, admin_command
-from ..gateway_files import backends, gateway_files, gateway_options
+from ..gateway_files import backends, check_config, gateway_files, gateway_options
 from ..host.layout import GatewayLayout
 from .jobs import write_root_file
 from .state import current_plan, refuse, sha256
 
 LAYOUT = GatewayLayout()
+NEW, CHECK = ".specfleet-new", ".specfleet-check"  # a file before it is proven; the config that proves them
 MIN_HAPROXY = (2, 6)  # http_auth_bearer (2.5) and versioned maps, `prepare map`/`commit map` (2.4); Debian 12: 2.6
 SECRET = {LAYOUT.keys_map, LAYOUT.tls_pem}  # root-only (0600)
 RELOAD = {LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.models_lua, LAYOUT.tls_pem}  # read at (re)load
@@ -97,28 +98,41 @@ def gateway():
                      packages=["haproxy"], update=True,
                      extra_install_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")
     changed, action = _work(st, wanted)
-    for path in changed:
-        if path != LAYOUT.config:
-            python.call(name=f"Write {path}" + (" (root-only, from stdin)" if path in SECRET else ""),
-                        function=write_root_file, path=path, content=wanted[path],
-                        mode="600" if path in SECRET else "644")
-    if LAYOUT.config in changed:
-        new = f"{LAYOUT.config}.specfleet-new"
-        python.call(name=f"Write {new}", function=write_root_file, path=new, content=wanted[LAYOUT.config], mode="644")
-        server.shell(name=f"Check {new} with haproxy -c, then install it as {LAYOUT.config}",
-                     commands=[f"haproxy -c -q -f {shlex.quote(new)} && mv -f {shlex.quote(new)} "
-                               f"{shlex.quote(LAYOUT.config)}"])
+    _write_checked(changed, wanted, action)
     if action == "start":
         server.shell(name="Enable and start haproxy", commands=["systemctl enable haproxy",
                                                                 "systemctl restart haproxy"])
     elif action == "reload":
         server.shell(name="Save the servers' states, then reload haproxy (no connection dropped)",
                      commands=[admin_command("save-state", LAYOUT.state_file), "systemctl reload haproxy"])
-    elif action == "sync":
-        server.shell(name="Sync the running API-key map (no reload)",
-                     commands=[admin_command("sync-map", LAYOUT.keys_map)])
     logger.info(f"    [{host.name}] gateway: {len(s.gateway_backends)} Spark(s), {n_keys} API key(s), "
                 f"{len(changed)} file(s) to write")
+
+
+def _write_checked(changed: list[str], wanted: dict[str, str], action: str | None) -> None:
+    """Every changed file goes to <path>.specfleet-new first; nothing replaces a file in use until it is proven:
+    HAProxy checks the whole new set (`haproxy -c` on a config that names the new files), or, for keys alone, the
+    running key map is synced from the new file. A failure leaves the old files (and HAProxy) as they were, and
+    the next run sees the same differences."""
+    if not changed:
+        return
+    new = {path: f"{path}{NEW}" for path in changed}
+    for path in changed:
+        python.call(name=f"Write {new[path]}" + (" (root-only, from stdin)" if path in SECRET else ""),
+                    function=write_root_file, path=new[path], content=wanted[path],
+                    mode="600" if path in SECRET else "644")
+    install = " && ".join(f"mv -f {shlex.quote(new[p])} {shlex.quote(p)}" for p in changed)
+    if action == "sync":
+        server.shell(name="Sync the running API-key map from the new file (no reload), then install it",
+                     commands=[admin_command("sync-map", LAYOUT.keys_map, "--from", new[LAYOUT.keys_map])
+                               + " && " + install])
+        return
+    check = check_config(wanted[LAYOUT.config], {p: new[p] for p in changed if p != LAYOUT.config})
+    python.call(name=f"Write {LAYOUT.config}{CHECK}", function=write_root_file, path=f"{LAYOUT.config}{CHECK}",
+                content=check, mode="600")
+    server.shell(name=f"Check the new files with haproxy -c, then install them ({len(changed)})",
+                 commands=[f"haproxy -c -q -f {shlex.quote(LAYOUT.config + CHECK)} && {install}; "
+                           f"rc=$?; rm -f {shlex.quote(LAYOUT.config + CHECK)}; exit $rc"])
 
 
 @deploy("Gateway plan (read only)")

@@ -54,12 +54,13 @@ def test_a_fresh_gateway_gets_haproxy_its_files_a_checked_config_and_a_start():
     state, names, cmds = _run(plans, lambda p: _status(p, haproxy="", features="", active="inactive", files={}))
     ops = names["gw-1"]
     assert ops[0].startswith("haproxy from the distribution"), ops
-    assert f"Write {LAYOUT.keys_map} (root-only, from stdin)" in ops and f"Write {LAYOUT.models_map}" in ops
-    assert ops[-3:] == [f"Write {LAYOUT.config}.specfleet-new",
-                        f"Check {LAYOUT.config}.specfleet-new with haproxy -c, then install it as {LAYOUT.config}",
-                        "Enable and start haproxy"], ops
+    assert f"Write {LAYOUT.keys_map}.specfleet-new (root-only, from stdin)" in ops
+    assert f"Write {LAYOUT.models_map}.specfleet-new" in ops
+    assert ops[-3:] == [f"Write {LAYOUT.config}.specfleet-check", "Check the new files with haproxy -c, then install "
+                        "them (5)", "Enable and start haproxy"], ops
     text = "\n".join(cmds["gw-1"])
-    assert f"haproxy -c -q -f {LAYOUT.config}.specfleet-new && mv -f" in text
+    assert (f"haproxy -c -q -f {LAYOUT.config}.specfleet-check && mv -f {LAYOUT.config}.specfleet-new "
+            f"{LAYOUT.config} && mv -f {LAYOUT.models_map}.specfleet-new {LAYOUT.models_map}") in text
     assert "umask 077" in text and "chmod 600" in text  # the key map: root-only from its first byte
     assert KEY not in text  # the key itself goes nowhere, not even hashed on a command line
     assert names["spark-a"] == names["spark-b"] == [] and cmds["spark-a"] == cmds["spark-b"] == []
@@ -76,10 +77,12 @@ def test_a_revoked_and_an_added_key_sync_the_running_map_without_a_reload(monkey
     plans = _plans()
     monkeypatch.setenv("SPECFLEET_API_KEYS", "other sk-specfleet-unit-other-key-987654\n")
     state, names, cmds = _run(plans, _status)  # the host still has the map with `ci`
-    assert names["gw-1"] == [f"Write {LAYOUT.keys_map} (root-only, from stdin)",
-                             "Sync the running API-key map (no reload)"], names
+    assert names["gw-1"] == [f"Write {LAYOUT.keys_map}.specfleet-new (root-only, from stdin)",
+                             "Sync the running API-key map from the new file (no reload), then install it"], names
     text = "\n".join(cmds["gw-1"])
-    assert "sync-map /etc/haproxy/specfleet-keys.map" in text and "systemctl reload" not in text
+    assert ("sync-map /etc/haproxy/specfleet-keys.map --from /etc/haproxy/specfleet-keys.map.specfleet-new && mv -f "
+            "/etc/haproxy/specfleet-keys.map.specfleet-new /etc/haproxy/specfleet-keys.map") in text
+    assert "systemctl reload" not in text
 
 
 def test_a_new_spark_is_a_checked_config_and_a_reload_that_keeps_the_drains():
@@ -89,7 +92,7 @@ def test_a_new_spark_is_a_checked_config_and_a_reload_that_keeps_the_drains():
     state, names, cmds = _run(new, lambda p: _status(old["gw-1"]))
     ops = names["gw-1"]
     assert ops[-1] == "Save the servers' states, then reload haproxy (no connection dropped)", ops
-    assert f"Check {LAYOUT.config}.specfleet-new with haproxy -c, then install it as {LAYOUT.config}" in ops
+    assert "Check the new files with haproxy -c, then install them (1)" in ops
     text = "\n".join(cmds["gw-1"])
     assert text.index("save-state /var/lib/haproxy/server-state") < text.index("systemctl reload haproxy")
 
@@ -116,8 +119,9 @@ def test_tls_pair_is_one_root_only_pem_and_the_config_binds_ssl(tmp_path):
     key.write_text("-----BEGIN PRIVATE KEY-----\nsecretkeymaterial\n-----END PRIVATE KEY-----\n")
     plans = _plans(gateway_tls_cert_file=str(cert), gateway_tls_key_file=str(key))
     state, names, cmds = _run(plans, lambda p: _status(p, files={}))
-    assert f"Write {LAYOUT.tls_pem} (root-only, from stdin)" in names["gw-1"], names
+    assert f"Write {LAYOUT.tls_pem}.specfleet-new (root-only, from stdin)" in names["gw-1"], names
     assert "secretkeymaterial" not in "\n".join(cmds["gw-1"])
+    assert f"Write {LAYOUT.config}.specfleet-check" in names["gw-1"]  # the check names the new PEM (root-only)
 
 
 # ---- a rollout checks every gateway first ------------------------------------------------------------------------

@@ -249,3 +249,30 @@ def test_a_drain_lets_a_running_stream_finish_and_sends_new_requests_elsewhere(g
     assert {r["server"]: r["status"] for r in _admin(tmp_path, "state")}[busy[0]["server"]].startswith("UP")
     print(f"\n  gateway: drain of {busy[0]['server']} waited {result['waited_s']} s for its stream; "
           f"state after: {after[busy[0]['server']]['status']}")
+
+
+def test_new_files_are_proven_by_haproxy_before_they_replace_the_old_ones(tmp_path):
+    """What the gateway deploy runs before installing changed files (steps/gateway.py): `haproxy -c` on the config
+    naming the new files. A broken new TLS pair fails the check (the old files stay); a good one passes."""
+    from specfleet.gateway_files import check_config
+
+    lay = GatewayLayout(str(tmp_path), admin_socket=str(tmp_path / "admin.sock"), state_file=str(tmp_path / "state"))
+    opts = GatewayOptions(**{**_options(1, 2, 3).__dict__, "tls": True})
+    files = gateway_files(opts, backends({"spark-01": (EAGLE_MODEL, "127.0.0.1:1", 3)}), {"ci": KEY}, lay)
+    for path, text in files.items():
+        Path(path).write_text(text)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=gw",
+                    "-keyout", str(tmp_path / "k.pem"), "-out", str(tmp_path / "c.pem")], check=True,
+                   capture_output=True, timeout=60)
+    good = (tmp_path / "c.pem").read_text() + (tmp_path / "k.pem").read_text()
+    Path(lay.tls_pem).write_text(good)  # the pair in use
+    new = f"{lay.tls_pem}.specfleet-new"
+    check = tmp_path / "haproxy.cfg.specfleet-check"
+    check.write_text(check_config(files[lay.config], {lay.tls_pem: new}))
+    Path(new).write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+    bad = subprocess.run([HAPROXY, "-c", "-q", "-f", str(check)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0, "haproxy accepted a broken certificate"
+    ok = subprocess.run([HAPROXY, "-c", "-q", "-f", lay.config], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stdout + ok.stderr  # the files in use are untouched and still good
+    Path(new).write_text(good)
+    assert subprocess.run([HAPROXY, "-c", "-q", "-f", str(check)], timeout=60).returncode == 0
