@@ -54,6 +54,14 @@ class GatewayOptions:
     maxconn: int  # requests one Spark runs at once; the rest queue in HAProxy (leastconn picks the least busy)
 
 
+def leave_bound_sec(check_inter_ms: int, check_fall: int) -> float:
+    """The longest a Spark that failed (or went down mid-restart) stays in a gateway's pool: `fall` health checks
+    in a row must fail, the first one up to an interval after the failure, each taking up to `timeout check`
+    (= the interval): inter + T + (fall - 1) * (fastinter + T), with fastinter = T = inter. A restart by specfleet
+    is quicker: the Spark's agent says down first, seen within inter + T."""
+    return 2 * check_fall * check_inter_ms / 1000
+
+
 def server_name(spark: str) -> str:
     """A Spark's server name in HAProxy (its inventory name, characters HAProxy does not take replaced)."""
     return _SAFE_NAME.sub("_", spark)

@@ -31,6 +31,9 @@ def rollback():
     if target == st.current and st.active == "active" and st.gate_passed(target):
         return
     lock(CONVERGE_ID, kind="rollback")  # never interleaved with a converge or a rollout on the same host
-    host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",
-             argv=layout.host_tool_argv("activate", target, "--revert"))
+    # behind gateways, one Spark after the other (each drained, switched and gated before the next): the others
+    # keep serving the gateways' clients; without gateways all at once, as before
+    host_job(name=f"Switch back to release {target} and gate it" + (" (one Spark at a time)" if s.gateways else ""),
+             key=f"activate:{target}", argv=layout.host_tool_argv("activate", target, "--revert"),
+             serial=bool(s.gateways))
     unlock(CONVERGE_ID, kind="rollback")

@@ -95,7 +95,8 @@ def _boot_fleet(tmp_path_factory, request):
     figure("guest image build (cached)", f"{second.seconds:.2f} s")
     start = time.monotonic()
     try:
-        fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir())
+        # on a shared guest network of its own (specfleet_lab/lan.py): a gateway guest joins it in --full
+        fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir(), lan=True)
     except BaseException:
         specfleet_lab.down(workdir)
         raise

@@ -1,15 +1,25 @@
 """Rollouts and rollback on the VM fleet (3 guests, the trtllm-serve stand-in). Runs after the CI
-sequence in the same session and fleet; tests run in file order and share STATE."""
+sequence in the same session and fleet; tests run in file order and share STATE.
+
+In the --full tier the same rollouts run behind a gateway (issue 18): a fourth guest on the session fleet's network
+in the inventory group `gateway`, a load client sending its requests through it during the rollout and the
+rollback (0 failed), then the gateway's own scenarios (a container killed mid-load, latency against direct
+requests, a non-gateway peer refused, the key on no disk); the module's last test removes the gateway again."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.vm import lab
-from tests.vm.conftest import figure
+import specfleet_lab
+from specfleet.gateway_files import leave_bound_sec
+from tests.vm import gateway_lab, lab
+from tests.vm.conftest import cache_dir, figure
 from tests.vm.test_ci_sequence import api_bytes, file_bytes, started_at
 
 pytestmark = pytest.mark.vm
@@ -27,28 +37,90 @@ def config_of(guest, rid: str) -> str:
     return guest.ssh(f"cat /var/lib/specfleet/releases/{rid}/extra-llm-api-config.yml").stdout
 
 
-def test_baseline_release_serving(vm_fleet, lab_inventory, hub):
-    run = lab.run_pyinfra(lab_inventory, "eagle3")
+@dataclass
+class Gateway:
+    guest: object  # the gateway guest (specfleet_lab.Guest)
+    inventory: Path  # the lab's inventory + the group `gateway`, locked
+    url: str = "http://127.0.0.1:8000"  # the gateway's endpoint, as the load client in the gateway guest sees it
+
+
+@pytest.fixture(scope="module")
+def gateway(request, vm_fleet, lab_inventory):
+    """--full: the gateway guest booted on the session network (torn down after the module); CI: None."""
+    if not request.config.getoption("--full"):
+        yield None
+        return
+    workdir = vm_fleet.workdir / "gateway"
+    start = time.monotonic()
+    try:
+        fleet = gateway_lab.boot(vm_fleet, workdir, cache_dir())
+        figure("gateway: boot the gateway guest on the session network", f"{time.monotonic() - start:.1f} s")
+        inv = gateway_lab.inventory(lab_inventory, fleet, vm_fleet.workdir / "gateway.yml",
+                                    vm_fleet.workdir / "api-keys")
+        yield Gateway(fleet.guests[0], inv)
+    finally:
+        specfleet_lab.down(workdir)
+
+
+@pytest.fixture(scope="module")
+def base_inventory(gateway, lab_inventory) -> Path:
+    """What the module rolls out from: the lab's inventory, behind the gateway in --full."""
+    return gateway.inventory if gateway else lab_inventory
+
+
+def _start_load(gateway):
+    """--full: the load client in the gateway guest, through the gateway, until stopped (None in CI). Concurrency 2:
+    (N - 1) x one stand-in's capacity is more; bounded by count and time."""
+    if gateway is None:
+        return None
+    return gateway_lab.start_load(gateway.guest, gateway.url, gateway_lab.KEY, concurrency=2, count=4000,
+                                  seconds=1500, pause=0.2, stream_every=2, max_tokens=24)
+
+
+def _no_failed_requests(load, what: str) -> None:
+    if load is None:
+        return
+    load.stop()
+    s = load.summary
+    figure(f"gateway: {what}: client requests through the gateway / failed / p50 / p99",
+           f"{s['requests']} / {s['failed']} / {s['p50_s']:.3f} s / {s['p99_s']:.3f} s")
+    assert s["requests"] >= 20, s
+    assert s["failed"] == 0, f"{what}: failed client requests: {load.failures()[:5]}"
+
+
+def test_baseline_release_serving(vm_fleet, base_inventory, gateway, hub):
+    if gateway:  # the gateway first (the Sparks' drains wait for it), then the Sparks join it: one rollout
+        run = lab.run_pyinfra(base_inventory, "gateway")
+        assert run.returncode == 0, run.output()[-3000:]
+        proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "3",
+                                 inventory=base_inventory)
+        assert proc.returncode == 0 and "result: SUCCESS" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    run = lab.run_pyinfra(base_inventory, "eagle3")
     assert run.returncode == 0, run.output()[-3000:]
+    if gateway:
+        assert run.changed == {}, run.changed
+        _wait_pool(gateway, {g.name: "UP" for g in vm_fleet.guests})
     STATE["A"] = current(vm_fleet)
     assert len(set(STATE["A"].values())) == 1
     STATE["A_config"] = {g.name: config_of(g, STATE["A"][g.name]) for g in vm_fleet.guests}
 
 
-def test_good_rollout_keeps_the_fleet_available(vm_fleet, lab_inventory, hub):
+def test_good_rollout_keeps_the_fleet_available(vm_fleet, base_inventory, gateway, hub):
     """New release: the older EAGLE-3 head commit + max_draft_len 3. Batches 1,1 => largest batch 1, so
     at every second at least N - 1 hosts must answer /v1/completions."""
     from tests.vm.hub_standin import HubStandin
     old_head = HubStandin.commits(EAGLE)[0]
-    inv_b = lab.with_vars(lab_inventory, vm_fleet.workdir / "release-b.yml", draft_revision=old_head,
+    inv_b = lab.with_vars(base_inventory, vm_fleet.workdir / "release-b.yml", draft_revision=old_head,
                           extra_llm_api_options={"speculative_config": {"max_draft_len": 3}})
     STATE["inv_b"] = inv_b
     lab.start_pollers(vm_fleet)
+    load = _start_load(gateway)
     time.sleep(3)
     start = time.time()
     proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,1", inventory=inv_b)
     end = time.time()
     polls = lab.stop_pollers(vm_fleet)
+    _no_failed_requests(load, "a rollout of 3 hosts")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "result: SUCCESS" in proc.stdout
     after = current(vm_fleet)
@@ -73,10 +145,12 @@ def test_good_rollout_keeps_the_fleet_available(vm_fleet, lab_inventory, hub):
     figure(f"rollout: stage of N={n} hosts at once (gevent-patched entry)", staged[0] if staged else "not logged")
 
 
-def test_rollback_restores_the_previous_release_byte_for_byte(vm_fleet, lab_inventory, hub):
+def test_rollback_restores_the_previous_release_byte_for_byte(vm_fleet, base_inventory, gateway, hub):
     hub.reset_log()
-    run = lab.run_pyinfra(lab_inventory, "rollback")
+    load = _start_load(gateway)
+    run = lab.run_pyinfra(base_inventory, "rollback")
     assert run.returncode == 0, run.output()[-3000:]
+    _no_failed_requests(load, "a rollback of 3 hosts")
     assert current(vm_fleet) == STATE["A"]
     for g in vm_fleet.guests:
         assert config_of(g, STATE["A"][g.name]) == STATE["A_config"][g.name]
@@ -85,16 +159,16 @@ def test_rollback_restores_the_previous_release_byte_for_byte(vm_fleet, lab_inve
         assert answer["choices"][0]["text"].strip()
     assert file_bytes(hub) == 0 and api_bytes(hub) == 0, hub.bytes_served()
     figure("rollback: bytes served by the Hub stand-in", str(hub.total_bytes()))
-    listing = lab.run_specfleet("releases", "inventory.py", inventory=lab_inventory)
+    listing = lab.run_specfleet("releases", "inventory.py", inventory=base_inventory)
     assert listing.returncode == 0
     for g in vm_fleet.guests:
         assert f"* {STATE['A'][g.name]}" in listing.stdout and STATE["B"][g.name] in listing.stdout
 
 
 @pytest.mark.full  # CI keeps the unit test of the same halt: tests/unit/test_rollout_halt.py
-def test_bad_release_is_rolled_back_on_the_canary_and_halts(vm_fleet, lab_inventory):
+def test_bad_release_is_rolled_back_on_the_canary_and_halts(vm_fleet, base_inventory):
     lab.make_variant_in_guests(vm_fleet, "crash", BAD_TAG)
-    inv_bad = lab.with_vars(lab_inventory, vm_fleet.workdir / "release-bad.yml", image=BAD_TAG)
+    inv_bad = lab.with_vars(base_inventory, vm_fleet.workdir / "release-bad.yml", image=BAD_TAG)
     before, started = current(vm_fleet), started_at(vm_fleet)
     proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,1", inventory=inv_bad)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
@@ -110,8 +184,8 @@ def test_bad_release_is_rolled_back_on_the_canary_and_halts(vm_fleet, lab_invent
 
 
 @pytest.mark.full  # two reboots' worth of minutes: the --full tier
-def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, lab_inventory):
-    inv_c = lab.with_vars(lab_inventory, vm_fleet.workdir / "release-c.yml",
+def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, base_inventory):
+    inv_c = lab.with_vars(base_inventory, vm_fleet.workdir / "release-c.yml",
                           extra_llm_api_options={"speculative_config": {"max_draft_len": 2}})
     canary, victim, last = vm_fleet.guests
     before = current(vm_fleet)
@@ -151,9 +225,9 @@ def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, lab_i
 
 
 @pytest.mark.full  # the lock refusal itself stays in CI: test_faults.py::test_two_converges_at_once
-def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, lab_inventory):
+def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, base_inventory):
     # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
-    inv_c = STATE.get("serving_inventory", lab_inventory)
+    inv_c = STATE.get("serving_inventory", base_inventory)
     first = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c, background=True)
     guest = vm_fleet.guests[0]
     deadline = time.monotonic() + 300
@@ -165,3 +239,143 @@ def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, lab_inventory):
     assert "refused: another rollout holds the lock: rollout" in second.stderr
     assert first.returncode == 0, out + err[-2000:]
     assert guest.ssh("test -e /var/lib/specfleet/lock", check=False).returncode != 0, "lock released"
+
+
+# ---- the gateway's own scenarios (--full): the fleet serves C behind the gateway here -------------------------------
+def _wait_pool(gateway, wanted: dict[str, str], seconds: float = 90) -> dict[str, str]:
+    """Poll the gateway's pool until each named Spark's status starts with its wanted word (UP, DOWN, ...)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        now = gateway_lab.pool(gateway.guest)
+        if all(now.get(h, "").startswith(w) for h, w in wanted.items()) or time.monotonic() > deadline:
+            assert all(now.get(h, "").startswith(w) for h, w in wanted.items()), f"pool {now}, wanted {wanted}"
+            return now
+        time.sleep(0.5)
+
+
+def _gateway_curl(gateway, path: str, key: str | None, body: str | None = None) -> tuple[int, str]:
+    """curl in the gateway guest; the key as a header read from stdin (on no command line)."""
+    data = f"-H 'Content-Type: application/json' -d '{body}' " if body else ""
+    out = gateway.guest.ssh(f"curl -sS -m 30 -H @- -o /tmp/body -w '%{{http_code}}' {data}{gateway.url}{path}; "
+                            "echo; cat /tmp/body; rm -f /tmp/body",
+                            input=f"Authorization: Bearer {key}\n".encode() if key else b"").stdout
+    code, _, text = out.partition("\n")
+    return int(code), text
+
+
+@pytest.mark.full
+def test_gateway_answers_keys_models_and_health(vm_fleet, gateway):
+    body = '{"model": "openai/gpt-oss-120b", "prompt": "hi", "max_tokens": 4}'
+    assert _gateway_curl(gateway, "/v1/completions", None, body)[0] == 401  # no key: never reaches a Spark
+    assert _gateway_curl(gateway, "/v1/completions", "sk-wrong", body)[0] == 401
+    code, text = _gateway_curl(gateway, "/v1/completions", gateway_lab.KEY, body)
+    assert code == 200 and json.loads(text)["choices"][0]["text"].strip(), text
+    code, text = _gateway_curl(gateway, "/models/openai/gpt-oss-120b/v1/completions", gateway_lab.KEY, body)
+    assert code == 200, text  # the path form (for bodies whose `model` comes after a long prompt)
+    code, text = _gateway_curl(gateway, "/v1/completions", gateway_lab.KEY, body.replace("openai/gpt-oss-120b", "x/y"))
+    assert code == 404, text
+    code, text = _gateway_curl(gateway, "/v1/models", gateway_lab.KEY)
+    assert code == 200 and [m["id"] for m in json.loads(text)["data"]] == ["openai/gpt-oss-120b"], text
+    health = gateway.guest.ssh("curl -sS -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/healthz").stdout
+    metrics = gateway.guest.ssh("curl -sS http://127.0.0.1:8404/metrics").stdout
+    assert health == "200" and "haproxy_server_current_sessions" in metrics, (health, metrics[:300])
+
+
+@pytest.mark.full
+def test_a_spark_killed_mid_load_leaves_the_pool_within_the_bound(vm_fleet, gateway):
+    victim = vm_fleet.guests[2]
+    bound = leave_bound_sec(2000, 2)  # the defaults: gateway_check_inter_ms, gateway_check_fall
+    offset = gateway_lab.clock_offset(gateway.guest)
+    load = gateway_lab.start_load(gateway.guest, gateway.url, gateway_lab.KEY, concurrency=4, count=2000,
+                                  seconds=300, pause=0.1, stream_every=1, max_tokens=120)
+    time.sleep(8)  # four streams of ~2 s each, spread over the three Sparks by leastconn
+    victim.ssh("docker kill specfleet-trtllm >/dev/null")
+    killed = time.time()
+    _wait_pool(gateway, {victim.name: "DOWN"}, seconds=bound + 30)
+    left = time.time() - killed  # an upper bound: the last poll saw it UP before this
+    time.sleep(10)  # requests after it left: none may fail
+    load.stop()
+    failed = load.failures()
+    figure("gateway: a Spark's container killed mid-load: left the pool after / bound",
+           f"{left:.1f} s (polled; an upper bound) / {bound:.1f} s")
+    figure("gateway: ... client requests / failed (in flight on it when killed)",
+           f"{load.summary['requests']} / {len(failed)}")
+    assert left <= bound + 2.0, f"left the pool {left:.1f} s after the kill (bound {bound:.1f} s + 2 s polling)"
+    assert len(failed) <= 4, failed  # at most the client's concurrency was in flight on it
+    assert all(r["t0"] - offset < killed + 0.5 for r in failed), f"requests started after the kill failed: {failed}"
+    # systemd restarts the container (RestartSec), and the agent keeps it out until a gate passes: the converge
+    deadline = time.monotonic() + 120
+    while victim.ssh("docker inspect -f '{{.State.Running}}' specfleet-trtllm", check=False).stdout.strip() != "true":
+        assert time.monotonic() < deadline, "systemd did not restart the container"
+        time.sleep(2)
+    time.sleep(2 * 2.0 * 2)  # two rise intervals: it would be back by now if only /health counted
+    assert not gateway_lab.pool(gateway.guest)[victim.name].startswith("UP"), "back in the pool without a gate"
+    run = lab.run_pyinfra(STATE["serving_inventory"], "eagle3", "--limit", victim.name)
+    assert run.returncode == 0, run.output()[-3000:]
+    _wait_pool(gateway, {g.name: "UP" for g in vm_fleet.guests})
+
+
+@pytest.mark.full
+def test_latency_through_the_gateway_against_direct(vm_fleet, gateway):
+    opts = dict(concurrency=1, count=40, seconds=300, stream_every=0, max_tokens=16)
+    direct = gateway_lab.run_load(vm_fleet.guests[0], "http://127.0.0.1:8000", **opts).summary
+    through = gateway_lab.run_load(gateway.guest, gateway.url, gateway_lab.KEY, **opts).summary
+    assert direct["failed"] == 0 and through["failed"] == 0, (direct, through)
+    figure("gateway: p50 / p99 through the gateway vs direct to a Spark (40 sequential completions each)",
+           f"{through['p50_s'] * 1000:.0f} / {through['p99_s'] * 1000:.0f} ms vs {direct['p50_s'] * 1000:.0f} / "
+           f"{direct['p99_s'] * 1000:.0f} ms = {through['p50_s'] / direct['p50_s']:.2f}x / "
+           f"{through['p99_s'] / direct['p99_s']:.2f}x")
+
+
+@pytest.mark.full
+def test_the_sparks_answer_only_the_gateways(vm_fleet, gateway):
+    spark, peer = vm_fleet.guests[0], vm_fleet.guests[1]
+    url = f"http://{spark.lan_address}:8001/health"
+    assert gateway.guest.ssh(f"curl -sS -m 5 -o /dev/null -w '%{{http_code}}' {url}").stdout == "200"
+    refused = peer.ssh(f"curl -sS -m 5 -o /dev/null -w '%{{http_code}}' {url}", check=False)
+    assert refused.returncode != 0 and refused.stdout in ("", "000"), refused
+    direct = peer.ssh(f"curl -sS -m 5 http://{spark.lan_address}:8000/health", check=False)
+    assert direct.returncode != 0, direct  # the server itself listens on loopback only
+    ssh_open = peer.ssh(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{spark.lan_address}/22' && echo open", check=False)
+    assert ssh_open.stdout.strip() == "open", ssh_open  # other traffic is untouched
+
+
+@pytest.mark.full
+def test_the_key_is_on_no_disk(vm_fleet, gateway):
+    for guest in (gateway.guest, *vm_fleet.guests):
+        found = guest.ssh(f"grep -rlsF -- '{gateway_lab.KEY}' /etc /var /tmp /root /home /run /usr/local /opt "
+                          "--exclude-dir=proc; journalctl -q --no-pager -o cat | grep -cF -- "
+                          f"'{gateway_lab.KEY}'", check=False).stdout.split()
+        assert found == ["0"], f"{guest.name}: the API key is in {found}"
+    mode = gateway.guest.ssh("stat -c '%a %U' /etc/haproxy/specfleet-keys.map").stdout.strip()
+    assert mode == "600 root", mode
+
+
+@pytest.mark.full
+def test_status_shows_each_spark_in_each_pool(vm_fleet, gateway):
+    out = lab.run_specfleet("status", "inventory.py", inventory=STATE["serving_inventory"])
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    assert f"{gateway_lab.GATEWAY}  gateway  ok  3/3 Spark(s) ready" in out.stdout, out.stdout
+    for g in vm_fleet.guests:
+        assert any(g.name in line and f"in pool: {gateway_lab.GATEWAY} ready" in line
+                   for line in out.stdout.splitlines()), out.stdout
+
+
+@pytest.mark.full
+def test_without_the_gateway_the_fleet_serves_as_before(vm_fleet, gateway):
+    """The last test of the module: the gateway group goes (the Sparks' unit loses the start marker: a switch),
+    the cleanup deploy removes the gateway, and the later modules get a fleet as CI has it."""
+    inv = gateway_lab.without_gateway(STATE["serving_inventory"], vm_fleet.workdir / "release-c-alone.yml")
+    run = lab.run_pyinfra(inv, "eagle3")
+    assert run.returncode == 0, run.output()[-3000:]
+    for g in vm_fleet.guests:
+        left = g.ssh("ls /etc/systemd/system /var/lib/specfleet | grep -E -- '-(gateway|agent)[.]|^gateways[.]json$|"
+                     "^agent$'", check=False).stdout
+        assert left == "", f"{g.name}: left behind: {left}"
+        assert lab.guest_curl_completion(g)["choices"][0]["text"].strip()
+    cleanup = lab.run_pyinfra(STATE["serving_inventory"], "cleanup", "--limit", gateway_lab.GATEWAY)
+    assert cleanup.returncode == 0, cleanup.output()[-3000:]
+    gone = gateway.guest.ssh("dpkg -s haproxy >/dev/null 2>&1 && echo installed; ls /etc/haproxy 2>/dev/null",
+                             check=False).stdout
+    assert "installed" not in gone and "specfleet" not in gone, gone
+    STATE["serving_inventory"] = inv

@@ -78,7 +78,7 @@ def workdir(tmp_path_factory) -> Path:
 def fleet(workdir, cache_dir, request):
     t0 = time.monotonic()
     try:
-        f = specfleet_lab.up(count=2, workdir=workdir, cache_dir=cache_dir)
+        f = specfleet_lab.up(count=2, workdir=workdir, cache_dir=cache_dir, lan=True)
         FIGURES["up(2) total s"] = round(time.monotonic() - t0, 1)
         FIGURES.update({f"up(2) {k}": v for k, v in f.timings.items() if k != "states"})
         yield f
@@ -181,6 +181,21 @@ def test_standin_nvidia_toolkit_gives_docker_the_gpu_code_path(fleet):
     assert [r["Capabilities"] for r in hc["DeviceRequests"]] == [[["gpu"]]] and hc["DeviceRequests"][0]["Count"] == -1
 
 
+def test_guests_reach_each_other_on_the_shared_network(fleet):
+    """specfleet_lab/lan.py: a second NIC on a QEMU multicast socket network, static addresses from the kernel
+    command line; the user-mode NIC (SSH from the controller, the default route) is untouched."""
+    a, b = fleet.guests
+    assert [a.lan_address, b.lan_address] == [fleet.guests[0].lan.address(11), fleet.guests[0].lan.address(12)]
+    for g in (a, b):
+        shown = g.ssh("ip -4 -o addr show dev lan0").stdout
+        assert f"inet {g.lan_address}/24" in shown, shown
+    there = a.ssh(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{b.lan_address}/22' && echo open", check=False)
+    assert there.stdout.strip() == "open", there
+    sshd = b.ssh(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{a.lan_address}/22' && echo open", check=False)
+    assert sshd.stdout.strip() == "open", sshd
+    assert "lan0" not in a.ssh("ip route show default").stdout  # the default route stays on the NAT NIC
+
+
 def test_inventory_and_fleet_json(fleet):
     inv = yaml.safe_load(fleet.inventory_path.read_text())
     v = inv["all"]["vars"]
@@ -188,7 +203,7 @@ def test_inventory_and_fleet_json(fleet):
     assert v["ssh_known_hosts_file"] == "/dev/null"
     assert v["ssh_strict_host_key_checking"] == "no"
     hosts = inv["all"]["children"]["vm_fleet"]["hosts"]
-    assert hosts == {g.name: {"ssh_hostname": "127.0.0.1", "ssh_port": g.port}
+    assert hosts == {g.name: {"ssh_hostname": "127.0.0.1", "ssh_port": g.port, "fleet_address": g.lan_address}
                      for g in fleet.guests}
     again = specfleet_lab.load(fleet.workdir)  # another process re-attaches via fleet.json
     assert [(g.name, g.port) for g in again.guests] == [(g.name, g.port) for g in fleet.guests]
@@ -212,6 +227,7 @@ def test_poweroff_and_boot_again(fleet):
     assert g.ssh("cat /root/marker").stdout.strip() == "survives"
     assert g.ssh("cat /etc/machine-id").stdout.strip() == machine_id
     assert fleet.guests[0].ssh("hostname").stdout.strip() == "spark-1"  # the other one is fine
+    assert f"inet {g.lan_address}/24" in g.ssh("ip -4 -o addr show dev lan0").stdout  # same address after a boot
 
 
 def test_down_is_complete_and_idempotent(fleet, workdir):
