@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from pathlib import Path
 
 ENV_VAR = "SPECFLEET_API_KEYS"
@@ -79,4 +80,18 @@ def gateway_secrets(s) -> tuple[dict[str, str], str | None, list[str]]:
                 out.append(f"{var}: {path} holds no PEM block (allowed: a PEM file with -----BEGIN ...)")
             parts.append(text if text.endswith("\n") else text + "\n")
         pem = "".join(parts)
+        if not out:
+            out += _pair_problems(s.gateway_tls_cert_file, s.gateway_tls_key_file)
     return keys, pem, out
+
+
+def _pair_problems(cert: str, key: str) -> list[str]:
+    """The pair as TLS will load it (Python's ssl, OpenSSL as HAProxy uses it): a swapped, encrypted or mismatched
+    pair is refused on the controller, before the gateway's own `haproxy -c`."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            str(Path(cert).expanduser()), str(Path(key).expanduser()), password=lambda: b"")
+    except ssl.SSLError as exc:
+        return [f"gateway_tls_key_file: {key} does not load with {cert} ({exc.reason or 'invalid'}; allowed: the "
+                "certificate chain and its unencrypted private key, PEM)"]
+    return []

@@ -99,6 +99,9 @@ def problems(inventory: Inventory, values: dict[str, dict[str, Any]],
     for h in gateways:
         out += _gateway_problems(h, values[h], values[gateways[0]], gateways[0], h in mirrors)
     sparks = [h for h in spark_hosts(inventory) if h in values]
+    if not sparks:
+        out.append(Problem(gateways[0], GATEWAY_GROUP, "has no Spark to send requests to (allowed: a gateway group "
+                                                       "with at least one host outside it serving a profile)"))
     for h in sparks:
         if values[h].get("serves") is None:
             out.append(Problem(h, "serves", f"not set; with a {GATEWAY_GROUP} group every Spark names the profile it "

@@ -177,6 +177,9 @@ class GatewayLayout:
     config_dir: str = "/etc/haproxy"
     admin_socket: str = "/run/haproxy/admin.sock"  # HAProxy's runtime API (drain, ready, show stat)
     state_file: str = "/var/lib/haproxy/server-state"  # server states saved before a reload, loaded after it
+    # the digest of the file set the running HAProxy loaded, written after each start/reload succeeded: a run that
+    # installed files but did not get to reload (a failure, a dead controller) reloads on the next run
+    loaded_stamp: str = "/var/lib/haproxy/specfleet-loaded"
 
     config = property(lambda self: f"{self.config_dir}/haproxy.cfg")
     models_map = property(lambda self: f"{self.config_dir}/specfleet-models.map")  # model -> backend

@@ -48,13 +48,19 @@ def _wanted(s) -> tuple[dict[str, str], int, list[str]]:
     return wanted, len(keys), []
 
 
+def loaded_stamp(wanted: dict[str, str]) -> str:
+    """What LAYOUT.loaded_stamp holds once HAProxy runs with `wanted`: a digest of the files it reads at (re)load."""
+    return sha256("".join(f"{p} {sha256(wanted[p])}\n" for p in sorted(RELOAD & set(wanted)))) + "\n"
+
+
 def _work(st, wanted: dict[str, str]) -> tuple[list[str], str | None]:
     """(files that differ, then what HAProxy needs: start | reload | sync | None), from the one status read."""
     changed = [p for p in wanted if st.files.get(p) != f"{'600' if p in SECRET else '644'}|root|root|"
                f"{sha256(wanted[p])}"]
     if not (st.active == "active" and st.admin):
         return changed, "start"
-    if set(changed) & RELOAD:
+    if set(changed) & RELOAD or not (st.files.get(LAYOUT.loaded_stamp) or "").endswith(
+            "|" + sha256(loaded_stamp(wanted))):  # installed by a run that did not get to reload
         return changed, "reload"
     return changed, "sync" if LAYOUT.keys_map in changed else None
 
@@ -82,7 +88,7 @@ def gateway():
     if problems:
         refuse(name="Gateway preflight", message="; ".join(f"{host.name}: {p}" for p in problems))
         return
-    st = host.get_fact(GatewayStatus, files=tuple(wanted))
+    st = host.get_fact(GatewayStatus, files=(*wanted, LAYOUT.loaded_stamp))
     if st.haproxy and _version(st.haproxy) < MIN_HAPROXY:
         refuse(name="Gateway preflight", message=f"{host.name}: gateway: haproxy {st.haproxy} is older than "
                                                  f"{'.'.join(map(str, MIN_HAPROXY))} (needed: http_auth_bearer, "
@@ -99,12 +105,17 @@ def gateway():
                      extra_install_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")
     changed, action = _work(st, wanted)
     _write_checked(changed, wanted, action)
+    stamp = f"printf %s {shlex.quote(loaded_stamp(wanted))} > {shlex.quote(LAYOUT.loaded_stamp)}"
     if action == "start":
         server.shell(name="Enable and start haproxy", commands=["systemctl enable haproxy",
-                                                                "systemctl restart haproxy"])
+                                                                "systemctl restart haproxy", stamp])
     elif action == "reload":
+        # the running worker takes the new keys first: it keeps serving its kept-alive connections after the reload
+        # (up to hard-stop-after), and a revoked key must be refused there too
+        sync = [admin_command("sync-map", LAYOUT.keys_map)] if LAYOUT.keys_map in changed else []
         server.shell(name="Save the servers' states, then reload haproxy (no connection dropped)",
-                     commands=[admin_command("save-state", LAYOUT.state_file), "systemctl reload haproxy"])
+                     commands=[*sync, admin_command("save-state", LAYOUT.state_file), "systemctl reload haproxy",
+                               stamp])
     logger.info(f"    [{host.name}] gateway: {len(s.gateway_backends)} Spark(s), {n_keys} API key(s), "
                 f"{len(changed)} file(s) to write")
 
@@ -122,17 +133,18 @@ def _write_checked(changed: list[str], wanted: dict[str, str], action: str | Non
                     function=write_root_file, path=new[path], content=wanted[path],
                     mode="600" if path in SECRET else "644")
     install = " && ".join(f"mv -f {shlex.quote(new[p])} {shlex.quote(p)}" for p in changed)
+    # whatever happens, no unproven copy stays (the TLS key's included): the next run writes them again
+    tidy = f"rc=$?; rm -f {shlex.join([*new.values(), LAYOUT.config + CHECK])}; exit $rc"
     if action == "sync":
         server.shell(name="Sync the running API-key map from the new file (no reload), then install it",
                      commands=[admin_command("sync-map", LAYOUT.keys_map, "--from", new[LAYOUT.keys_map])
-                               + " && " + install])
+                               + f" && {install}; {tidy}"])
         return
     check = check_config(wanted[LAYOUT.config], {p: new[p] for p in changed if p != LAYOUT.config})
     python.call(name=f"Write {LAYOUT.config}{CHECK}", function=write_root_file, path=f"{LAYOUT.config}{CHECK}",
                 content=check, mode="600")
     server.shell(name=f"Check the new files with haproxy -c, then install them ({len(changed)})",
-                 commands=[f"haproxy -c -q -f {shlex.quote(LAYOUT.config + CHECK)} && {install}; "
-                           f"rc=$?; rm -f {shlex.quote(LAYOUT.config + CHECK)}; exit $rc"])
+                 commands=[f"haproxy -c -q -f {shlex.quote(LAYOUT.config + CHECK)} && {install}; {tidy}"])
 
 
 @deploy("Gateway plan (read only)")
@@ -143,7 +155,7 @@ def gateway_plan(out: dict):
     if problems:
         out[host.name] = [f"refused: {p}" for p in problems]
         return
-    out[host.name] = gateway_lines(host.get_fact(GatewayStatus, files=tuple(wanted)), wanted)
+    out[host.name] = gateway_lines(host.get_fact(GatewayStatus, files=(*wanted, LAYOUT.loaded_stamp)), wanted)
 
 
 @deploy("Gateway status (read only)")
@@ -157,8 +169,10 @@ def gateway_alive(out: dict):
 @deploy("Gateway cleanup")
 def gateway_cleanup():
     """Stop and disable HAProxy, remove every file the gateway deploy wrote, and the package it installed."""
-    ours = (LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.keys_map, LAYOUT.models_lua, LAYOUT.tls_pem,
-            LAYOUT.state_file)
+    files = (LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.keys_map, LAYOUT.models_lua, LAYOUT.tls_pem)
+    # with what a run cut short may have left: unproven copies (.specfleet-new, the TLS key's too), half-written ones
+    ours = (*files, *(f + NEW for f in files), *(f + ".specfleet-tmp" for f in files), LAYOUT.config + CHECK,
+            LAYOUT.state_file, LAYOUT.loaded_stamp)
     st = host.get_fact(GatewayStatus, files=ours)
     if st.active == "active" or st.enabled == "enabled":
         server.shell(name="Stop and disable haproxy", commands=["systemctl disable --now haproxy"])

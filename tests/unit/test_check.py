@@ -220,3 +220,11 @@ def test_a_token_file_that_is_not_text_is_one_line(fleet_file, tmp_path):
     result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert result.output.strip() == f"spark-01: hf_token_file: {token} is not UTF-8 text", result.output
+
+
+def test_a_gateway_group_with_no_spark_is_refused(fleet_file):
+    fleet_file("all:\n  children:\n    gateway: {hosts: {gw-1: {ssh_hostname: 10.0.0.1}}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/gateway.py"])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == ["gw-1: gateway: has no Spark to send requests to (allowed: a gateway group "
+                                          "with at least one host outside it serving a profile)"], result.output

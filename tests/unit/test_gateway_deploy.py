@@ -5,13 +5,16 @@ Spark or puts a key anywhere."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from specfleet.api_keys import gateway_secrets
 from specfleet.gateway_files import backends, gateway_files, gateway_options
 from specfleet.host.layout import GatewayLayout
 from specfleet.steps import gateway
-from specfleet.steps.gateway import LAYOUT, SECRET
+from specfleet.steps.gateway import LAYOUT, SECRET, loaded_stamp
 from tests.unit.fakehost import changed_ops, executed, make_plans, run_deploy
 
 KEY = "sk-specfleet-unit-key-0123456789"
@@ -30,10 +33,14 @@ def _plans(**gw_vars):
     return make_plans({**FLEET, "gw-1": {**FLEET["gw-1"], **gw_vars}}, None, groups={"gateway": ["gw-1"]})
 
 
-def _status(plan, keys=None, *, haproxy="2.8.5-1ubuntu3", features=FEATURES, active="active", files=None) -> list:
+def _status(plan, keys=None, *, haproxy="2.8.5-1ubuntu3", features=FEATURES, active="active", files=None,
+            loaded=True) -> list:
+    """The status read of a gateway host that has `files` (default: what `plan` wants, loaded by HAProxy)."""
     s = plan.settings
     wanted = gateway_files(gateway_options(s), backends(s.gateway_backends), keys or {"ci": KEY}, GatewayLayout())
-    files = wanted if files is None else files
+    files = dict(wanted if files is None else files)
+    if loaded and files:
+        files[LAYOUT.loaded_stamp] = loaded_stamp(files)
     lines = [f"haproxy\t{haproxy}", f"features\t{features}", f"active\t{active}", "enabled\tenabled", "admin\tyes",
              "dpkg_busy\t"]
     for path, content in files.items():
@@ -97,6 +104,27 @@ def test_a_new_spark_is_a_checked_config_and_a_reload_that_keeps_the_drains():
     assert text.index("save-state /var/lib/haproxy/server-state") < text.index("systemctl reload haproxy")
 
 
+def test_files_installed_by_a_run_cut_short_before_its_reload_are_loaded_by_the_next_run():
+    plans = _plans()
+    state, names, cmds = _run(plans, lambda p: _status(p, loaded=False))  # the files are right, HAProxy is not
+    assert names["gw-1"] == ["Save the servers' states, then reload haproxy (no connection dropped)"], names
+    text = "\n".join(cmds["gw-1"])
+    assert text.index("systemctl reload haproxy") < text.index(f"> {LAYOUT.loaded_stamp}")  # the stamp after it
+
+
+def test_keys_changed_with_the_config_sync_the_running_worker_before_the_reload(monkeypatch):
+    old = _plans()
+    monkeypatch.setenv("SPECFLEET_API_KEYS", "other sk-specfleet-unit-other-key-987654\n")
+    new = make_plans({**FLEET, "spark-c": {"ssh_hostname": "10.0.0.4", "serves": "eagle3"}}, None,
+                     groups={"gateway": ["gw-1"]})
+    state, names, cmds = _run(new, lambda p: _status(old["gw-1"]))
+    text = "\n".join(cmds["gw-1"])
+    # the old worker keeps its kept-alive connections after the reload: it must refuse the revoked key too
+    assert text.index(f"sync-map {LAYOUT.keys_map}") < text.index("systemctl reload haproxy"), text
+    # an unproven copy (of the keys, of the TLS key) never stays behind, whether the check passed or not
+    assert f"rc=$?; rm -f {LAYOUT.config}.specfleet-new" in text and f"{LAYOUT.keys_map}.specfleet-new" in text
+
+
 def test_bad_keys_are_refused_with_one_line_and_nothing_changes(monkeypatch):
     monkeypatch.setenv("SPECFLEET_API_KEYS", f"ci {KEY}\nbroken-line-with-{KEY}-in-it\n")
     state, names, cmds = _run(_plans(), _status)
@@ -113,15 +141,33 @@ def test_an_engine_without_lua_is_refused_before_anything_changes():
     assert not [c for c in cmds["gw-1"][1:] if "cat >" in c or "systemctl" in c], cmds  # [0]: the status read
 
 
+def _pair(tmp_path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate and its unencrypted key (openssl, as an operator makes one)."""
+    cert, key = tmp_path / f"{name}-cert.pem", tmp_path / f"{name}-key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
 def test_tls_pair_is_one_root_only_pem_and_the_config_binds_ssl(tmp_path):
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    key.write_text("-----BEGIN PRIVATE KEY-----\nsecretkeymaterial\n-----END PRIVATE KEY-----\n")
+    cert, key = _pair(tmp_path, "gw")
     plans = _plans(gateway_tls_cert_file=str(cert), gateway_tls_key_file=str(key))
     state, names, cmds = _run(plans, lambda p: _status(p, files={}))
     assert f"Write {LAYOUT.tls_pem}.specfleet-new (root-only, from stdin)" in names["gw-1"], names
-    assert "secretkeymaterial" not in "\n".join(cmds["gw-1"])
+    body = key.read_text().splitlines()[1]  # a line of the key's base64
+    assert body not in "\n".join(cmds["gw-1"])
     assert f"Write {LAYOUT.config}.specfleet-check" in names["gw-1"]  # the check names the new PEM (root-only)
+
+
+def test_a_key_that_is_not_the_certificates_is_refused_on_the_controller(tmp_path):
+    cert, _ = _pair(tmp_path, "one")
+    _, other_key = _pair(tmp_path, "two")
+    plans = _plans(gateway_tls_cert_file=str(cert), gateway_tls_key_file=str(other_key))
+    state, names, cmds = _run(plans, lambda p: _status(p, files={}))
+    assert names["gw-1"] == [] and "gw-1" in {h.name.removeprefix("@fake/") for h in state.failed_hosts}
+    problems = gateway_secrets(plans["gw-1"].settings)[2]
+    assert len(problems) == 1 and problems[0].startswith(f"gateway_tls_key_file: {other_key} does not load with "
+                                                         f"{cert} ("), problems
 
 
 # ---- a rollout checks every gateway first ------------------------------------------------------------------------
