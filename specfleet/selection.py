@@ -35,6 +35,22 @@ def parse_batches(spec: str, n_hosts: int) -> list[int]:
     return out
 
 
+def whole_model_batches(spec: str, targets: list[str], peers: dict[str, tuple[str, list[str]]]) -> list[str]:
+    """Behind gateways: a problem line per planned batch that would switch every Spark of a model at once, leaving
+    the gateways none to send its requests to. `peers`: target -> (its model, every Spark of that model). A model
+    served by one Spark only can be switched no other way: allowed."""
+    out, done = [], 0
+    for index, size in enumerate(parse_batches(spec, len(targets)), 1):
+        batch = set(targets[done:done + size])
+        done += size
+        for model, sparks in sorted({peers[h][0]: tuple(peers[h][1]) for h in batch if h in peers}.items()):
+            if len(sparks) > 1 and set(sparks) <= batch:
+                out.append(f"--batches {spec}: batch {index} switches every Spark of {model} at once "
+                           f"({', '.join(sparks)}): the gateways would have none to send its requests to "
+                           "(allowed: batches that leave one of them serving, e.g. 1,1)")
+    return out
+
+
 def parse_max_fail(spec: str, n_hosts: int) -> int:
     """Failures tolerated: the rollout halts once failures EXCEED this number."""
     try:

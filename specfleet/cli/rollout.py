@@ -12,7 +12,7 @@ import click
 from .. import rollout as engine
 from .. import runner
 from ..plan import PlanError, deploy_profile, fleet_plans
-from ..selection import parse_batches, parse_max_fail, select
+from ..selection import parse_batches, parse_max_fail, select, whole_model_batches
 from .invalid import fleet_plans_or_exit, invalid_input
 
 
@@ -50,6 +50,10 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
         if not targets:
             raise PlanError([f"--limit {limit}: matches no serving host of the inventory"])
         parse_batches(batches, len(targets))
+        peers = {h: (plans[h].settings.profile["target"]["repo"], plans[h].settings.model_peers) for h in targets
+                 if plans[h].settings.gateways}
+        if whole := whole_model_batches(batches, targets, peers):
+            raise PlanError(whole)
         tolerated = parse_max_fail(max_fail, len(targets))
         gateways = [h for h in inventory.hosts if plans[h].is_gateway]
         for g in without_gateways:

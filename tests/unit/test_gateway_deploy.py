@@ -235,6 +235,32 @@ def test_the_command_line_says_which_gateway_and_how_to_proceed(fleet_file, monk
         in result.output
 
 
+def test_a_batch_that_would_switch_every_spark_of_a_model_is_refused(fleet_file, monkeypatch):
+    from click.testing import CliRunner
+
+    from specfleet import rollout as engine
+    from specfleet.cli import main
+
+    fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}, spark-b: {ssh_hostname: 10.0.0.3, "
+               "serves: eagle3}, spark-c: {ssh_hostname: 10.0.0.4, serves: eagle3}}\n  children:\n    gateway:\n"
+               "      hosts: {gw-1: {ssh_hostname: 10.0.0.1}}\n")
+    runs = []
+
+    def run(r):  # the rollout would start here: record it and stop
+        runs.append(r)
+        raise SystemExit(0)
+    monkeypatch.setattr(engine, "run", run)
+    result = CliRunner().invoke(main, ["rollout", "inventory.py", "deploys/eagle3.py", "--batches", "3"])
+    assert result.exit_code == 2 and not runs, result.output
+    assert result.output.splitlines() == [
+        "--batches 3: batch 1 switches every Spark of openai/gpt-oss-120b at once (spark-a, spark-b, spark-c): the "
+        "gateways would have none to send its requests to (allowed: batches that leave one of them serving, e.g. 1,1)"]
+    for ok in (["--batches", "1,100%"], ["--batches", "2", "--limit", "spark-a,spark-b"]):  # one always serves on
+        result = CliRunner().invoke(main, ["rollout", "inventory.py", "deploys/eagle3.py", *ok])
+        assert "switches every Spark" not in result.output and len(runs) == 1, result.output
+        runs.clear()
+
+
 def test_plan_of_the_gateway_deploy_says_what_it_would_do(fleet_file, monkeypatch):
     from click.testing import CliRunner
 
