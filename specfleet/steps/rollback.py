@@ -4,7 +4,7 @@ and model snapshots are all still on the host."""
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from .jobs import host_job
@@ -15,6 +15,9 @@ from .state import current_plan, host_status, refuse
 @deploy("Rollback")
 def rollback():
     plan = current_plan()
+    if plan.is_gateway or plan.is_mirror:  # they serve no model: no release to return to
+        logger.info(f"[{host.name}] skipped: a {'gateway' if plan.is_gateway else 'hub_mirror'} host serves no model")
+        return
     s, layout = plan.settings, plan.paths
     st = host_status(plan)
     target = s.rollback_to or st.previous

@@ -198,3 +198,20 @@ def test_a_release_file_emptied_by_a_power_loss_is_written_again():
 
 def _op_names(state):
     return [", ".join(state.get_op_meta(h).names) for h in state.get_op_order()]
+
+
+@pytest.mark.parametrize("gateways", [True, False])
+def test_behind_gateways_the_rollback_returns_one_spark_after_the_other(gateways):
+    """All at once, every Spark of a model would drain together (the gateways' clients would get 503s): behind
+    gateways the switch back runs host by host (pyinfra's _serial); without them, all at once as before."""
+    fleet = {"spark-01": {"ssh_hostname": "10.0.0.2"}, "spark-02": {"ssh_hostname": "10.0.0.3"}}
+    if gateways:
+        fleet = {"gw-1": {"ssh_hostname": "10.0.0.1"}, **{h: {**v, "serves": "eagle3"} for h, v in fleet.items()}}
+    plans = make_plans(fleet, None, groups={"gateway": ["gw-1"]} if gateways else None)
+    state = run_deploy(plans, rollback, responses=lambda p: {"exit 1": {"success": False}} if p.is_gateway else {
+        "export DATA SVC": [release_state_line(current="r-bbbbbbbbbbbb", previous="r-cccccccccccc",
+                                               releases=["r-bbbbbbbbbbbb", "r-cccccccccccc"]), "active\tactive"]})
+    switch = [h for h in state.get_op_order() if "Switch back to release" in ", ".join(state.get_op_meta(h).names)]
+    assert len(switch) == 1
+    assert state.get_op_meta(switch[0]).global_arguments["_serial"] is gateways
+    assert not state.failed_hosts, "a gateway host has no release to return to: the rollback leaves it alone"
