@@ -89,13 +89,9 @@ class Host:
         return release_state.gate(self.layout)
 
     def set_gate(self, rid: str, result: str, **fields) -> None:
-        """A passed gate records the serving unit's start marker it saw (`started`): the gateway agent takes a
-        host whose container started again since (systemd restarting it on its own) out until a new gate."""
+        """A passed gate records the start marker it saw: the gateway agent keeps a container started since out."""
         if result == "passed":
-            try:
-                fields["started"] = os.stat(self.layout.started_marker).st_mtime
-            except OSError:
-                fields["started"] = None
+            fields["started"] = release_state.started(self.layout)
         atomic_write(self.gate_file, json.dumps({"release": rid, "result": result, "at": now_iso(), **fields}) + "\n")
 
     # ---- activate: switch (if needed) + gate + revert ----------------------------------------------
@@ -144,8 +140,7 @@ class Host:
         running = (sh("systemctl", "is-active", service, check=False).stdout.strip() == "active"
                    and sh("docker", "inspect", "--format", "{{.State.Running}}", service,
                           check=False).stdout.strip() == "true")
-        return self.current() != rec["id"] or not unit_dst.is_file() or unit_dst.read_text() != unit_new \
-            or not running
+        return self.current() != rec["id"] or not unit_dst.is_file() or unit_dst.read_text() != unit_new or not running
 
     def activate(self, rid: str, revert: bool, timeout: int | None = None, skip_gateways: tuple = ()) -> None:
         rec = self.record(rid)
@@ -154,12 +149,12 @@ class Host:
         restart = self._restart_needed(rec)
         since = time.time()
         self.set_gate(rid, "running")  # from here the readiness agent tells the gateways `down`
-        if restart:
-            try:
-                self._drain(rec["service"], since, skip_gateways)
-            except Fail:
-                atomic_write(self.gate_file, json.dumps(before) + "\n")  # nothing changed: the old gate holds again
-                raise
+        # behind gateways and serving: out of every gateway's pool, requests in flight done (drain.py)
+        refused = restart and sh("systemctl", "is-active", rec["service"], check=False).stdout.strip() == "active" \
+            and drain.before_restart(self.layout, since, skip_gateways, say, self.progress)
+        if refused:
+            atomic_write(self.gate_file, json.dumps(before) + "\n")  # nothing changed: the old gate holds again
+            raise Fail(f"{refused}; not restarting (it serves {old or 'nothing'} as before)")
         restarted_at = None
         try:
             self._install(rec)
@@ -183,13 +178,6 @@ class Host:
         downtime = round(time.time() - restarted_at, 2) if restarted_at else None
         self.set_gate(rid, "passed", downtime_s=downtime)
         say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
-
-    def _drain(self, service: str, since: float, skip: tuple = ()) -> None:
-        """Behind gateways and serving: out of every gateway's pool, requests in flight done (drain.py)."""
-        if sh("systemctl", "is-active", service, check=False).stdout.strip() == "active":
-            refused = drain.before_restart(self.layout, since, skip, say, self.progress)
-            if refused:
-                raise Fail(f"{refused}; not restarting (it serves {self.current() or 'nothing'} as before)")
 
     def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:
         rid = rec["id"]

@@ -104,6 +104,8 @@ def fleet(tmp_path, standin):  # noqa: F811
     procs.append(subprocess.Popen([HAPROXY, "-db", "-f", lay.config], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL))
     try:
+        # HAProxy's runtime API socket appears once it has started (later on a loaded machine)
+        _wait(lambda: Path(tmp_path / "admin.sock").exists(), 30, "HAProxy's runtime API")
         _wait(lambda: all(_status(tmp_path, s).startswith("UP") for s in sparks), 30, "both Sparks in the pool")
         yield f"http://127.0.0.1:{api}", sparks, relays
     finally:
