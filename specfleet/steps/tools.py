@@ -11,7 +11,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, server
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
-from ..host.layout import AGENT_TOOL, DRAIN_FILE, HOST_PROGRAMS, LAYOUT_FILE, STATE_FILE, program_mode
+from ..host.layout import AGENT_TOOL, DRAIN_FILE, HOST_PROGRAMS, LAYOUT_FILE, STATE_FILE, UNIT_DIR, program_mode
 from .state import current_plan, differs, host_status, hub_client_ok
 
 AGENT_READS = {AGENT_TOOL, DRAIN_FILE, STATE_FILE, LAYOUT_FILE}  # the readiness agent and the modules it imports
@@ -32,7 +32,9 @@ def tools():
             files.put(name=f"Install {name}", src=str(host_dir / source), dest=path,
                       user="root", group="root", mode=program_mode(name))
             installed.append(name)
-    if s.gateways and set(installed) & AGENT_READS:  # the long-lived agent runs what is installed from now on
+    agent_unit = f"{UNIT_DIR}/{s.service_name}-agent.service"  # absent until behind_gateways writes it (later)
+    if s.gateways and set(installed) & AGENT_READS and agent_unit in host_status(plan).files:
+        # the long-lived agent runs what is installed from now on
         server.shell(name=f"Restart {s.service_name}-agent.service if it runs (its program changed)",
                      commands=[f"systemctl try-restart {shlex.quote(s.service_name + '-agent.service')}"])
     if hub_client_ok(plan):

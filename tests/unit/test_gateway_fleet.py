@@ -79,7 +79,7 @@ def test_a_spark_behind_gateways_gets_its_socket_agent_and_drain_file_once():
     assert len(files) == 5
     svc = plan.settings.service_name
     state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
-        p, files_missing=[*files, p.paths.agent_dir]))
+        p, files_missing=[*files, p.paths.agent_dir, p.paths.agent_tool]))  # joining: the agent's program is new too
     changed = [n.rsplit(" | ", 1)[-1] for n in changed_ops(state)["spark-a"]]
     assert [n for n in changed if n.startswith("Write ")] == [f"Write {path}" for path in files], changed
     assert f"Readiness agent directory {plan.paths.agent_dir}" in changed
@@ -87,6 +87,7 @@ def test_a_spark_behind_gateways_gets_its_socket_agent_and_drain_file_once():
     assert f"systemctl enable --now {svc}-gateway.socket {svc}-agent.socket" in cmds
     assert f"systemctl restart {svc}-gateway.socket" in cmds and "systemctl restart specfleet" in cmds
     assert "systemctl restart specfleet-trtllm.service" not in cmds and " activate " not in cmds  # trtllm untouched
+    assert "try-restart" not in cmds  # the new host tools restart no agent: there is none yet (systemctl would fail)
     # converged: nothing to do
     again = run_deploy({"spark-a": plan}, converge, "eagle3", responses=converged_responses)
     assert changed_ops(again)["spark-a"] == []
