@@ -137,6 +137,13 @@ def spark_paths(s: Settings) -> tuple[str, ...]:
                                                            "agent.service")), Layout.of(s).gateways_file)
 
 
+def spark_listens(s: Settings) -> dict[str, str]:
+    """Each gateway-facing socket unit of a Spark and the address it listens on, as `systemctl show -p Listen`
+    prints it: a changed socket unit restarts only when this changed (steps/behind_gateways.py)."""
+    return {f"{s.service_name}-{kind}.socket": f"{_listen('0.0.0.0', port)} (Stream)"
+            for kind, port in (("gateway", s.gateway_backend_port), ("agent", s.gateway_agent_port))}
+
+
 def spark_files(s: Settings) -> dict[str, str]:
     """What a Spark behind the fleet's gateways gets (none without gateways): a filtering socket on
     gateway_backend_port relaying to trtllm-serve on loopback, the readiness agent's socket and service, both

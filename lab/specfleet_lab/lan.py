@@ -6,9 +6,12 @@ Each network has its own multicast port, so fleets of one test run (the session 
 each other; a fleet that must join another's network (a gateway guest) is brought up with that network and its
 own first host number.
 
-In the guest, systemd-network-generator (enabled by the image) turns the kernel command line into networkd files:
-`ifname=lan0:<MAC>` names the NIC, `ip=<address>:::<netmask>::lan0:off` gives it its static address. Nothing is
-written into the guest, so a guest keeps its address across a power-off and boot (the same command line)."""
+In the guest, systemd-network-generator (enabled by the image) turns the kernel command line into a networkd file:
+`ip=<address>:::<netmask>::eth1:off` gives the second NIC its static address. The kernel names it: with
+net.ifnames=0 the NICs are eth0 (user-mode NAT, the first PCI NIC; DHCP by the image's 10-dhcp.network, which
+matches eth0 only) and eth1 (this network). A rename (`ifname=`) would not do: its .link file is generated after
+udev has named the NIC at boot. Nothing is written into the guest, so a guest keeps its address across a power-off
+and boot (the same command line)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import socket
 
 GROUP = "230.0.0.1"  # an administratively scoped IPv4 multicast group (RFC 2365), on 127.0.0.1 only
 NETMASK = "255.255.255.0"
+IFNAME = "eth1"  # the guest's name of its NIC on this network (the second PCI NIC, net.ifnames=0)
 FIRST_HOST = 11  # spark-1 is .11, spark-2 .12, ...; a fleet joining a network starts where it is told
 
 
@@ -39,7 +43,7 @@ class Lan:
                 "-device", f"virtio-net-pci,netdev=lan,mac={self.mac(host)}"]
 
     def kernel_args(self, host: int) -> str:
-        return f"ifname=lan0:{self.mac(host)} ip={self.address(host)}:::{NETMASK}::lan0:off"
+        return f"ip={self.address(host)}:::{NETMASK}::{IFNAME}:off"
 
     def to_json(self) -> dict:
         return {"port": self.port, "subnet": self.subnet}

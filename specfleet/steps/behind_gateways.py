@@ -2,7 +2,7 @@
 agent, and gateways.json (what its drain before a restart waits for). Written where they differ from the one status
 read; a Spark of a fleet without a gateway group gets nothing here.
 
-Sockets are (re)started only when their unit changed: trtllm-serve itself is not touched (its unit is part of the
+Sockets are (re)started only when their address changed: trtllm-serve itself is not touched (its unit is part of the
 release; the start marker that the readiness agent compares is in it, see render.unit_text)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from io import StringIO
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
-from ..gateway_files import spark_files, spark_paths
+from ..gateway_files import spark_files, spark_listens, spark_paths
 from ..host.layout import UNIT_DIR
 from .state import current_plan, differs, host_status
 
@@ -36,14 +36,17 @@ def behind_gateways():
     if not units:
         return
     systemd.daemon_reload(name="systemd daemon-reload (the gateway-facing units changed)")
-    sockets = [f"{s.service_name}-gateway.socket", f"{s.service_name}-agent.socket"]
-    # a changed socket (e.g. another gateway admitted) restarts with its service (Requires=): requests relayed at
-    # that moment are cut, so change the gateway set in a rollout; a changed service alone restarts if it runs
-    restart_sockets = [u for u in units if u.endswith(".socket")]
+    listens = spark_listens(s)
+    # Another set of gateways changes only a socket's IPAddressAllow=, which systemd applies to the running socket at
+    # the daemon-reload (the socket unit's cgroup filter is replaced; seen on systemd 252, Debian 12): no restart,
+    # nothing relayed is cut. A socket restarts (with its relay: Requires=) only when its address changed. A changed
+    # service alone restarts if it runs.
+    moved = [u for u in units if u in listens]
     restart_services = [u for u in units if u.endswith(".service") and u.replace(".service", ".socket") not in units]
     server.shell(name=f"Enable and (re)start {', '.join(units)}",
-                 commands=[f"systemctl enable --now {shlex.join(sockets)}",
-                           *(f"systemctl restart {shlex.quote(u)}" for u in restart_sockets),
+                 commands=[f"systemctl enable --now {shlex.join(listens)}",
+                           *(f"[ \"$(systemctl show -p Listen --value {shlex.quote(u)})\" = "
+                             f"{shlex.quote(listens[u])} ] || systemctl restart {shlex.quote(u)}" for u in moved),
                            *(f"systemctl try-restart {shlex.quote(u)}" for u in restart_services)])
 
 

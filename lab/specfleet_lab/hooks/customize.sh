@@ -2,17 +2,17 @@
 set -eu
 R="$1"; PUB="$2"
 
-# network: DHCP on every ethernet NIC via systemd-networkd; slirp's DNS
+# network: DHCP on the user-mode NAT NIC (eth0, the first; net.ifnames=0) via systemd-networkd; slirp's DNS
 mkdir -p "$R/etc/systemd/network"
 cat > "$R/etc/systemd/network/10-dhcp.network" <<'EOF'
 [Match]
-Name=e*
+Name=eth0
 
 [Network]
 DHCP=yes
 EOF
-# the shared guest network's NIC (lan0) is named and addressed from the kernel command line
-# (specfleet_lab/lan.py: ifname= ip=) by systemd-network-generator; it does not match e* above
+# the shared guest network's NIC (eth1) is addressed from the kernel command line (specfleet_lab/lan.py: ip=) by
+# systemd-network-generator; a guest without one has no eth1
 rm -f "$R/etc/resolv.conf"
 echo "nameserver 10.0.2.3" > "$R/etc/resolv.conf"
 
