@@ -81,7 +81,9 @@ class Load:
 
     def stop(self, timeout: float = 300) -> Load:
         self.guest.ssh(f"touch {STOP_FILE}")
-        out, err = self.proc.communicate(timeout=timeout)
+        return self.collect(*self.proc.communicate(timeout=timeout))
+
+    def collect(self, out: str, err: str) -> Load:
         for line in out.splitlines():
             item = json.loads(line)
             if "summary" in item:
@@ -104,18 +106,12 @@ def start_load(guest, url: str, key: str = "", **options) -> Load:
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdin.write(key + "\n" if key else "")
     proc.stdin.close()
+    proc.stdin = None  # communicate() must not flush it again
     return Load(guest, proc)
 
 
 def run_load(guest, url: str, key: str = "", **options) -> Load:
     """The load client to its count (or time) bound, in the foreground."""
     load = start_load(guest, url, key, **options)
-    out, err = load.proc.communicate(timeout=float(options.get("seconds", 600)) + 120)
-    load.proc = subprocess.Popen(["true"])  # stop() is not needed: the client ended on its own
-    for line in out.splitlines():
-        item = json.loads(line)
-        load.summary = item["summary"] if "summary" in item else load.summary
-        if "summary" not in item:
-            load.records.append(item)
-    assert load.summary, f"load client: no summary: {err[-2000:]}"
+    load.collect(*load.proc.communicate(timeout=float(options.get("seconds", 600)) + 120))
     return load
