@@ -19,6 +19,12 @@ BAD_TAG = f"{lab.STANDIN_REPO}:1.2.0rc7-bad"
 STATE: dict = {}
 
 
+def serving_inventory(lab_inventory):
+    """The inventory of the release the fleet serves now: the lab's, or in --full the one the rollout tests left (C).
+    Later modules converge this one, so that a converge is a no-op, not a fleet-wide switch."""
+    return STATE.get("serving_inventory", lab_inventory)
+
+
 def current(fleet) -> dict[str, str]:
     return {g.name: g.ssh("basename $(readlink /var/lib/specfleet/current)").stdout.strip() for g in fleet.guests}
 
@@ -153,7 +159,7 @@ def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, lab_i
 @pytest.mark.full  # the lock refusal itself stays in CI: test_faults.py::test_two_converges_at_once
 def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, lab_inventory):
     # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
-    inv_c = STATE.get("serving_inventory", lab_inventory)
+    inv_c = serving_inventory(lab_inventory)
     first = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c, background=True)
     guest = vm_fleet.guests[0]
     deadline = time.monotonic() + 300

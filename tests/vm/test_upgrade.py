@@ -13,7 +13,7 @@ import pytest
 from tests.vm import lab
 from tests.vm.conftest import figure
 from tests.vm.test_ci_sequence import started_at
-from tests.vm.test_rollout import STATE as rollout_state
+from tests.vm.test_rollout import serving_inventory
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
@@ -45,7 +45,7 @@ def _converge_with(tree, inventory) -> lab.PyinfraRun:
 def test_a_converge_after_the_upgrade_restarts_nothing(vm_fleet, lab_inventory, base_tree):
     # what the fleet serves now: the lab's release, or in --full the one the rollout tests left (C); converging
     # that with the old tree switches nothing, so this test costs converges, not a fleet-wide switch
-    lab_inventory = rollout_state.get("serving_inventory", lab_inventory)
+    lab_inventory = serving_inventory(lab_inventory)
     old = _converge_with(base_tree, lab_inventory)
     assert "specfleet/host/layout.py" not in old.stdout  # the old tree knows nothing of the layout module
     before = started_at(vm_fleet)
