@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests.vm import lab
-from tests.vm.test_rollout import STATE as rollout_state
+from tests.vm.test_rollout import serving_inventory
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]  # minutes of switching on 3 guests: the --full tier
 
@@ -24,7 +24,7 @@ def current(fleet) -> dict[str, str]:
 def test_bench_three_variants_on_three_guests(vm_fleet, lab_inventory, hub, tmp_path):
     # a serving fleet: what it serves now (in --full, the release the rollout tests left: a no-op converge, not a
     # fleet-wide switch); the variants come from the lab's vars, and each host returns to what it served before
-    serving = rollout_state.get("serving_inventory", lab_inventory)
+    serving = serving_inventory(lab_inventory)
     run = lab.run_pyinfra(serving, "eagle3")
     assert run.returncode == 0, run.output()[-3000:]
     before = current(vm_fleet)

@@ -29,6 +29,12 @@ BAD_TAG = f"{lab.STANDIN_REPO}:1.2.0rc7-bad"
 STATE: dict = {}
 
 
+def serving_inventory(lab_inventory):
+    """The inventory of the release the fleet serves now: the lab's, or in --full the one the rollout tests left (C).
+    Later modules converge this one, so that a converge is a no-op, not a fleet-wide switch."""
+    return STATE.get("serving_inventory", lab_inventory)
+
+
 def current(fleet) -> dict[str, str]:
     return {g.name: g.ssh("basename $(readlink /var/lib/specfleet/current)").stdout.strip() for g in fleet.guests}
 
@@ -227,7 +233,7 @@ def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, base_
 @pytest.mark.full  # the lock refusal itself stays in CI: test_faults.py::test_two_converges_at_once
 def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, base_inventory):
     # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
-    inv_c = STATE.get("serving_inventory", base_inventory)
+    inv_c = serving_inventory(base_inventory)
     first = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c, background=True)
     guest = vm_fleet.guests[0]
     deadline = time.monotonic() + 300
@@ -310,7 +316,7 @@ def test_a_spark_killed_mid_load_leaves_the_pool_within_the_bound(vm_fleet, gate
         time.sleep(2)
     time.sleep(2 * 2.0 * 2)  # two rise intervals: it would be back by now if only /health counted
     assert not gateway_lab.pool(gateway.guest)[victim.name].startswith("UP"), "back in the pool without a gate"
-    run = lab.run_pyinfra(STATE.get("serving_inventory", base_inventory), "eagle3", "--limit", victim.name)
+    run = lab.run_pyinfra(serving_inventory(base_inventory), "eagle3", "--limit", victim.name)
     assert run.returncode == 0, run.output()[-3000:]
     _wait_pool(gateway, {g.name: "UP" for g in vm_fleet.guests})
 
@@ -355,7 +361,7 @@ def test_the_key_is_on_no_disk(vm_fleet, gateway):
 
 @pytest.mark.full
 def test_status_shows_each_spark_in_each_pool(vm_fleet, gateway, base_inventory):
-    out = lab.run_specfleet("status", "inventory.py", inventory=STATE.get("serving_inventory", base_inventory))
+    out = lab.run_specfleet("status", "inventory.py", inventory=serving_inventory(base_inventory))
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert f"{gateway_lab.GATEWAY}  gateway  ok  3/3 Spark(s) ready" in out.stdout, out.stdout
     for g in vm_fleet.guests:
@@ -367,7 +373,7 @@ def test_status_shows_each_spark_in_each_pool(vm_fleet, gateway, base_inventory)
 def test_without_the_gateway_the_fleet_serves_as_before(vm_fleet, gateway, base_inventory):
     """The last test of the module: the gateway group goes (the Sparks' unit loses the start marker: a switch),
     the cleanup deploy removes the gateway, and the later modules get a fleet as CI has it."""
-    behind = STATE.get("serving_inventory", base_inventory)
+    behind = serving_inventory(base_inventory)
     inv = gateway_lab.without_gateway(behind, vm_fleet.workdir / "release-c-alone.yml")
     run = lab.run_pyinfra(inv, "eagle3")
     assert run.returncode == 0, run.output()[-3000:]

@@ -15,7 +15,7 @@ import yaml
 from tests.vm import lab
 from tests.vm.conftest import figure
 from tests.vm.test_ci_sequence import started_at
-from tests.vm.test_rollout import STATE as rollout_state
+from tests.vm.test_rollout import serving_inventory
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
@@ -58,7 +58,7 @@ def _without_fleet_addresses(inventory: Path, out: Path) -> Path:
 def test_a_converge_after_the_upgrade_restarts_nothing(vm_fleet, lab_inventory, base_tree):
     # what the fleet serves now: the lab's release, or in --full the one the rollout tests left (C); converging
     # that with the old tree switches nothing, so this test costs converges, not a fleet-wide switch
-    lab_inventory = rollout_state.get("serving_inventory", lab_inventory)
+    lab_inventory = serving_inventory(lab_inventory)
     # the lab's guests have a fleet_address (the shared network) that the old tree does not know (it refuses unknown
     # vars); without a gateway group it changes nothing, so both trees converge the fleet file without it
     lab_inventory = _without_fleet_addresses(lab_inventory, lab_inventory.with_name("upgrade.yml"))
