@@ -10,6 +10,7 @@ from importlib import resources
 
 from pyinfra.api import FactBase
 
+from .host import release_state
 from .host.layout import Layout
 
 # The probe (a shell program of its own, shipped in the one remote command; paths from host/layout.py), and THE
@@ -61,10 +62,9 @@ class HostStatus:
     started: float | None = None  # the serving unit's last start (behind gateways; release_state.started)
 
     def gate_passed(self, release: str) -> bool:
-        """The gate passed for `release` and still holds (behind gateways: the container did not start again since,
-        release_state.gate_holds; without gateways there is no start marker and this is the gate's result)."""
-        return self.gate.get("release") == release and self.gate.get("result") == "passed" and \
-            self.gate.get("started") == self.started
+        """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
+        without gateways there is no start marker and this is the gate's result): release_state.gate_holds."""
+        return release_state.gate_holds({"current": release, "gate": self.gate, "started": self.started})
 
 
 class SpecfleetHost(FactBase):

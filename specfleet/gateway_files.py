@@ -131,10 +131,11 @@ def _listen(address: str, port: int) -> str:
 
 def spark_paths(s: Settings) -> tuple[str, ...]:
     """Where spark_files writes, with or without gateways (what a cleanup or a fleet that dropped its gateway
-    group removes): the four units, then gateways.json."""
-    service = s.service_name
+    group removes): the four units, the start-marker drop-in, then gateways.json."""
+    service, layout = s.service_name, Layout.of(s)
     return (*(f"{UNIT_DIR}/{service}-{kind}" for kind in ("gateway.socket", "gateway.service", "agent.socket",
-                                                           "agent.service")), Layout.of(s).gateways_file)
+                                                           "agent.service")),
+            layout.start_marker_dropin, layout.gateways_file)
 
 
 def spark_listens(s: Settings) -> dict[str, str]:
@@ -147,7 +148,8 @@ def spark_listens(s: Settings) -> dict[str, str]:
 def spark_files(s: Settings) -> dict[str, str]:
     """What a Spark behind the fleet's gateways gets (none without gateways): a filtering socket on
     gateway_backend_port relaying to trtllm-serve on loopback, the readiness agent's socket and service, both
-    admitting the gateways only; and gateways.json, what the host tool's drain needs (host/drain.py)."""
+    admitting the gateways only; a drop-in that marks every start of trtllm-serve for the agent (the release's unit
+    itself stays as without gateways); and gateways.json, what the host tool's drain needs (host/drain.py)."""
     if not s.gateways:
         return {}
     layout, allowed = Layout.of(s), " ".join(s.gateways)
@@ -162,6 +164,8 @@ def spark_files(s: Settings) -> dict[str, str]:
         f"{UNIT_DIR}/{service}-agent.service": ENV.get_template("spark-agent.service.j2").render(
             name=service, agent_dir=systemd_word(layout.agent_dir),
             exec_start=systemd_args(["/usr/bin/python3", "-I", layout.agent_tool, "--data-dir", layout.data_dir])),
+        layout.start_marker_dropin: ENV.get_template("spark-start-marker.conf.j2").render(
+            name=service, marker=systemd_word(layout.started_marker)),
         layout.gateways_file: json.dumps({"gateways": s.gateways, "backend_port": backend,
                                           "check_inter_ms": s.gateway_check_inter_ms,
                                           "drain_timeout_sec": s.drain_timeout_sec}, indent=1) + "\n",

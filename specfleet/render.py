@@ -103,9 +103,6 @@ def unit_text(s: Settings) -> str:
         start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
         restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,
         stop_timeout_sec_plus=s.stop_timeout_sec + 30,
-        # behind gateways, every start leaves a mark the readiness agent compares with the gate's (a container that
-        # systemd restarted on its own stays out of the pool until a gate passes); none without gateways
-        start_marker=f"ExecStartPre=/usr/bin/touch {systemd_word(layout.started_marker)}\n" if s.gateways else "",
     )
 
 

@@ -6,8 +6,10 @@ controller set over HAProxy's runtime API).
 
 `up` means: the release that `current` points at has passed specfleet's readiness gate, and the serving container
 has not been (re)started since (systemd restarting it on its own puts the host back only after a new gate).
-The state is read by THE reader, release_state.py, installed next to this file; the start marker is written by
-the unit on every start (ExecStartPre), and the gate records the marker it saw when it passed (`started`).
+The state is read by THE reader, release_state.py, installed next to this file; the start marker is touched on
+every start by a drop-in beside the unit (ExecStartPre; the release's unit is the same as without gateways), and
+the gate records the marker it saw when it passed (`started`). No marker yet (a Spark that just joined): its gate
+stands until the first start.
 
 Runs as a long-lived stdlib process (one per host: a check every agent-inter from each gateway costs no process
 start). It takes its listening socket from systemd (socket activation, LISTEN_FDS; the socket unit's

@@ -83,7 +83,7 @@ class Layout:
     current_record = property(lambda self: f"{self.data_dir}/current/{RECORD_FILE}")
     previous = property(lambda self: f"{self.data_dir}/previous")
     gate_file = property(lambda self: f"{self.data_dir}/gate.json")
-    started_marker = property(lambda self: f"{self.data_dir}/started")  # touched by the unit at every start
+    started_marker = property(lambda self: f"{self.data_dir}/started")  # touched at every start (behind gateways)
     gateways_file = property(lambda self: f"{self.data_dir}/gateways.json")  # the gateways this Spark is behind
     agent_dir = property(lambda self: f"{self.data_dir}/agent")  # the readiness agent's only writable directory
     agent_acks = property(lambda self: f"{self.data_dir}/agent/acks.json")  # gateway -> when the agent said down
@@ -100,6 +100,8 @@ class Layout:
     layout_file = property(lambda self: f"{self.data_dir}/bin/{LAYOUT_FILE}")
     token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")
+    unit_dropins = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service.d")  # drop-ins beside the unit
+    start_marker_dropin = property(lambda self: f"{self.unit_dropins}/specfleet-start-marker.conf")  # behind gateways
 
     def repo_dir(self, repo: str) -> str:
         return f"{self.hub_cache}/{cache_folder(repo)}"

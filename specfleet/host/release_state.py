@@ -77,8 +77,8 @@ def gate(paths):
 
 
 def started(paths):
-    """When the serving container last started (the mtime of the start marker its unit touches behind gateways);
-    None without a marker."""
+    """When the serving container last started (the mtime of the marker a drop-in of its unit touches behind
+    gateways); None without a marker (no gateways, or none since the Spark joined one: no start since)."""
     try:
         return os.stat(paths.started_marker).st_mtime
     except OSError:
@@ -87,11 +87,12 @@ def started(paths):
 
 def gate_holds(state):
     """Whether the current release's gate passed and still holds: passed for `current`, and the container has not
-    started again since (the gate records the marker it saw; no marker on either side: it holds). `state`: a dict
-    with current, gate and started, as `read` or `pool_state` give."""
-    gate_ = state.get("gate") or {}
+    started again since: the gate records the marker it saw, and a marker that moved since means a start the gate
+    did not see. No marker: no start since the marking began (a Spark that just joined a gateway, or none at all),
+    so the gate's result stands. `state`: a dict with current, gate and started, as `read` or `pool_state` give."""
+    gate_, marked = state.get("gate") or {}, state.get("started")
     return (bool(state.get("current")) and gate_.get("release") == state.get("current")
-            and gate_.get("result") == "passed" and gate_.get("started") == state.get("started"))
+            and gate_.get("result") == "passed" and (marked is None or gate_.get("started") == marked))
 
 
 def pool_state(paths):

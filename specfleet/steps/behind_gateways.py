@@ -1,9 +1,11 @@
 """A Spark behind the fleet's gateways: its filtering socket (the gateways' only way to trtllm-serve), its readiness
-agent, and gateways.json (what its drain before a restart waits for). Written where they differ from the one status
-read; a Spark of a fleet without a gateway group gets nothing here.
+agent, a drop-in that marks every start of trtllm-serve for the agent, and gateways.json (what its drain before a
+restart waits for). Written where they differ from the one status read; a Spark of a fleet without a gateway group
+gets nothing here.
 
-Sockets are (re)started only when their address changed: trtllm-serve itself is not touched (its unit is part of the
-release; the start marker that the readiness agent compares is in it, see render.unit_text)."""
+Sockets are (re)started only when their address changed. trtllm-serve itself is never restarted here: its unit (part
+of the release) is the same with or without gateways, and the drop-in applies from its next start. So joining or
+leaving a gateway is a converge that restarts no Spark."""
 
 from __future__ import annotations
 
@@ -32,10 +34,12 @@ def behind_gateways():
     changed = [path for path in wanted if differs(plan, path)]
     for path in changed:
         files.put(name=f"Write {path}", src=StringIO(wanted[path]), dest=path, user="root", group="root", mode="644")
-    units = [path.rsplit("/", 1)[1] for path in changed if path.startswith(UNIT_DIR + "/")]
-    if not units:
+    if not any(path.startswith(UNIT_DIR + "/") for path in changed):
         return
     systemd.daemon_reload(name="systemd daemon-reload (the gateway-facing units changed)")
+    units = _unit_names(changed)
+    if not units:  # the start-marker drop-in alone: it applies from trtllm-serve's next start
+        return
     listens = spark_listens(s)
     # Another set of gateways changes only a socket's IPAddressAllow=, which systemd applies to the running socket at
     # the daemon-reload (the socket unit's cgroup filter is replaced; seen on systemd 252, Debian 12): no restart,
@@ -50,6 +54,11 @@ def behind_gateways():
                            *(f"systemctl try-restart {shlex.quote(u)}" for u in restart_services)])
 
 
+def _unit_names(paths) -> list[str]:
+    """The systemd units among `paths` (the drop-in, in a `.d` directory, is none)."""
+    return [name for folder, _, name in (path.rpartition("/") for path in paths) if folder == UNIT_DIR]
+
+
 def remove_spark_side(plan) -> None:
     """Stop and remove the gateway-facing units, gateways.json and the agent's directory where they exist (the
     cleanup deploy; a converge of a fleet without a gateway group)."""
@@ -57,9 +66,11 @@ def remove_spark_side(plan) -> None:
     present = [path for path in spark_paths(s) if path in found]
     if not present:
         return
-    units = [path.rsplit("/", 1)[1] for path in present if path.startswith(UNIT_DIR + "/")]
+    units = _unit_names(present)
     server.shell(name=f"Stop and remove {', '.join(units) or 'the gateway files'} (no gateway group)",
                  commands=[*(["systemctl disable --now " + shlex.join(units)] if units else []),
-                           "rm -f " + shlex.join(present) + " && rm -rf " + shlex.quote(layout.agent_dir)])
-    if units:
+                           "rm -f " + shlex.join([*present, layout.started_marker]) + " && rm -rf "
+                           + shlex.quote(layout.agent_dir),
+                           f"rmdir --ignore-fail-on-non-empty {shlex.quote(layout.unit_dropins)} 2>/dev/null || true"])
+    if any(path.startswith(UNIT_DIR + "/") for path in present):
         systemd.daemon_reload(name="systemd daemon-reload (the gateway-facing units are gone)")

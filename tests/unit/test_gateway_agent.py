@@ -49,6 +49,19 @@ def test_down_until_the_gate_passes_and_after_a_restart_of_its_own(tmp_path):
     assert _once(tmp_path) == ("down", "the serving container started again since its gate passed")
 
 
+def test_a_spark_that_just_joined_enters_on_its_gate_and_leaves_at_its_first_start_of_its_own(tmp_path):
+    """Joining a gateway restarts nothing: no marker yet (the drop-in applies from the next start), so the gate that
+    passed before the join stands, also one that recorded a marker of an earlier membership. The first start the
+    drop-in marks and no gate saw takes the Spark out."""
+    _release(tmp_path)
+    _gate(tmp_path, "passed", None)
+    assert _once(tmp_path) == ("up", "r-aaaaaaaaaaaa passed its gate")
+    _gate(tmp_path, "passed", 1234.5)  # gated while behind a gateway before; the marker went with the gateway group
+    assert _once(tmp_path)[0] == "up"
+    Path(Layout(str(tmp_path)).started_marker).touch()  # systemd started it again, now with the drop-in
+    assert _once(tmp_path) == ("down", "the serving container started again since its gate passed")
+
+
 def test_the_host_tool_records_the_start_marker_its_gate_saw(tmp_path):
     marker = Path(Layout(str(tmp_path)).started_marker)
     marker.touch()

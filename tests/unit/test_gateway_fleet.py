@@ -52,16 +52,18 @@ def test_plan_names_the_hosts_this_deploy_skips():
     assert f"spark-a: release {plans['spark-a'].release_id}: nothing to do" in lines
 
 
-def test_behind_gateways_the_unit_marks_every_start_and_the_release_id_changes():
-    """Adding a gateway group changes the Sparks' unit (a start marker for the readiness agent), so their release
-    id: one rollout (the README's upgrade notes). Without gateways the unit is the golden one (test_golden_render)."""
+def test_behind_gateways_a_drop_in_marks_every_start_and_the_release_id_stays():
+    """Adding a gateway group leaves the Sparks' release as it is (unit, config, id: joining restarts nothing, the
+    README's upgrade notes); the start marker for the readiness agent is a drop-in beside the unit."""
+    from specfleet.gateway_files import spark_files
+
     with_gw = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
     without = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
     assert with_gw.settings.gateways == ["10.0.0.1"] and without.settings.gateways == []
-    marker = "ExecStartPre=/usr/bin/touch /var/lib/specfleet/started\n"
-    assert marker in with_gw.rendered.unit and marker not in without.rendered.unit
-    assert with_gw.rendered.unit.replace(marker, "") == without.rendered.unit
-    assert with_gw.release_id != without.release_id
+    assert with_gw.rendered == without.rendered and with_gw.release_id == without.release_id
+    assert "started" not in with_gw.rendered.unit
+    dropin = spark_files(with_gw.settings)["/etc/systemd/system/specfleet-trtllm.service.d/specfleet-start-marker.conf"]
+    assert dropin.endswith("[Service]\nExecStartPre=/usr/bin/touch /var/lib/specfleet/started\n"), dropin
 
 
 def test_a_spark_drains_by_the_gateways_settings_not_its_own():
@@ -76,7 +78,7 @@ def test_a_spark_behind_gateways_gets_its_socket_agent_and_drain_file_once():
 
     plan = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
     files = spark_files(plan.settings)
-    assert len(files) == 5
+    assert len(files) == 6
     svc = plan.settings.service_name
     state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
         p, files_missing=[*files, p.paths.agent_dir, p.paths.agent_tool]))  # joining: the agent's program is new too
@@ -202,7 +204,10 @@ def test_a_fleet_that_dropped_its_gateway_group_removes_what_it_left_and_cleanup
         cmds = "\n".join(executed(state)["spark-a"])
         assert f"systemctl disable --now {svc}-gateway.socket {svc}-gateway.service {svc}-agent.socket " \
                f"{svc}-agent.service" in cmds, cmds[-2000:]
-        assert "rm -f " + " ".join(left) in cmds and "rm -rf /var/lib/specfleet/agent" in cmds
+        assert "rm -f " + " ".join(left) + " /var/lib/specfleet/started" in cmds and "rm -rf /var/lib/specfleet/agent" in cmds
+        disable = next(line for line in cmds.splitlines() if "systemctl disable --now" in line)
+        assert "start-marker" not in disable, disable  # a drop-in is no unit: systemctl would fail on it
+        assert f"rmdir --ignore-fail-on-non-empty /etc/systemd/system/{svc}.service.d" in cmds
 
 
 def test_cleanup_of_a_gateway_host_stops_haproxy_and_removes_its_files_and_package():
@@ -226,7 +231,7 @@ def test_plan_shows_the_spark_side_writes_and_the_leftovers_it_would_remove():
     run_deploy({"spark-a": behind}, collect, out, responses=lambda p: converged_responses(
         p, files_missing=list(spark_files(p.settings))))
     lines, code = report(["spark-a"], {k.removeprefix("@fake/"): v for k, v in out.items()}, set())
-    assert code == 10 and "/var/lib/specfleet/gateways.json" in [x for x in lines if "  write 5 managed" in x][0]
+    assert code == 10 and "/var/lib/specfleet/gateways.json" in [x for x in lines if "  write 6 managed" in x][0]
     alone = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
     from tests.unit.fakehost import SPECFLEET_FACT, status_lines
     left = [f"file\tfile|644|root|root|{'0' * 64}\t{path}" for path in spark_paths(alone.settings)]
@@ -234,7 +239,7 @@ def test_plan_shows_the_spark_side_writes_and_the_leftovers_it_would_remove():
     run_deploy({"spark-a": alone}, collect, out, responses=lambda p: {
         **converged_responses(p), SPECFLEET_FACT: status_lines(p) + left})
     lines, code = report(["spark-a"], {k.removeprefix("@fake/"): v for k, v in out.items()}, set())
-    assert code == 10 and any(x.startswith("  remove 5 file(s) left by a gateway group the fleet no longer has: ")
+    assert code == 10 and any(x.startswith("  remove 6 file(s) left by a gateway group the fleet no longer has: ")
                               and x.endswith("/var/lib/specfleet/gateways.json") for x in lines), lines
 
 
@@ -252,6 +257,11 @@ def test_a_container_restarted_since_its_gate_is_gated_again_by_the_next_converg
     assert f"activate {plan.release_id} --revert" in cmds
     assert (f"Converge | Activate | Activate release {plan.release_id} and gate it (the container started again since "
             "its gate passed)") in changed_ops(again)["spark-a"]
+    # no marker (a Spark that just joined: the drop-in applies from the next start): its gate stands, nothing restarts
+    for before in (None, 100.0):
+        joined = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
+            p, gate={**gate, "started": before}, started=None))
+        assert changed_ops(joined)["spark-a"] == [], before
 
 
 def test_a_changed_agent_program_restarts_the_running_agent():

@@ -95,17 +95,19 @@ def _no_failed_requests(load, what: str) -> None:
 
 
 def test_baseline_release_serving(vm_fleet, base_inventory, gateway, hub):
-    if gateway:  # the gateway first (the Sparks' drains wait for it), then the Sparks join it: one rollout
+    if gateway:  # the gateway first (the Sparks' drains wait for it), then the Sparks join it: a converge, no restart
         run = lab.run_pyinfra(base_inventory, "gateway")
         assert run.returncode == 0, run.output()[-3000:]
-        proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,2",
-                                 inventory=base_inventory)
-        assert proc.returncode == 0 and "result: SUCCESS" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+        before, start = started_at(vm_fleet), time.monotonic()
+        run = lab.run_pyinfra(base_inventory, "eagle3")
+        assert run.returncode == 0, run.output()[-3000:]
+        _wait_pool(gateway, {g.name: "UP" for g in vm_fleet.guests})
+        figure("gateway: the Sparks join it (a converge) until all 3 are UP in its pool", f"{time.monotonic() - start:.1f} s")
+        assert started_at(vm_fleet) == before, "joining a gateway restarted a Spark"
     run = lab.run_pyinfra(base_inventory, "eagle3")
     assert run.returncode == 0, run.output()[-3000:]
     if gateway:
         assert run.changed == {}, run.changed
-        _wait_pool(gateway, {g.name: "UP" for g in vm_fleet.guests})
     STATE["A"] = current(vm_fleet)
     assert len(set(STATE["A"].values())) == 1
     STATE["A_config"] = {g.name: config_of(g, STATE["A"][g.name]) for g in vm_fleet.guests}
@@ -371,15 +373,17 @@ def test_status_shows_each_spark_in_each_pool(vm_fleet, gateway, base_inventory)
 
 @pytest.mark.full
 def test_without_the_gateway_the_fleet_serves_as_before(vm_fleet, gateway, base_inventory):
-    """The last test of the module: the gateway group goes (the Sparks' unit loses the start marker: a switch),
+    """The last test of the module: the gateway group goes (a converge removes the Sparks' side, restarting none),
     the cleanup deploy removes the gateway, and the later modules get a fleet as CI has it."""
     behind = serving_inventory(base_inventory)
     inv = gateway_lab.without_gateway(behind, vm_fleet.workdir / "release-c-alone.yml")
+    before = started_at(vm_fleet)
     run = lab.run_pyinfra(inv, "eagle3")
     assert run.returncode == 0, run.output()[-3000:]
+    assert started_at(vm_fleet) == before, "leaving the gateway restarted a Spark"
     for g in vm_fleet.guests:
         left = g.ssh("ls /etc/systemd/system /var/lib/specfleet | grep -E -- '-(gateway|agent)[.]|^gateways[.]json$|"
-                     "^agent$'", check=False).stdout
+                     "^agent$|^started$|^specfleet-trtllm[.]service[.]d$'", check=False).stdout
         assert left == "", f"{g.name}: left behind: {left}"
         assert lab.guest_curl_completion(g)["choices"][0]["text"].strip()
     cleanup = lab.run_pyinfra(behind, "cleanup", "--limit", gateway_lab.GATEWAY)
