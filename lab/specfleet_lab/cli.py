@@ -76,8 +76,10 @@ def _arch_option(ctx, param, value):
 @_cache_opt
 @click.option("--smp", type=click.IntRange(1, 64), default=None,
               help="vCPUs per guest (default: chosen from host cores and --count).")
+@click.option("--lan", is_flag=True, help="Also put the guests on a shared network of their own (a second NIC, eth1, "
+                                          "static 10.88.x.11, .12, ...; the inventory's fleet_address).")
 def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, cache_dir: Path,
-           smp: int | None) -> None:
+           smp: int | None, lan: bool) -> None:
     """Boot COUNT guests and write WORKDIR/inventory.yml."""
     _setup_logging()
     try:
@@ -87,11 +89,11 @@ def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, 
     try:
         with exit_on_sigterm():
             fleet = up(count=len(arches), workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
-                       memory_mb=memory_mb, smp=smp, arch=arches)
+                       memory_mb=memory_mb, smp=smp, arch=arches, lan=lan)
     except VMError as e:
         raise click.ClickException(str(e)) from None
     for g in fleet.guests:
-        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}")
+        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}" + (f"\t{g.lan_address}" if g.lan_address else ""))
     click.echo(f"inventory: {fleet.inventory_path}")
     click.echo(f"log in:    {fleet.guests[0].login_command()}   (operator {OPERATOR}; sudo -i for root)")
 

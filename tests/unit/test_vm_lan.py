@@ -74,3 +74,25 @@ def test_multicast_on_the_loopback_reaches_a_second_member():
     assert rx.recv(64) == b"frame"
     rx.close()
     tx.close()
+
+
+def test_the_lab_command_puts_a_fleet_on_its_own_network_only_when_asked(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import specfleet_lab.cli as cli
+
+    seen = []
+
+    def fake_up(**kw):
+        seen.append(kw["lan"])
+        lan = new_lan() if kw["lan"] else None
+        guests = [_guest(tmp_path, lan, 11)]
+        return type("F", (), {"guests": guests, "inventory_path": tmp_path / "inventory.yml"})()
+
+    monkeypatch.setattr(cli, "up", fake_up)
+    plain = CliRunner().invoke(cli.main, ["up", "--count", "1", "--workdir", str(tmp_path)])
+    on_lan = CliRunner().invoke(cli.main, ["up", "--count", "1", "--workdir", str(tmp_path), "--lan"])
+    assert plain.exit_code == 0 and on_lan.exit_code == 0, plain.output + on_lan.output
+    assert seen == [False, True]
+    assert "\t10.88." not in plain.output and "\t10.88." in on_lan.output.splitlines()[0] and \
+        on_lan.output.splitlines()[0].endswith(".11"), on_lan.output
