@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import threading
@@ -67,12 +68,23 @@ def trust_controller_cas(fleet, ca_dir: Path = Path("/usr/local/share/ca-certifi
     cas = sorted(ca_dir.glob("*.crt"))
     if not cas:
         return 0
+    # What update-ca-certificates leaves for these CAs (a PEM link, a hash link for OpenSSL's directory lookup, the
+    # CA in the bundle), without it: it rebuilds the whole bundle with a process per certificate, 30 s per guest
+    # under TCG. Hashes are computed here; a later update-ca-certificates in a guest yields the same result.
+    hashes = {ca.name: subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(ca)], capture_output=True,
+                                      text=True, check=True).stdout.strip() for ca in cas}
 
     def one(g):
+        script = ["set -e", "cd /etc/ssl/certs"]
         for ca in cas:
             g.put(ca, f"/usr/local/share/ca-certificates/{ca.name}")
-        g.ssh("update-ca-certificates >/dev/null 2>&1 && "
-              "printf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n' > /etc/pip.conf")
+            src, pem = f"/usr/local/share/ca-certificates/{ca.name}", ca.name.removesuffix(".crt") + ".pem"
+            script += [f"ln -sf {shlex.quote(src)} {shlex.quote(pem)}",
+                       f"i=0; while [ -e {hashes[ca.name]}.$i ] && [ \"$(readlink {hashes[ca.name]}.$i)\" != "
+                       f"{shlex.quote(pem)} ]; do i=$((i+1)); done; ln -sf {shlex.quote(pem)} {hashes[ca.name]}.$i",
+                       f"grep -qxF \"$(sed -n 2p {shlex.quote(src)})\" ca-certificates.crt || "
+                       f"{{ cat {shlex.quote(src)}; echo; }} >> ca-certificates.crt"]
+        g.ssh("\n".join(script) + "\nprintf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n' > /etc/pip.conf")
         return 0.0
 
     fleet._parallel(one)

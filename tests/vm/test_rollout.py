@@ -47,12 +47,14 @@ def config_of(guest, rid: str) -> str:
 class Gateway:
     guest: object  # the gateway guest (specfleet_lab.Guest)
     inventory: Path  # the lab's inventory + the group `gateway`, locked
+    workdir: Path  # its fleet's (specfleet_lab.down: the removal test stops it early; safe twice)
     url: str = "http://127.0.0.1:8000"  # the gateway's endpoint, as the load client in the gateway guest sees it
 
 
 @pytest.fixture(scope="module")
 def gateway(request, vm_fleet, lab_inventory):
-    """--full: the gateway guest booted on the session network (torn down after the module); CI: None."""
+    """--full: the gateway guest booted on the session network (torn down by the removal test, and after the module
+    in any case); CI: None."""
     if not request.config.getoption("--full"):
         yield None
         return
@@ -63,7 +65,7 @@ def gateway(request, vm_fleet, lab_inventory):
         figure("gateway: boot the gateway guest on the session network", f"{time.monotonic() - start:.1f} s")
         inv = gateway_lab.inventory(lab_inventory, fleet, vm_fleet.workdir / "gateway.yml",
                                     vm_fleet.workdir / "api-keys")
-        yield Gateway(fleet.guests[0], inv)
+        yield Gateway(fleet.guests[0], inv, workdir)
     finally:
         specfleet_lab.down(workdir)
 
@@ -173,83 +175,7 @@ def test_rollback_restores_the_previous_release_byte_for_byte(vm_fleet, base_inv
         assert f"* {STATE['A'][g.name]}" in listing.stdout and STATE["B"][g.name] in listing.stdout
 
 
-@pytest.mark.full  # CI keeps the unit test of the same halt: tests/unit/test_rollout_halt.py
-def test_bad_release_is_rolled_back_on_the_canary_and_halts(vm_fleet, base_inventory):
-    lab.make_variant_in_guests(vm_fleet, "crash", BAD_TAG)
-    inv_bad = lab.with_vars(base_inventory, vm_fleet.workdir / "release-bad.yml", image=BAD_TAG)
-    before, started = current(vm_fleet), started_at(vm_fleet)
-    proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,1", inventory=inv_bad)
-    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
-    canary, *others = [g.name for g in vm_fleet.guests]
-    assert "result: HALTED" in proc.stdout
-    assert any(line.startswith(canary) and "rolled back" in line for line in proc.stdout.splitlines()), proc.stdout
-    assert current(vm_fleet) == before, "every host serves its old release"
-    now = started_at(vm_fleet)
-    for h in others:
-        assert now[h] == started[h], f"{h} was restarted although the rollout halted at the canary"
-        assert any(line.startswith(h) and "not touched" in line for line in proc.stdout.splitlines())
-    assert lab.guest_curl_completion(vm_fleet.guests[0])["choices"][0]["text"].strip()
-
-
-@pytest.mark.full  # two reboots' worth of minutes: the --full tier
-def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, base_inventory):
-    inv_c = lab.with_vars(base_inventory, vm_fleet.workdir / "release-c.yml",
-                          extra_llm_api_options={"speculative_config": {"max_draft_len": 2}})
-    canary, victim, last = vm_fleet.guests
-    before = current(vm_fleet)
-    powered_off = threading.Event()
-
-    def power_off_after_canary_switch():
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            out = canary.ssh("basename $(readlink /var/lib/specfleet/current)", check=False).stdout.strip()
-            if out and out != before[canary.name]:
-                victim.poweroff()
-                powered_off.set()
-                return
-            time.sleep(0.5)
-
-    watcher = threading.Thread(target=power_off_after_canary_switch, daemon=True)
-    watcher.start()
-    proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,1", inventory=inv_c)
-    watcher.join(timeout=60)
-    assert powered_off.is_set()
-    assert proc.returncode == 1 and "result: HALTED" in proc.stdout, proc.stdout + proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
-    assert any(line.startswith(victim.name) and "unreachable" in line for line in lines), proc.stdout
-    assert any(line.startswith(last.name) and "not touched" in line for line in lines), proc.stdout
-    now = {g.name: g.ssh("basename $(readlink /var/lib/specfleet/current)").stdout.strip() for g in (canary, last)}
-    assert now[canary.name] != before[canary.name] and now[last.name] == before[last.name]
-    for g in (canary, last):  # nobody half-switched: both serve
-        assert g.ssh("systemctl is-active specfleet-trtllm").stdout.strip() == "active"
-        assert lab.guest_curl_completion(g)["choices"][0]["text"].strip()
-    victim.boot(wait=True)
-    # the canary is already current: the two others switch as one batch (one gate's wait, not two in a row)
-    rerun = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,2", inventory=inv_c)
-    assert rerun.returncode == 0 and "result: SUCCESS" in rerun.stdout, rerun.stdout + rerun.stderr[-2000:]
-    final = current(vm_fleet)
-    assert len(set(final.values())) == 1 and final[canary.name] == now[canary.name]
-    STATE["serving_inventory"] = inv_c
-
-
-@pytest.mark.full  # the lock refusal itself stays in CI: test_faults.py::test_two_converges_at_once
-def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, base_inventory):
-    # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
-    inv_c = serving_inventory(base_inventory)
-    first = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c, background=True)
-    guest = vm_fleet.guests[0]
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and guest.ssh("test -e /var/lib/specfleet/lock/owner", check=False).returncode:
-        time.sleep(0.3)
-    second = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c)
-    out, err = first.communicate(timeout=1800)
-    assert second.returncode == 4, second.stdout + second.stderr
-    assert "refused: another rollout holds the lock: rollout" in second.stderr
-    assert first.returncode == 0, out + err[-2000:]
-    assert guest.ssh("test -e /var/lib/specfleet/lock", check=False).returncode != 0, "lock released"
-
-
-# ---- the gateway's own scenarios (--full): the fleet serves C behind the gateway here -------------------------------
+# ---- the gateway's own scenarios (--full): the fleet serves A (after the rollback) behind the gateway here --------
 def _wait_pool(gateway, wanted: dict[str, str], seconds: float = 90) -> dict[str, str]:
     """Poll the gateway's pool until each named Spark's status starts with its wanted word (UP, DOWN, ...)."""
     deadline = time.monotonic() + seconds
@@ -373,10 +299,11 @@ def test_status_shows_each_spark_in_each_pool(vm_fleet, gateway, base_inventory)
 
 @pytest.mark.full
 def test_without_the_gateway_the_fleet_serves_as_before(vm_fleet, gateway, base_inventory):
-    """The last test of the module: the gateway group goes (a converge removes the Sparks' side, restarting none),
-    the cleanup deploy removes the gateway, and the later modules get a fleet as CI has it."""
+    """The gateway's last test: the gateway group goes (a converge removes the Sparks' side, restarting none), the
+    cleanup deploy removes the gateway, and its guest stops (its checks cost the TCG Sparks CPU): the halting
+    rollouts below and the later modules get a fleet as CI has it."""
     behind = serving_inventory(base_inventory)
-    inv = gateway_lab.without_gateway(behind, vm_fleet.workdir / "release-c-alone.yml")
+    inv = gateway_lab.without_gateway(behind, vm_fleet.workdir / "alone.yml")
     before = started_at(vm_fleet)
     run = lab.run_pyinfra(inv, "eagle3")
     assert run.returncode == 0, run.output()[-3000:]
@@ -392,3 +319,81 @@ def test_without_the_gateway_the_fleet_serves_as_before(vm_fleet, gateway, base_
                              check=False).stdout
     assert "installed" not in gone and "specfleet" not in gone, gone
     STATE["serving_inventory"] = inv
+    specfleet_lab.down(gateway.workdir)
+
+
+# ---- after the gateway left (--full) or right after the rollback (CI): rollouts that halt, and the lock ----------
+@pytest.mark.full  # CI keeps the unit test of the same halt: tests/unit/test_rollout_halt.py
+def test_bad_release_is_rolled_back_on_the_canary_and_halts(vm_fleet, base_inventory):
+    lab.make_variant_in_guests(vm_fleet, "crash", BAD_TAG)
+    inv_bad = lab.with_vars(serving_inventory(base_inventory), vm_fleet.workdir / "release-bad.yml", image=BAD_TAG)
+    before, started = current(vm_fleet), started_at(vm_fleet)
+    proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,1", inventory=inv_bad)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    canary, *others = [g.name for g in vm_fleet.guests]
+    assert "result: HALTED" in proc.stdout
+    assert any(line.startswith(canary) and "rolled back" in line for line in proc.stdout.splitlines()), proc.stdout
+    assert current(vm_fleet) == before, "every host serves its old release"
+    now = started_at(vm_fleet)
+    for h in others:
+        assert now[h] == started[h], f"{h} was restarted although the rollout halted at the canary"
+        assert any(line.startswith(h) and "not touched" in line for line in proc.stdout.splitlines())
+    assert lab.guest_curl_completion(vm_fleet.guests[0])["choices"][0]["text"].strip()
+
+
+@pytest.mark.full  # two reboots' worth of minutes: the --full tier
+def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, base_inventory):
+    inv_c = lab.with_vars(serving_inventory(base_inventory), vm_fleet.workdir / "release-c.yml",
+                          extra_llm_api_options={"speculative_config": {"max_draft_len": 2}})
+    canary, victim, last = vm_fleet.guests
+    before = current(vm_fleet)
+    powered_off = threading.Event()
+
+    def power_off_after_canary_switch():
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            out = canary.ssh("basename $(readlink /var/lib/specfleet/current)", check=False).stdout.strip()
+            if out and out != before[canary.name]:
+                victim.poweroff()
+                powered_off.set()
+                return
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=power_off_after_canary_switch, daemon=True)
+    watcher.start()
+    proc = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,1", inventory=inv_c)
+    watcher.join(timeout=60)
+    assert powered_off.is_set()
+    assert proc.returncode == 1 and "result: HALTED" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith(victim.name) and "unreachable" in line for line in lines), proc.stdout
+    assert any(line.startswith(last.name) and "not touched" in line for line in lines), proc.stdout
+    now = {g.name: g.ssh("basename $(readlink /var/lib/specfleet/current)").stdout.strip() for g in (canary, last)}
+    assert now[canary.name] != before[canary.name] and now[last.name] == before[last.name]
+    for g in (canary, last):  # nobody half-switched: both serve
+        assert g.ssh("systemctl is-active specfleet-trtllm").stdout.strip() == "active"
+        assert lab.guest_curl_completion(g)["choices"][0]["text"].strip()
+    victim.boot(wait=True)
+    # the canary is already current: the two others switch as one batch (one gate's wait, not two in a row)
+    rerun = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", "--batches", "1,2", inventory=inv_c)
+    assert rerun.returncode == 0 and "result: SUCCESS" in rerun.stdout, rerun.stdout + rerun.stderr[-2000:]
+    final = current(vm_fleet)
+    assert len(set(final.values())) == 1 and final[canary.name] == now[canary.name]
+    STATE["serving_inventory"] = inv_c
+
+
+@pytest.mark.full  # the lock refusal itself stays in CI: test_faults.py::test_two_converges_at_once
+def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, base_inventory):
+    # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
+    inv_c = serving_inventory(base_inventory)
+    first = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c, background=True)
+    guest = vm_fleet.guests[0]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and guest.ssh("test -e /var/lib/specfleet/lock/owner", check=False).returncode:
+        time.sleep(0.3)
+    second = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c)
+    out, err = first.communicate(timeout=1800)
+    assert second.returncode == 4, second.stdout + second.stderr
+    assert "refused: another rollout holds the lock: rollout" in second.stderr
+    assert first.returncode == 0, out + err[-2000:]
+    assert guest.ssh("test -e /var/lib/specfleet/lock", check=False).returncode != 0, "lock released"

@@ -12,7 +12,14 @@ Name=eth0
 DHCP=yes
 EOF
 # the shared guest network's NIC (eth1) is addressed from the kernel command line (specfleet_lab/lan.py: ip=) by
-# systemd-network-generator; a guest without one has no eth1
+# systemd-network-generator; a guest without one has no eth1. network-online means eth0 is (the NAT: SSH, the Hub
+# stand-in): waiting for every managed link kept boots 11 s longer with eth1 (measured: 13.5 s vs 2.1 s)
+mkdir -p "$R/etc/systemd/system/systemd-networkd-wait-online.service.d"
+cat > "$R/etc/systemd/system/systemd-networkd-wait-online.service.d/eth0.conf" <<'EOF'
+[Service]
+ExecStart=
+ExecStart=/lib/systemd/systemd-networkd-wait-online --interface=eth0
+EOF
 rm -f "$R/etc/resolv.conf"
 echo "nameserver 10.0.2.3" > "$R/etc/resolv.conf"
 
