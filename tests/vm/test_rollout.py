@@ -79,8 +79,9 @@ def base_inventory(gateway, lab_inventory) -> Path:
 def _start_load(gateway):
     """--full: the load client in the gateway guest, through the gateway, until stopped (None in CI). Concurrency 2:
     (N - 1) x one stand-in's capacity is more; bounded by count and time. A pause of 0.5 s per worker (about 2
-    requests a second, several hundred per rollout): the client runs on an emulated CPU beside the Sparks', and a
-    faster one slowed the rollout it measures (365 s against 254 s without it, at 0.2 s)."""
+    requests a second, several hundred per rollout): the client runs on an emulated CPU beside the Sparks'. At 0.2 s
+    the rollout of 3 hosts took 365 s behind the gateway against 254 s without gateway and client (how much of it
+    the client's share is, not measured)."""
     if gateway is None:
         return None
     return gateway_lab.start_load(gateway.guest, gateway.url, gateway_lab.KEY, concurrency=2, count=4000,
