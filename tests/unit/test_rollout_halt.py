@@ -47,3 +47,34 @@ def test_within_the_tolerance_the_rollout_goes_on_and_ends_partial(monkeypatch):
     assert switched == [["spark-01"], ["spark-02"], ["spark-03"]]
     assert code == rollout.EXIT_PARTIAL and "result: PARTIAL" in text
     assert [r.outcomes[h].result for h in ("spark-02", "spark-03")] == ["switched", "switched"]
+
+
+def test_a_rollout_while_another_run_holds_a_hosts_lock_is_refused_and_releases_its_own(monkeypatch):
+    """The run lock on @fake hosts (the real lock and unlock steps): spark-02 is held by another controller's rollout,
+    so the rollout is refused before any stage, and the locks it took on the others are released again. The same
+    refusal on VM guests, two rollouts at once: tests/vm/test_rollout.py::test_two_rollouts_at_once_...)."""
+    from tests.unit.fakehost import converged_responses, executed, run_deploy
+
+    plans = make_plans({h: {} for h in ("spark-01", "spark-02", "spark-03")}, "eagle3")
+    other = "rollout r-other 2026-11-24T10:00:00Z op@other-controller pid 4242 since 2026-11-24T10:00:01Z"
+    done: list[tuple[str, list[str], list[str]]] = []
+
+    def run_on(plans, hosts, fn, *args):
+        state = run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=lambda p: converged_responses(
+            p, **({"lock": other} if p.settings.host == "spark-02" else {})))
+        done.append((fn.__name__, list(hosts), [c for h in hosts for c in executed(state)[h]]))
+        held = args[1] if fn.__name__ == "lock" else {}
+        for key in [k for k in held if k.startswith("@fake/")]:
+            held[key.removeprefix("@fake/")] = held.pop(key)
+        return {h.name.removeprefix("@fake/") for h in state.failed_hosts}
+
+    monkeypatch.setattr(runner, "run_on", run_on)
+    r = rollout.Rollout("eagle3", plans, [], list(plans), "1,1", 0, log=lambda line: None)
+    rollout.run(r)
+    assert r.refused == {"spark-02": other}
+    assert [(name, hosts) for name, hosts, _ in done] == [("lock", ["spark-01", "spark-02", "spark-03"]),
+                                                          ("unlock", ["spark-01", "spark-02", "spark-03"])], done
+    # the release removes a lock only where this run's owner line is in it (spark-02's stays the other run's)
+    unlocks = [c for c in done[1][2] if "rm -rf /var/lib/specfleet/lock" in c]
+    assert len(unlocks) == 3 and all(f"rollout {r.id} " in c and c.startswith("if grep") for c in unlocks), unlocks
+    assert not any("activate" in c or "stage" in c for _, _, cmds in done for c in cmds)
