@@ -387,20 +387,3 @@ def test_guest_powered_off_mid_rollout_halts_and_rerun_completes(vm_fleet, base_
     final = current(vm_fleet)
     assert len(set(final.values())) == 1 and final[canary.name] == now[canary.name]
     STATE["serving_inventory"] = inv_c
-
-
-@pytest.mark.full  # the lock refusal itself stays in CI: test_faults.py::test_two_converges_at_once
-def test_two_rollouts_at_once_the_second_is_refused(vm_fleet, base_inventory):
-    # the release the fleet serves now: the lab's (A, after the halted bad rollout) or, in the --full tier, C
-    inv_c = serving_inventory(base_inventory)
-    first = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c, background=True)
-    guest = vm_fleet.guests[0]
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and guest.ssh("test -e /var/lib/specfleet/lock/owner", check=False).returncode:
-        time.sleep(0.3)
-    second = lab.run_specfleet("rollout", "inventory.py", "deploys/eagle3.py", inventory=inv_c)
-    out, err = first.communicate(timeout=1800)
-    assert second.returncode == 4, second.stdout + second.stderr
-    assert "refused: another rollout holds the lock: rollout" in second.stderr
-    assert first.returncode == 0, out + err[-2000:]
-    assert guest.ssh("test -e /var/lib/specfleet/lock", check=False).returncode != 0, "lock released"
