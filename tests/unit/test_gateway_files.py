@@ -288,3 +288,91 @@ def test_new_files_are_proven_by_haproxy_before_they_replace_the_old_ones(tmp_pa
     assert ok.returncode == 0, ok.stdout + ok.stderr  # the files in use are untouched and still good
     Path(new).write_text(good)
     assert subprocess.run([HAPROXY, "-c", "-q", "-f", str(check)], timeout=60).returncode == 0
+
+
+def _pair(tmp_path, name: str) -> tuple[str, bytes]:
+    """A self-signed certificate and its key as one PEM (what the gateway deploy installs), and the certificate's
+    DER (what a client sees)."""
+    import ssl
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+                    "-keyout", str(tmp_path / f"{name}.key"), "-out", str(tmp_path / f"{name}.crt")], check=True,
+                   capture_output=True, timeout=60)
+    cert = (tmp_path / f"{name}.crt").read_text()
+    return cert + (tmp_path / f"{name}.key").read_text(), ssl.PEM_cert_to_DER_cert(cert)
+
+
+def test_a_new_certificate_is_a_reload_that_keeps_a_running_stream_and_refuses_no_connection(tmp_path, standin):  # noqa: F811
+    """Changing the TLS pair reloads HAProxy (master-worker, as the distribution's unit runs it: `systemctl reload` =
+    SIGUSR2 to the master): a stream running through the old worker finishes whole, and every connection opened
+    meanwhile is answered, by the old certificate until the new worker serves the new one."""
+    import http.client
+    import signal
+    import ssl
+
+    old_pem, old_der = _pair(tmp_path, "old")
+    new_pem, new_der = _pair(tmp_path, "new")
+    api, metrics, agent_port = free_port(), free_port(), free_port()
+    agent = _Agent(agent_port)
+    threading.Thread(target=agent.serve_forever, daemon=True).start()
+    url = standin(None)
+    lay = GatewayLayout(str(tmp_path), admin_socket=str(tmp_path / "admin.sock"), state_file=str(tmp_path / "state"))
+    opts = GatewayOptions(**{**_options(api, metrics, agent_port).__dict__, "tls": True})
+    for path, text in gateway_files(opts, backends({"spark-01": (EAGLE_MODEL, url.split("//")[1], agent_port)}),
+                                    {"ci": KEY}, lay).items():
+        Path(path).write_text(text)
+    Path(lay.tls_pem).write_text(old_pem)
+    master = subprocess.Popen([HAPROXY, "-W", "-db", "-f", lay.config], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    ctx = ssl._create_unverified_context()  # self-signed: the test compares the certificate itself
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # up, and the Spark in service (one check)
+            try:
+                if _https_models(api, ctx) == (old_der, [EAGLE_MODEL]):
+                    break
+            except (OSError, AssertionError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        body = {"model": EAGLE_MODEL, "prompt": "hello", "max_tokens": 1200, "ignore_eos": True, "stream": True}
+        stream = http.client.HTTPSConnection("127.0.0.1", api, timeout=60, context=ctx)
+        stream.request("POST", "/v1/completions", json.dumps(body),
+                       {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+        events = [stream.getresponse()]
+        assert events[0].status == 200 and events[0].readline().startswith(b"data: ")  # it runs on the old worker
+        done = threading.Event()
+
+        def read():
+            events.extend(line for line in events[0] if line.startswith(b"data: "))
+            done.set()
+        threading.Thread(target=read, daemon=True).start()
+        Path(lay.tls_pem).write_text(new_pem)
+        master.send_signal(signal.SIGUSR2)
+        answered, deadline = 0, time.monotonic() + 60
+        while (der := _https_models(api, ctx)[0]) != new_der:  # every connection meanwhile answered (200)
+            assert der == old_der and time.monotonic() < deadline, "the new certificate was never served"
+            answered += 1
+            time.sleep(0.05)
+        reloaded_during_the_stream = not done.is_set()
+        assert done.wait(60) and events[-1].strip() == b"data: [DONE]", events[-3:]  # finished whole
+        assert reloaded_during_the_stream, "the stream ended before the new worker served: nothing was tested"
+        print(f"\n  gateway reload: {answered} connections answered by the old certificate during the reload, "
+              f"then the new one; the running stream finished whole ({len(events) - 1} events)")
+    finally:
+        master.terminate()
+        master.wait(timeout=30)
+        agent.shutdown()
+
+
+def _https_models(api: int, ctx) -> tuple[bytes, list[str]]:
+    """GET /v1/models over a new TLS connection: the certificate served and the models (asserting a 200)."""
+    import http.client
+    conn = http.client.HTTPSConnection("127.0.0.1", api, timeout=30, context=ctx)
+    conn.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    resp = conn.getresponse()
+    body = resp.read()
+    der = conn.sock.getpeercert(binary_form=True)
+    conn.close()
+    assert resp.status == 200, resp.status
+    return der, [m["id"] for m in json.loads(body)["data"]]
