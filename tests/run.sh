@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash tests/install-deps.sh
 # lint first (pyflakes, import order, line length 120; config in pyproject.toml): a finding fails the run
 python3 -m ruff check specfleet lab benchmarks tests
-exec python3 -m pytest -p no:cacheprovider -o junit_family=xunit2 --durations=30 tests benchmarks "$@"
+exec python3 -m pytest -p no:cacheprovider -o junit_family=xunit2 --durations=0 --durations-min=10 tests benchmarks "$@"
