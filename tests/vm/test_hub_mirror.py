@@ -1,7 +1,8 @@
 """Issue 10, point 3: one upstream download per fleet. The session's 3 Sparks + 1 mirror guest (olah, set up by the
 converge itself): the Hub stand-in's byte log shows upstream file bytes / needed file bytes = 1.00 for the whole
-fleet (3.00 without the mirror), and a converge after a model upgrade (the EAGLE-3 draft moves to its next commit)
-fetches only the changed files, once. The Sparks serve at the end.
+fleet (3.00 without the mirror); then a model upgrade (the EAGLE-3 draft moves to its next commit) whose warm-up is
+cut by killing olah, and the next converge: the two together fetch only the changed files, each complete one once.
+The Sparks serve at the end.
 
 Networking: every guest has its own QEMU user network (slirp) and reaches only the controller's loopback, as
 10.0.2.2; guests cannot reach each other. So the mirror guest's port is brought to the controller's loopback by an
@@ -38,7 +39,6 @@ GATED = "nvidia/Llama-3.3-70B-Instruct-FP4"
 MIRROR = "hub-mirror"
 OLAH = "specfleet-hub-mirror.service"
 DRAFT_ON_SPARK = "/var/lib/specfleet/hf/hub/models--nvidia--gpt-oss-120b-Eagle3-long-context /var/lib/specfleet/drafts"
-OLAH_DRAFT_CACHE = "/var/lib/specfleet-mirror/repos/files/models/nvidia /var/lib/specfleet-mirror/repos/lfs"
 
 
 def _free_port() -> int:
@@ -53,7 +53,9 @@ def mirror_guest(tmp_path_factory, request):
     request.addfinalizer(lambda: specfleet_lab.down(workdir))
     start = time.monotonic()
     fleet = specfleet_lab.up(count=1, workdir=workdir, cache_dir=cache_dir())
-    figure("hub mirror: boot the mirror guest", f"{time.monotonic() - start:.1f} s")
+    figure("hub mirror: boot the mirror guest (a second `up`: from the cached image)", f"{time.monotonic() - start:.1f} s")
+    # the lab's cached-image path: the session fleet built (or found) the image, this `up` must not build it again
+    assert fleet.timings["image_cached"] is True, fleet.timings
     return fleet.guests[0]
 
 
@@ -132,7 +134,7 @@ def _needed(commits: dict[str, str], skip: set[tuple[str, str]] = frozenset()) -
 def test_one_upstream_download_for_the_whole_fleet(vm_fleet, lab_inventory, hub: HubStandin, mirror_guest, olah_index,
                                                   tunnel, tmp_path):
     sparks = vm_fleet.guests
-    old_draft, new_draft = HubStandin.commits(DRAFT)[0], HubStandin.commits(DRAFT)[-1]
+    old_draft = HubStandin.commits(DRAFT)[0]
     index_url = olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER)
     inv = _inventory(lab_inventory, tmp_path / "fleet-mirror.yml", mirror_guest, tunnel, index_url, old_draft)
 
@@ -154,28 +156,12 @@ def test_one_upstream_download_for_the_whole_fleet(vm_fleet, lab_inventory, hub:
         out = g.ssh(f"du -sbL {models.split()[0]}/snapshots/*/ | cut -f1").stdout.split()
         assert out and int(out[0]) > 0
 
-    # 2. model upgrade: the draft moves to its next commit; only what changed is fetched, once
-    upgraded = _inventory(lab_inventory, tmp_path / "fleet-mirror-upgrade.yml", mirror_guest, tunnel, index_url, new_draft)
-    hub.reset_log()
-    run = lab.run_pyinfra(upgraded, "eagle3")
-    assert run.returncode == 0, run.output()[-6000:]
-    upstream = _file_bytes(hub)
-    old_files, new_files = HubStandin.files(DRAFT, old_draft), HubStandin.files(DRAFT, new_draft)
-    unchanged = {(DRAFT, p) for p in new_files
-                 if p in old_files and HubStandin.file_meta(DRAFT, p, old_draft)["etag"] == HubStandin.file_meta(DRAFT, p, new_draft)["etag"]}
-    changed = _needed({DRAFT: new_draft}, skip=unchanged)
-    figure(f"hub mirror: upstream file bytes / changed bytes, model upgrade on N={len(sparks)} Sparks",
-           f"{sum(upstream.values()) / changed:.2f} ({sum(upstream.values()):,} / {changed:,}; "
-           f"{len(new_files) - len(unchanged)} changed file(s))")
-    assert sum(upstream.values()) == changed, sorted(upstream.items())
-    assert all(f"/{new_draft}/" in p for p in upstream), f"fetched something else than the new commit: {upstream}"
-
-    # 3. the mirror lists what it caches; the Sparks serve
-    status = lab.run_specfleet("mirror", "status", "inventory.py", inventory=upgraded)
-    assert status.returncode == 0 and f"{DRAFT}@{new_draft[:12]}" in status.stdout, status.stdout + status.stderr
+    # 2. the mirror lists what it caches; the Sparks serve
+    status = lab.run_specfleet("mirror", "status", "inventory.py", inventory=inv)
+    assert status.returncode == 0 and f"{DRAFT}@{old_draft[:12]}" in status.stdout, status.stdout + status.stderr
     for g in sparks:
         assert lab.guest_curl_completion(g)["choices"], g.name
-        assert new_draft in lab.guest_release_json(g), g.name
+        assert old_draft in lab.guest_release_json(g), g.name
 
 
 # ---- faults (issue 10, point 4) -----------------------------------------------------------------------------------
@@ -205,25 +191,27 @@ def _upstream_files(hub: HubStandin, repo: str, commit: str) -> dict[str, int]:
     return {p[len(prefix):]: n for p, n in hub.bytes_served().items() if p.startswith(prefix) and n}
 
 
-def test_mirror_killed_mid_fill_hosts_keep_serving_and_the_next_run_resumes(vm_fleet, lab_inventory, hub: HubStandin,
-                                                                           mirror_guest, olah_index, tunnel, tmp_path):
+def test_model_upgrade_with_the_mirror_killed_mid_fill_fetches_only_the_changed_files(
+        vm_fleet, lab_inventory, hub: HubStandin, mirror_guest, olah_index, tunnel, tmp_path):
+    """The draft moves to its next commit (a model upgrade). Its warm-up is cut by killing olah: the hosts keep
+    serving the old commit. The next converge resumes the fill: over both runs, only the files that changed are
+    fetched upstream, each complete one once (the cut one again), and the unchanged ones not at all."""
     sparks = vm_fleet.guests
     old_draft, new_draft = HubStandin.commits(DRAFT)[0], HubStandin.commits(DRAFT)[-1]
     index_url = olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER)
-    inv = _inventory(lab_inventory, tmp_path / "fleet-killed.yml", mirror_guest, tunnel, index_url, old_draft)
-    assert all(new_draft in lab.guest_release_json(g) for g in sparks)  # the first test left them serving new_draft
-    # The Sparks need the old draft again (their copy removed) and the mirror must fetch it upstream (its cache removed).
-    vm_fleet.ssh_all(f"rm -rf {DRAFT_ON_SPARK}")
-    mirror_guest.ssh(f"systemctl stop {OLAH}; rm -rf {OLAH_DRAFT_CACHE}")
-    files = sorted(p for p in HubStandin.files(DRAFT, old_draft))  # the warm-up's order
-    held = files[-1]
-    complete = files[:-1]
+    upgraded = _inventory(lab_inventory, tmp_path / "fleet-upgrade.yml", mirror_guest, tunnel, index_url, new_draft)
+    assert all(old_draft in lab.guest_release_json(g) for g in sparks)  # the first test left them serving old_draft
+    old_files, sizes = HubStandin.files(DRAFT, old_draft), HubStandin.files(DRAFT, new_draft)
+    changed = sorted(p for p in sizes if p not in old_files or HubStandin.file_meta(DRAFT, p, old_draft)["etag"]
+                     != HubStandin.file_meta(DRAFT, p, new_draft)["etag"])  # the warm-up's order
+    assert len(changed) >= 2 and len(changed) < len(sizes), changed  # a complete one, a cut one, an unchanged one
+    held, complete = changed[-1], changed[:-1]
 
-    # 1. the warm-up is mid-fill (the stand-in holds the last file's GET; the ones before it are complete): kill olah
-    sizes = HubStandin.files(DRAFT, old_draft)
+    # 1. the warm-up is mid-fill (the stand-in holds the last changed file's GET; the ones before it are complete):
+    #    kill olah
     hub.reset_log()
-    hub.hold(f"/{DRAFT}/resolve/{old_draft}/{held}")
-    run = lab.start_pyinfra(inv, "eagle3")
+    hub.hold(f"/{DRAFT}/resolve/{new_draft}/{held}")
+    run = lab.start_pyinfra(upgraded, "eagle3")
     try:
         deadline = time.monotonic() + 900
         while hub.held() < 1 and run.proc.poll() is None and time.monotonic() < deadline:
@@ -237,33 +225,44 @@ def test_mirror_killed_mid_fill_hosts_keep_serving_and_the_next_run_resumes(vm_f
             run.proc.kill()
     out = _plain(run.output())
     assert rc != 0
-    first = _upstream_files(hub, DRAFT, old_draft)
+    first = _upstream_files(hub, DRAFT, new_draft)
     assert {f: first.get(f) for f in complete} == {f: sizes[f] for f in complete}, first
     assert first.get(held, 0) < sizes[held], first  # cut: not complete
+    assert set(first) <= set(changed), f"fetched an unchanged file: {first}"
     for g in sparks:  # each Spark names the mirror, and serves its previous release
         assert f"[{g.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) failed to warm" in out, g.name
         assert lab.guest_curl_completion(g)["choices"], g.name
-        assert new_draft in lab.guest_release_json(g), g.name
+        assert old_draft in lab.guest_release_json(g), g.name
 
     # 2. the mirror back: the next converge resumes the fill without fetching the complete files again; on the way the
     #    upstream answers 429 three times (olah relays them) and the warm-up retries with backoff
     _unmask_mirror(mirror_guest)
     hub.reset_log()
     hub.fail_next(429, 3)
-    run2 = lab.run_pyinfra(inv, "eagle3")
+    run2 = lab.run_pyinfra(upgraded, "eagle3")
     assert run2.returncode == 0, run2.output()[-6000:]
     assert [st for _, _, st in hub.requests()].count(429) == 3 and hub.pending_failures() == 0
     retried = mirror_guest.ssh("cat /var/lib/specfleet/jobs/*/log | grep -c 'HTTP 429; retrying in' || true").stdout.strip()
     figure("hub mirror: upstream 429s during the warm-up", f"3 answered 429 upstream, {retried} of them reached the warm-up "
            "and were retried with backoff, converge ok")
     assert int(retried) >= 1, retried  # (olah relays a 429 of its resolve probe; it may absorb one of its own requests')
-    second = _upstream_files(hub, DRAFT, old_draft)
+    second = _upstream_files(hub, DRAFT, new_draft)
     figure("hub mirror killed mid-fill: files fetched upstream again by the next run",
            f"{len(set(second) & set(complete))} of {len(complete)} complete ones ({sorted(second)} fetched: the cut one)")
     assert sorted(second) == [held], second
+    assert second[held] == sizes[held], second
+    upgrade_bytes = sum(first.get(f, 0) for f in complete) + second[held]
+    changed_bytes = sum(sizes[f] for f in changed)
+    figure(f"hub mirror: upstream file bytes / changed bytes, model upgrade on N={len(sparks)} Sparks (cut once)",
+           f"{upgrade_bytes / changed_bytes:.2f} ({upgrade_bytes:,} / {changed_bytes:,} complete; {len(changed)} of "
+           f"{len(sizes)} file(s) changed; {first.get(held, 0):,} B of the cut one fetched again)")
+
+    # 3. the mirror lists the new commit; the Sparks serve it
+    status = lab.run_specfleet("mirror", "status", "inventory.py", inventory=upgraded)
+    assert status.returncode == 0 and f"{DRAFT}@{new_draft[:12]}" in status.stdout, status.stdout + status.stderr
     for g in sparks:
         assert lab.guest_curl_completion(g)["choices"], g.name
-        assert old_draft in lab.guest_release_json(g), g.name
+        assert new_draft in lab.guest_release_json(g), g.name
 
 
 def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_fleet, lab_inventory, hub: HubStandin,
@@ -272,7 +271,7 @@ def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_flee
     old_draft, new_draft = HubStandin.commits(DRAFT)[0], HubStandin.commits(DRAFT)[-1]
     fallback, refusing = sparks[0], sparks[1:]
     inv = _inventory(lab_inventory, tmp_path / "fleet-fallback.yml", mirror_guest, tunnel,
-                     olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER), new_draft,
+                     olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER), old_draft,
                      host_vars={fallback.name: {"hub_fallback": True}})
     vm_fleet.ssh_all(f"rm -rf {DRAFT_ON_SPARK}")
     _stop_mirror(mirror_guest, kill=False)
@@ -285,12 +284,12 @@ def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_flee
     assert run.returncode != 0  # the mirror host and the Sparks without hub_fallback failed
     assert (f"[{fallback.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) is down or failed to warm; "
             f"hub_fallback: fetching from the Hub directly (http://{lab.GUEST_SEES_CONTROLLER}:{hub.port})") in out, out[-6000:]
-    assert lab.guest_curl_completion(fallback)["choices"] and new_draft in lab.guest_release_json(fallback)
-    assert _upstream_files(hub, DRAFT, new_draft)  # from the Hub itself
+    assert lab.guest_curl_completion(fallback)["choices"] and old_draft in lab.guest_release_json(fallback)
+    assert _upstream_files(hub, DRAFT, old_draft)  # from the Hub itself
     for g in refusing:
         assert f"[{g.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) failed to warm" in out, g.name
         assert lab.guest_curl_completion(g)["choices"], g.name
-        assert old_draft in lab.guest_release_json(g), g.name  # still serving what it served
+        assert new_draft in lab.guest_release_json(g), g.name  # still serving what it served
 
 
 # ---- gated repos and the allowed networks (issue 10, point 1) ------------------------------------------------------

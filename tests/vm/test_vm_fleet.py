@@ -212,26 +212,6 @@ def test_inventory_and_fleet_json(fleet):
     assert again.guests[1].ssh("hostname").stdout.strip() == "spark-2"
 
 
-@pytest.mark.full  # a second boot of a guest; CI boots guests enough times already
-def test_poweroff_and_boot_again(fleet):
-    g = fleet.guests[1]
-    machine_id = g.ssh("cat /etc/machine-id").stdout.strip()
-    g.ssh("echo survives > /root/marker && sync")
-    port = g.port
-    g.poweroff()
-    assert not g.is_running() and not g.pidfile.exists()
-    assert g.ssh("true", check=False, timeout=30, connect_timeout=5).returncode != 0
-    g.poweroff()  # already off: no-op
-    t0 = time.monotonic()
-    g.boot()
-    FIGURES["boot() after poweroff s"] = round(time.monotonic() - t0, 1)
-    assert g.port == port and g.is_running()
-    assert g.ssh("cat /root/marker").stdout.strip() == "survives"
-    assert g.ssh("cat /etc/machine-id").stdout.strip() == machine_id
-    assert fleet.guests[0].ssh("hostname").stdout.strip() == "spark-1"  # the other one is fine
-    assert f"inet {g.lan_address}/24" in g.ssh("ip -4 -o addr show dev eth1").stdout  # same address after a boot
-
-
 def test_down_is_complete_and_idempotent(fleet, workdir):
     assert _our_qemu_pids(workdir)
     specfleet_lab.down(workdir)
@@ -244,18 +224,3 @@ def test_down_is_complete_and_idempotent(fleet, workdir):
     specfleet_lab.down(workdir / "never-used")  # nothing up at all
     with pytest.raises(specfleet_lab.VMError):
         specfleet_lab.load(workdir)
-
-
-@pytest.mark.full  # the cached-image path: every CI guest after the first build boots from the cache anyway
-def test_second_up_reuses_cached_image(cache_dir, tmp_path, request):
-    wd = tmp_path / "fleet2"
-    try:
-        t0 = time.monotonic()
-        f = specfleet_lab.up(count=1, workdir=wd, cache_dir=cache_dir)
-        FIGURES["up(1) total s"] = round(time.monotonic() - t0, 1)
-        FIGURES.update({f"up(1) {k}": v for k, v in f.timings.items() if k != "states"})
-        assert f.timings["image_cached"] is True
-        assert f.guests[0].ssh("hostname").stdout.strip() == "spark-1"
-    finally:
-        specfleet_lab.down(wd)
-    assert _our_qemu_pids(wd) == []
