@@ -279,8 +279,11 @@ class Host:
         out = {"id": jid, "key": spec["key"], **state, "progress": read_json(d / "progress.json") or {}}
         if out["state"] in ("starting", "running"):
             unit = sh("systemctl", "is-active", f"{JOB_UNIT_PREFIX}{jid}", check=False).stdout.strip()
-            if unit not in ("active", "activating", "deactivating"):
-                # the unit is gone but the job never recorded an end: it was killed (or the host rebooted)
+            ended = self._job_state(jid) or {}  # read again: the job may have recorded its end and left meanwhile
+            if ended.get("state") in ("ok", "failed"):
+                out.update(ended)
+            elif unit not in ("active", "activating", "deactivating"):
+                # the unit is gone and the job never recorded an end: it was killed (or the host rebooted)
                 out.update(state="lost",
                            message=f"job {jid} ({spec['key']}) ended without a result (unit {unit or 'gone'})")
             else:

@@ -229,6 +229,25 @@ def test_job_killed_without_a_result_is_lost(tmp_path, monkeypatch):
     assert h.job_status("j2")["state"] == "running" and h.active_job() == "j2"
 
 
+def test_a_job_that_ends_while_its_unit_is_asked_about_is_not_lost(tmp_path, monkeypatch):
+    """The race seen on a loaded VM fleet (a rollout's stage said `job ... lost: ended without a result (unit
+    inactive)` while the job's log ended `ok (exit 0)`): the status read saw `running`, then the job recorded its
+    result and its unit went away before `systemctl is-active` answered. Here the job ends exactly then."""
+    h = sfh.Host(str(tmp_path))
+    d = tmp_path / "jobs" / "j3"
+    d.mkdir(parents=True)
+    (d / "job.json").write_text(json.dumps({"key": "fetch:x@y", "argv": ["true"], "env": {}}))
+    (d / "state.json").write_text(json.dumps({"state": "running", "pid": 999999}))
+
+    def systemctl_while_the_job_ends(*cmd, check=True):
+        (d / "state.json").write_text(json.dumps({"state": "ok", "exit": 0}))  # the job's last act, then it is gone
+        return subprocess.CompletedProcess(cmd, 3, "inactive", "")
+
+    monkeypatch.setattr(sfh, "sh", systemctl_while_the_job_ends)
+    status = h.job_status("j3")
+    assert status["state"] == "ok" and status["exit"] == 0, status
+
+
 def test_the_controllers_job_start_command_parses_as_intended():
     import shlex as _shlex
 
