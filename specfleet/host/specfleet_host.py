@@ -279,15 +279,14 @@ class Host:
         out = {"id": jid, "key": spec["key"], **state, "progress": read_json(d / "progress.json") or {}}
         if out["state"] in ("starting", "running"):
             unit = sh("systemctl", "is-active", f"{JOB_UNIT_PREFIX}{jid}", check=False).stdout.strip()
-            ended = self._job_state(jid) or {}  # read again: the job may have recorded its end and left meanwhile
-            if ended.get("state") in ("ok", "failed"):
-                out.update(ended)
-            elif unit not in ("active", "activating", "deactivating"):
+            if unit in ("active", "activating", "deactivating"):
+                out["state"] = "running"
+            elif (ended := self._job_state(jid) or {}).get("state") in ("ok", "failed"):
+                out.update(ended)  # it recorded its end and left between the two reads
+            else:
                 # the unit is gone and the job never recorded an end: it was killed (or the host rebooted)
                 out.update(state="lost",
                            message=f"job {jid} ({spec['key']}) ended without a result (unit {unit or 'gone'})")
-            else:
-                out["state"] = "running"
         if log_lines or out["state"] in ("failed", "lost"):
             out["log_tail"] = "\n".join(out.pop("tail", None) or []) or tail(d / "log", log_lines or 15)
         out.pop("tail", None)
