@@ -17,6 +17,7 @@ from .host.layout import Layout
 # reader of the release state it runs (host/release_state.py, also installed next to the host tool).
 _SCRIPT = (resources.files("specfleet.host") / "probes" / "host_status.sh").read_text(encoding="utf-8")
 RELEASE_STATE = (resources.files("specfleet.host") / "release_state.py").read_text(encoding="utf-8")
+FILE_STATUS = (resources.files("specfleet.host") / "probes" / "file_status.py").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -84,6 +85,7 @@ class SpecfleetHost(FactBase):
             "USERS": "\n".join(users),
             "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,
             "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
+            "FILE_STATUS": FILE_STATUS,
         }
         # One path per line (Hub file names may hold spaces; the controller refuses control characters).
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())

@@ -108,6 +108,7 @@ LAYERS = {
     "specfleet.host.probes.overview": "host",  # what `specfleet status` shows of a host; THE acceptance arithmetic
     "specfleet.host.probes.mirror_warm": "host",  # warms the Hub mirror: each needed file read through olah once
     "specfleet.host.probes.olah_ready": "host",  # waits for the Hub mirror's olah to answer on its loopback port
+    "specfleet.host.probes.file_status": "host",  # the status read's sizes, file states and groups, in one process
     # ---- the checks a project's tests/infra collects ----
     "specfleet.testinfra": "testinfra",  # the package
     "specfleet.testinfra.converged": "testinfra",  # checks of a converged host

@@ -34,3 +34,41 @@ def test_gate_and_active_job_are_read(tmp_path):
     assert not _status(tmp_path).gate_passed("r-1")
     (tmp_path / "gate.json").unlink()
     assert _status(tmp_path).gate == {}
+
+
+# What the probe printed per path before file_status.py (coreutils, a few programs per path): the reference that
+# the one-process reader must match line for line.
+_COREUTILS = r"""
+printf '%s\n' "$SIZES" | while IFS= read -r f; do [ -n "$f" ] || continue
+  s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
+printf '%s\n' "$FILES" | while IFS= read -r f; do [ -n "$f" ] || continue
+  if [ -L "$f" ]; then echo "file	link|$(readlink "$f")	$f"
+  elif [ -d "$f" ]; then echo "file	dir|$(stat -c '%a|%U|%G' "$f")	$f"
+  elif [ -f "$f" ]; then echo "file	file|$(stat -c '%a|%U|%G' "$f")|$(sha256sum "$f" | cut -d' ' -f1)	$f"; fi
+done
+printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
+  echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
+"""
+
+
+def test_file_status_prints_what_coreutils_printed(tmp_path):
+    import getpass
+    import os
+
+    from specfleet.facts import FILE_STATUS
+
+    (tmp_path / "a file").write_bytes(b"x" * 3000)
+    (tmp_path / "secret").write_text("t")
+    (tmp_path / "secret").chmod(0o600)
+    (tmp_path / "sticky dir").mkdir()
+    (tmp_path / "sticky dir").chmod(0o1777)
+    (tmp_path / "link").symlink_to("a file")
+    (tmp_path / "dangling").symlink_to("nowhere/at all")
+    os.mkfifo(tmp_path / "fifo")
+    names = ["a file", "secret", "sticky dir", "link", "dangling", "fifo", "missing", ""]
+    paths = "\n".join(str(tmp_path / n) for n in names)
+    env = {**os.environ, "SIZES": paths, "FILES": paths, "USERS": f"{getpass.getuser()}\nno-such-user-xyz"}
+    want = subprocess.run(["sh", "-c", _COREUTILS], env=env, capture_output=True, check=True).stdout
+    got = subprocess.run(["python3", "-I", "-S", "-c", FILE_STATUS], env=env, capture_output=True, check=True).stdout
+    assert b"file\tlink|nowhere/at all" in want and b"\t(missing)\n" in want and b"|1777|" in want  # the cases
+    assert got.decode().splitlines() == want.decode().splitlines()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -254,10 +255,14 @@ def make_variant_in_guests(fleet, mode: str, tag: str, load_delay_s: float = 4.0
     """A stand-in release with another behaviour (e.g. `crash`), derived in each guest from the loaded
     stand-in image with docker create/cp/commit (only the small behaviour file differs)."""
     config = standin_image.variant_config_json(mode, load_delay_s)
-    for g in fleet.guests:
+
+    def one(g):
         g.ssh(f"docker rm -f sf-variant >/dev/null 2>&1; docker create --name sf-variant {STANDIN_TAG} true >/dev/null && "
               f"cat > /tmp/trtllm-standin.json && docker cp /tmp/trtllm-standin.json sf-variant:/etc/trtllm-standin.json && "
               f"docker commit sf-variant {tag} >/dev/null && docker rm sf-variant >/dev/null", input=config.encode())
+
+    with ThreadPoolExecutor(len(fleet.guests)) as pool:  # the guests at once (each its own emulated CPU)
+        list(pool.map(one, fleet.guests))  # list(): a guest's failure raises here
 
 
 def with_vars(inventory: Path, out: Path, **vars) -> Path:

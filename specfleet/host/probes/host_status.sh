@@ -1,7 +1,8 @@
 #!/bin/sh
 # The one status read of a specfleet host (facts.SpecfleetHost): everything the converge decides on, as
 # `key<TAB>value` lines, in one remote command. Read-only. Paths come from the environment (host/layout.py):
-# DATA UNIT VALIDATED VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py), and
+# DATA UNIT VALIDATED VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py), FILE_STATUS
+# (the text of host/probes/file_status.py), and
 # SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and newline-
 # separated lists of paths whose size / state to report and users whose groups to report).
 echo "arch	$(uname -m)"
@@ -25,15 +26,9 @@ echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
 if [ -n "$droot" ]; then set -- $(df -PB1 "$d" "$droot" 2>/dev/null | awk 'NR>1{print $1, $4}')
   [ "$#" -eq 4 ] && echo "docker_root	$4	$([ "$1" = "$3" ] && echo same || echo other)	$droot"; fi
 echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
-printf '%s\n' "$SIZES" | while IFS= read -r f; do [ -n "$f" ] || continue
-  s=$(stat -L -c %s "$f" 2>/dev/null || echo -1); echo "size	$s	$f"; done
-printf '%s\n' "$FILES" | while IFS= read -r f; do [ -n "$f" ] || continue
-  if [ -L "$f" ]; then echo "file	link|$(readlink "$f")	$f"
-  elif [ -d "$f" ]; then echo "file	dir|$(stat -c '%a|%U|%G' "$f")	$f"
-  elif [ -f "$f" ]; then echo "file	file|$(stat -c '%a|%U|%G' "$f")|$(sha256sum "$f" | cut -d' ' -f1)	$f"; fi
-done
-printf '%s\n' "$USERS" | while IFS= read -r u; do [ -n "$u" ] || continue
-  echo "groups	$u	$(id -nG "$u" 2>/dev/null || echo '(missing)')"; done
+# Sizes, file states and groups: one python3 (host/probes/file_status.py, shipped in $FILE_STATUS), not a few
+# programs per path. -I -S: stdlib only, quicker to start.
+command -v python3 >/dev/null 2>&1 && python3 -I -S -c "$FILE_STATUS"
 # The release state: current, previous, kept releases, the current record, gate, lock, active job (one JSON line,
 # from THE reader, host/release_state.py, shipped in $RELEASE_STATE; -I -S: stdlib only, quicker to start).
 command -v python3 >/dev/null 2>&1 && echo "release_state	$(python3 -I -S -c "$RELEASE_STATE" "$RELEASE_PATHS" 2>&1 | tail -n 1)"

@@ -1,0 +1,91 @@
+"""The files part of a specfleet host's status read (host_status.sh runs it; facts.SpecfleetHost parses it): the
+size of each path in SIZES, the kind, mode, owner and sha256 of each path in FILES, and the groups of each user in
+USERS (newline-separated lists, from the environment), as `key<TAB>value` lines. Read-only, stdlib only.
+
+It is one process because the shell loop it replaces ran four to six programs per path: on a slow host (an
+emulated guest) that was 3 of the probe's 7 seconds, on every converge.
+
+    size  <bytes, -1 if missing (links followed)>  <path>
+    file  link|<target> | dir|<mode>|<user>|<group> | file|<mode>|<user>|<group>|<sha256>  <path>   (missing: none)
+    groups  <user>  <names, primary first> | (missing)
+"""
+
+import grp
+import hashlib
+import os
+import pwd
+import stat
+import sys
+
+
+def out(*fields):
+    sys.stdout.buffer.write(b"\t".join(os.fsencode(f) for f in fields) + b"\n")
+
+
+def paths(var):
+    return [p for p in os.environ.get(var, "").split("\n") if p]
+
+
+def name(lookup, ident):
+    try:
+        return lookup(ident)[0]
+    except KeyError:
+        return "UNKNOWN"  # what stat -c %U/%G prints for an id without a name
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return ""
+    return h.hexdigest()
+
+
+def describe(path):
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            return "link|" + os.readlink(path)
+        st = os.stat(path)
+    except OSError:
+        return None
+    owner = "%o|%s|%s" % (stat.S_IMODE(st.st_mode), name(pwd.getpwuid, st.st_uid), name(grp.getgrgid, st.st_gid))
+    if stat.S_ISDIR(st.st_mode):
+        return "dir|" + owner
+    if stat.S_ISREG(st.st_mode):
+        return "file|%s|%s" % (owner, sha256(path))
+    return None
+
+
+def groups(user):
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return "(missing)"
+    names = []
+    for gid in [pw.pw_gid] + os.getgrouplist(user, pw.pw_gid):
+        n = name(grp.getgrgid, gid)
+        if n not in names:
+            names.append(n)
+    return " ".join(names)
+
+
+def main():
+    for path in paths("SIZES"):
+        try:
+            out("size", str(os.stat(path).st_size), path)
+        except OSError:
+            out("size", "-1", path)
+    for path in paths("FILES"):
+        desc = describe(path)
+        if desc is not None:
+            out("file", desc, path)
+    for user in paths("USERS"):
+        out("groups", user, groups(user))
+
+
+if __name__ == "__main__":  # python3 -I -S -c "$FILE_STATUS"
+    main()
