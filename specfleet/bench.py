@@ -29,7 +29,7 @@ import yaml
 from .host.probes.overview import acceptance
 from .llm_options import deep_merge
 from .plan import HostPlan, build_plans
-from .profiles import PROFILES
+from .profiles import PROFILES, nodes
 
 DEFAULT_GROUP = "bench"
 LOAD_TOOL = "specfleet-bench-load"
@@ -65,9 +65,10 @@ def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
     out: list[Variant] = []
     for item in items:
         profile, _, rest = item.partition(":")
-        if profile not in PROFILES:
-            raise ValueError(f"--variants: '{item}': unknown profile '{profile}' "
-                             f"(allowed: {', '.join(sorted(PROFILES))})")
+        single = sorted(p for p in PROFILES if nodes(p) == 1)  # bench variants run on single Sparks
+        if profile not in single:
+            what = "a two-Spark profile" if profile in PROFILES else "unknown profile"
+            raise ValueError(f"--variants: '{item}': {what} '{profile}' (allowed: {', '.join(single)})")
         if not rest:
             if ":" in item:
                 raise ValueError(f"--variants: '{item}': nothing after ':' (e.g. {profile}:max_draft_len=1,2)")

@@ -41,7 +41,7 @@ mirror_python = "python3"  # interpreter (Python >= 3.10) the mirror's virtualen
 hub_fallback = False  # noqa: E501  # a host that downloads from the mirror goes to the mirror's upstream Hub directly (with a warning) when the mirror is down or failed to warm; false: it refuses to stage and keeps serving
 
 # --- gateway (hosts of the inventory group `gateway`; deploys/gateway.py) ----------------------------
-serves = None  # noqa: E501  # profile this Spark serves (eagle3, draft_target, baseline); required on every Spark of a fleet with a gateway group; a profile deploy skips hosts that serve another
+serves = None  # noqa: E501  # profile this Spark serves (eagle3, draft_target, baseline, qwen3_eagle3_pair); required on every Spark of a fleet with a gateway group; a profile deploy skips hosts that serve another
 fleet_address = None  # noqa: E501  # IP address the other fleet hosts reach this host at (gateway -> Spark, the Sparks' allow-lists); None: its ssh_hostname
 gateway_port = 8000  # TCP port of the fleet's OpenAI-compatible endpoint on each gateway host
 gateway_bind = "0.0.0.0"  # address the gateway's endpoint binds on its host (an IP address)
@@ -59,6 +59,12 @@ gateway_server_maxconn = 64  # requests one gateway sends one Spark at once; mor
 gateway_backend_port = 8001  # noqa: E501  # port on each Spark that only the gateways reach (a filtering socket relaying to serve_port)
 gateway_agent_port = 8002  # noqa: E501  # port on each Spark of its readiness agent (up only while its release passed its gate; gateways only)
 drain_timeout_sec = 600  # noqa: E501  # how long a drain waits for a Spark's in-flight requests (streams too) before it restarts the Spark anyway
+
+# --- two Sparks as one server (the hosts of an inventory group pair_<name>; profile qwen3_eagle3_pair) --------
+pair_role = None  # noqa: E501  # this host's role in its pair_* group: head (runs the MPI launch, the pair's endpoint) or worker
+pair_link_interfaces = ["enp1s0f1np1", "enP2p1s0f1np1"]  # noqa: E501  # the ConnectX-7 logical interfaces of the pair's link (a Spark's names for one QSFP port)
+pair_link_subnets = ["192.168.100.0/24", "192.168.101.0/24"]  # noqa: E501  # one IPv4 subnet per link interface, the same on both hosts (NVIDIA's connect-two-sparks guidance)
+pair_link_addresses = None  # noqa: E501  # this host's address/prefix on each link interface; None: host 10 (head) or 11 (worker) of each subnet
 
 # --- tiktoken encodings (gpt-oss / Harmony) ------------------------------------------------------
 tiktoken_base_url = "https://openaipublic.blob.core.windows.net/encodings"  # noqa: E501  # where hosts fetch the tiktoken files (point at a mirror if needed)

@@ -145,13 +145,14 @@ def _port_problems(host: str, values: dict[str, Any], pairs) -> list[Problem]:
             for a, b in pairs if values.get(a) == values.get(b)]
 
 
-def gateway_fleet(inventory: Inventory, values: dict[str, dict[str, Any]],
-                  connections: dict[str, dict[str, Any]]) -> GatewayFleet | None:
-    """The fleet's gateway roles, once `problems` found none; None without a gateway group."""
+def gateway_fleet(inventory: Inventory, values: dict[str, dict[str, Any]], connections: dict[str, dict[str, Any]],
+                  pair_workers: frozenset[str] = frozenset()) -> GatewayFleet | None:
+    """The fleet's gateway roles, once `problems` found none; None without a gateway group. A pair's worker is no
+    backend: its head is the pair's endpoint (pair_fleet.py)."""
     gateways = gateway_hosts(inventory)
     if not gateways:
         return None
-    sparks = spark_hosts(inventory)
+    sparks = [h for h in spark_hosts(inventory) if h not in pair_workers]
     addresses = {h: fleet_address(values[h], connections[h], h) for h in gateways + sparks}
     backends = {h: [PROFILES[values[h]["serves"]]["target"]["repo"],
                     f"{addresses[h]}:{values[h]['gateway_backend_port']}", values[h]["gateway_agent_port"]]

@@ -146,6 +146,63 @@ def check_networks(value: list[str]) -> list[str]:
     return out
 
 
+# ---- a two-Spark pair's link (pair_fleet.py) -------------------------------------------------------------------
+IFNAME_RULE = ("allowed: a Linux interface name, 1 to 15 letters, digits, '_', '.' or '-', not starting with '.' or "
+               "'-', e.g. enp1s0f1np1")
+_IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}")  # the kernel's IFNAMSIZ (16 with the NUL), no '/' or ':'
+
+
+def check_ifnames(value: list[str]) -> list[str]:
+    """One to four distinct interface names (pair_link_interfaces: the CX-7 logical interfaces of the link)."""
+    if not 1 <= len(value) <= 4:
+        raise ValueError(f"has {len(value)} interfaces (allowed: 1 to 4 interface names, e.g. "
+                         "[enp1s0f1np1, enP2p1s0f1np1])")
+    for name in value:
+        if not _IFNAME.fullmatch(name):
+            raise ValueError(f"{show(name)} is not an interface name ({IFNAME_RULE})")
+    if len(set(value)) != len(value):
+        raise ValueError(f"names an interface twice: {show(value)} (allowed: distinct interfaces)")
+    return value
+
+
+def check_link_subnets(value: list[str]) -> list[str]:
+    """IPv4 networks in CIDR form, one per link interface, normalized; no two overlap (one subnet per logical
+    interface: NVIDIA's connect-two-sparks guidance, against the routing ambiguity of one shared subnet)."""
+    nets = []
+    for net in value:
+        try:
+            nets.append(ipaddress.IPv4Network(net))
+        except ValueError:
+            raise ValueError(f"{show(net)} is not an IPv4 network in CIDR form "
+                             "(allowed: e.g. 192.168.100.0/24, host bits zero, prefix /8 to /30)") from None
+        if not 8 <= nets[-1].prefixlen <= 30:
+            raise ValueError(f"{show(net)} has prefix /{nets[-1].prefixlen} (allowed: /8 to /30: room for two hosts)")
+    for i, a in enumerate(nets):
+        for b in nets[i + 1:]:
+            if a.overlaps(b):
+                raise ValueError(f"{a} overlaps {b} (allowed: one subnet per link interface, apart from each other)")
+    return [str(n) for n in nets]
+
+
+def check_link_addresses(value: list[str] | None) -> list[str] | None:
+    """IPv4 interface addresses in CIDR form (address/prefix), normalized; None stays None (derived from the role)."""
+    if value is None:
+        return value
+    out = []
+    for item in value:
+        try:
+            iface = ipaddress.IPv4Interface(item)
+        except ValueError:
+            iface = None
+        if iface is None or "/" not in item:
+            raise ValueError(f"{show(item)} is not an IPv4 address with its prefix (allowed: e.g. 192.168.100.10/24)")
+        if iface.ip in (iface.network.network_address, iface.network.broadcast_address):
+            raise ValueError(f"{show(item)} is the network or broadcast address of {iface.network} "
+                             "(allowed: a host address of the subnet)")
+        out.append(str(iface))
+    return out
+
+
 # ---- paths and text --------------------------------------------------------------------------------------------
 _PYTHON = re.compile(r"(?:/[A-Za-z0-9._-]+)+|python3(?:\.[0-9]{1,2})?")
 

@@ -20,8 +20,9 @@ from . import registry
 from .hub import ModelPin, lookup, models_of, pin_of
 from .inventory import Inventory
 from .problems import Problem
-from .profiles import PROFILES
+from .profiles import PROFILES, nodes
 from .settings import Settings, build_fleet
+from .topology import pair_groups
 
 LOCK_VERSION = 1
 LOCK_COMMAND = "specfleet lock inventory.py"
@@ -187,7 +188,9 @@ def fleets_to_lock(inventory: Inventory,
     for some profiles only is a note per profile (not locked for it)."""
     fleets: dict[str, dict[str, Settings]] = {}
     problems: dict[str, dict[str, list[str]]] = {}
-    for name in ([profile] if profile else sorted(PROFILES)):
+    # every profile the fleet can run: a two-Spark profile only in a fleet with a pair group
+    has_pair = bool(pair_groups(inventory.groups))
+    for name in ([profile] if profile else sorted(p for p in PROFILES if has_pair or nodes(p) == 1)):
         fleet, probs = build_fleet(inventory, name)
         bad = {p.host for p in probs}
         fleets[name] = {h: s for h, s in fleet.items() if h not in bad}

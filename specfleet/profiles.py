@@ -79,4 +79,30 @@ PROFILES: dict[str, dict[str, Any]] = {
         },
         "smoke": {"prompt": TRAIN_PROMPT, "max_tokens": 300, "temperature": 0.7},
     },
+    # The playbook's "Run on Two Sparks" (nvidia/speculative-decoding, 2026-04-20): ../shared/reference/multi-spark.md.
+    "qwen3_eagle3_pair": {
+        "description": "EAGLE-3 on two Sparks (TP=2): Qwen3-235B-A22B FP4 with its EAGLE-3 head",
+        "nodes": 2,  # served by the two hosts of a pair_* group as one server (pair_fleet.py); absent: 1
+        "min_trtllm": "1.3.0rc12",  # the playbook's image for it; an image of an older version is refused
+        "target": {"repo": "nvidia/Qwen3-235B-A22B-FP4", "ignore_patterns": []},
+        "draft": {"repo": "nvidia/Qwen3-235B-A22B-Eagle3", "ignore_patterns": []},
+        "tiktoken": False,
+        "serve_args": ["--backend", "pytorch", "--tp_size", "2", "--max_num_tokens", "1024"],
+        "llm_api_options": {
+            "enable_chunked_prefill": False,
+            "cuda_graph_config": {"max_batch_size": 1},
+            "speculative_config": {
+                "decoding_type": "Eagle",
+                "max_draft_len": 3,
+                "speculative_model_dir": "/opt/Qwen3-235B-A22B-Eagle3/",
+            },
+            "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
+        },
+        "smoke": {"prompt": "Explain the benefits of speculative decoding:", "max_tokens": 150, "temperature": 0.7},
+    },
 }
+
+
+def nodes(profile: str | None) -> int:
+    """How many Sparks serve `profile` as one server (2: a pair_* group's hosts); None (no profile): 1."""
+    return PROFILES[profile].get("nodes", 1) if profile in PROFILES else 1

@@ -12,13 +12,14 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
-from . import gateway_fleet, grammars
+from . import gateway_fleet, grammars, pair_fleet
 from .inventory import Inventory
-from .llm_options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, schema_for_image, show
+from .llm_options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, image_version, schema_for_image, show
 from .problems import Problem, error_key, error_message, llm_error_message
 from .profiles import PROFILES
 from .topology import MIRROR_GROUP, mirror_endpoints
@@ -53,6 +54,9 @@ FIELD_GRAMMARS: dict[str, Callable[[Any], Any]] = {
     "fleet_address": grammars.check_address,
     "gateway_health_path": grammars.check_http_path,
     "serve_host": grammars.check_serve_host,
+    "pair_link_interfaces": grammars.check_ifnames,
+    "pair_link_subnets": grammars.check_link_subnets,
+    "pair_link_addresses": grammars.check_link_addresses,
 }
 
 
@@ -104,6 +108,10 @@ class Settings(BaseModel):
     gateway_backend_port: Annotated[int, Field(ge=1, le=65535)]
     gateway_agent_port: Annotated[int, Field(ge=1, le=65535)]
     drain_timeout_sec: Annotated[int, Field(ge=1, le=86400)]
+    pair_role: Literal["head", "worker"] | None
+    pair_link_interfaces: list[str]
+    pair_link_subnets: list[str]
+    pair_link_addresses: list[str] | None  # after build_fleet: resolved on a pair's hosts (pair_fleet.link_addresses)
     fetch_workers: Annotated[int, Field(ge=1, le=64)]
     hub_client_requirement: str
     pip_index_url: str | None
@@ -134,6 +142,9 @@ class Settings(BaseModel):
     model_peers: list[str] = Field(default_factory=list)  # a Spark behind gateways: every Spark of its model
     # a gateway: Spark -> [the model it serves, host:port of its filtering socket, its agent port]
     gateway_backends: dict[str, list[Any]] = Field(default_factory=dict)
+    pair: str | None = None  # a host of a two-Spark pair: its pair_* group (pair_fleet)
+    pair_peer: str | None = None  # and the pair's other host
+    pair_peer_link_addresses: list[str] = Field(default_factory=list)  # the other host's addresses on the link
 
     @field_validator(*FIELD_GRAMMARS)
     @classmethod
@@ -214,6 +225,8 @@ def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | Non
     if options is None:
         return None, problems
     schema, merged = options
+    if profile_name is not None:
+        _check_image_version(host, values.get("image"), profile_name, problems)
     token = _token(host, values, profile is not None or mirror, problems)
     fields = {k: v for k, v in values.items() if k in Settings.model_fields}
     return _validated(host, problems, {
@@ -243,6 +256,24 @@ def _llm_options(host: str, image: Any, defaults: dict[str, Any], deploy_vars: d
     if profile:
         _check_llm_options(host, merged, schema, profile_name, problems)
     return schema, merged
+
+
+def _check_image_version(host: str, image: Any, profile_name: str, problems: list[Problem]) -> None:
+    """A profile with a minimum TensorRT-LLM version (min_trtllm) needs an image whose tag names that version or a
+    newer one: a tag that names none cannot show it (the stricter reading)."""
+    need = PROFILES[profile_name].get("min_trtllm")
+    if need is None or not isinstance(image, str):
+        return
+    have = image_version(image)
+    try:
+        too_old = have is None or Version(have) < Version(need)
+    except InvalidVersion:
+        too_old = True
+    if too_old:
+        what = f"is TensorRT-LLM {have}" if have else "names no TensorRT-LLM version in its tag"
+        problems.append(Problem(host, "image", f"{show(image)} {what}; profile {profile_name} needs {need} or newer "
+                                               f"(allowed: an image tagged {need} or later, e.g. "
+                                               f"nvcr.io/nvidia/tensorrt-llm/release:{need})"))
 
 
 def _check_llm_options(host: str, merged: dict[str, Any], schema: Schema, profile_name: str,
@@ -331,15 +362,23 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
         problems += host_problems
         if settings is not None and not host_problems:
             out[host] = settings
-    if not problems:
-        values = {h: dict(s) for h, s in out.items()}
-        connections = {h: split_vars(inventory.host_vars[h])[0] for h in out}
-        problems += gateway_fleet.problems(inventory, values, connections)
-        gw = None if problems else gateway_fleet.gateway_fleet(inventory, values, connections)
-        for h in gw.serves if gw else ():
-            model = gw.gateway_vars["gateway_backends"][h][0]
-            peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
-            out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
-        for h in gw.gateways if gw else ():
-            out[h] = out[h].model_copy(update=gw.gateway_vars)
+    if problems:
+        return out, problems
+    # the rules between hosts (each host valid on its own): a fleet without gateway or pair groups gets none
+    values = {h: dict(s) for h, s in out.items()}
+    connections = {h: split_vars(inventory.host_vars[h])[0] for h in out}
+    problems += gateway_fleet.problems(inventory, values, connections) + pair_fleet.problems(inventory, values,
+                                                                                              connections)
+    if problems:
+        return out, problems
+    workers = frozenset(p.worker for p in pair_fleet.pairs(inventory, values))
+    gw = gateway_fleet.gateway_fleet(inventory, values, connections, workers)
+    for h in gw.serves if gw else ():
+        model = gw.gateway_vars["gateway_backends"][h][0]
+        peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
+        out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
+    for h in gw.gateways if gw else ():
+        out[h] = out[h].model_copy(update=gw.gateway_vars)
+    for h, update in pair_fleet.pair_vars(inventory, values).items():
+        out[h] = out[h].model_copy(update=update)
     return out, problems

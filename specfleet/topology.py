@@ -1,4 +1,5 @@
-"""The fleet's topology: the hub_mirror group, and where the other hosts reach its mirror (their hub_endpoint)."""
+"""The fleet's topology: the hub_mirror group and where the other hosts reach its mirror (their hub_endpoint), and
+the names of the groups that make two Sparks one server (pair_fleet.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ from .inventory import Inventory
 from .tunables import split_vars
 
 MIRROR_GROUP = "hub_mirror"  # inventory group whose hosts run the fleet's Hub mirror (deploys/hub_mirror.py)
+PAIR_PREFIX = "pair_"  # an inventory group named pair_<name>: two Sparks serving one model together (TP=2)
+
+
+def pair_groups(groups: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The pair groups of an inventory's groups (name -> its hosts, in inventory order)."""
+    return {name: hosts for name, hosts in groups.items() if name.startswith(PAIR_PREFIX)}
 
 
 def mirror_url(mirror_vars: dict[str, Any], connection: dict[str, Any], name: str) -> str:

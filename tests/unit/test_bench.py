@@ -38,6 +38,7 @@ def test_variant_grammar():
 @pytest.mark.parametrize("spec, needle", [
     ("", "give at least one variant"),
     ("eagle4", "unknown profile 'eagle4' (allowed: baseline, draft_target, eagle3)"),
+    ("qwen3_eagle3_pair", "a two-Spark profile 'qwen3_eagle3_pair' (allowed: baseline, draft_target, eagle3)"),
     ("eagle3:", "nothing after ':'"),
     ("eagle3:max_draft_len", "expected PROFILE:KEY=V1,V2"),
     ("eagle3:draft_len=2", "unknown key 'draft_len' (allowed: max_draft_len)"),

@@ -51,6 +51,7 @@ LAYERS = {
     "specfleet.validate_in_image": "core",  # the command that validates a config with the image's own TensorRT-LLM
     "specfleet.api_keys": "core",  # the gateway's client API keys, read on the controller (never shown)
     "specfleet.gateway_fleet": "core",  # the gateway group: roles, addresses, what each Spark serves, rules between hosts
+    "specfleet.pair_fleet": "core",  # two Sparks as one server: the pair groups, roles, link addresses, their rules
     "specfleet.gateway_files": "core",  # the gateway's HAProxy config, model/path maps and key map, rendered
     "specfleet.mirror_files": "core",  # the Hub mirror's layout, units, config and advertised URL, rendered
     "specfleet.selection": "core",  # --limit, --batches, --max-fail: which hosts, in which batches

@@ -14,7 +14,7 @@ from specfleet.project import scaffold_files
 from tests.unit.fakehost import write_fake_lock
 
 ROOT = Path(__file__).resolve().parents[2]
-DEPLOYS = ("eagle3", "draft_target", "baseline", "cleanup", "rollback")
+DEPLOYS = ("eagle3", "draft_target", "baseline", "qwen3_eagle3_pair", "cleanup", "rollback")
 
 
 @pytest.fixture(autouse=True)
