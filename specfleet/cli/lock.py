@@ -9,7 +9,7 @@ import click
 
 from .. import runner
 from ..lockfile import fleets_to_lock, update_lock
-from ..plan import PlanError, build_plans, deploy_constant, deploy_profile, load_inventory_or_fail
+from ..plan import PlanError, build_plans, deploy_constant, deploy_profile, load_inventory_or_fail, role_problems
 from ..preview import EXIT_CHANGES, EXIT_UNREACHABLE, read_changes, report
 from ..profiles import PROFILES
 from ..selection import select
@@ -71,6 +71,8 @@ def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
         if not targets:
             raise PlanError([f"--limit {limit}: matches no host of the inventory"])
         plans = build_plans(inventory, profile)
+        if problems := role_problems(plans, [deploy_file]):
+            raise PlanError(problems)
     skipped = {h: plans[h].skip for h in targets if plans[h].skip}
     found, unreachable = read_changes(plans, [h for h in targets if h not in skipped])
     lines, code = report(targets, found, unreachable, skipped)

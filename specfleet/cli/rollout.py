@@ -11,7 +11,7 @@ import click
 
 from .. import rollout as engine
 from .. import runner
-from ..plan import PlanError, deploy_profile, fleet_plans
+from ..plan import PlanError, deploy_profile, fleet_plans, role_problems
 from ..selection import parse_batches, parse_max_fail, select, whole_model_batches
 from .invalid import fleet_plans_or_exit, invalid_input
 
@@ -43,6 +43,8 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
             raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); "
                              "roll out eagle3/draft_target/baseline"])
         inventory, plans = fleet_plans(inventory_file, profile, resolve=True)
+        if problems := role_problems(plans, [deploy_file]):
+            raise PlanError(problems)
         # hub_mirror hosts serve no model: they are warmed before the stage, never switched; gateways and Sparks
         # that serve another profile are not this rollout's
         targets = [h for h in select(inventory.hosts, inventory.groups, limit)

@@ -183,3 +183,11 @@ def test_behind_a_gateway_only_the_head_is_a_backend(fleet_file):
     backends = fleet["gw-1"].gateway_backends
     assert sorted(backends) == ["spark-1", "spark-3"], backends  # spark-2, the pair's worker, is no backend
     assert backends["spark-1"][0] == "nvidia/Qwen3-235B-A22B-FP4"
+
+
+@pytest.mark.parametrize("command", [["plan"], ["rollout"]])
+def test_plan_and_rollout_refuse_a_pair_before_contacting_a_host(fleet_file, command):
+    fleet_file(_fleet())  # the hosts' addresses lead nowhere: a contact would fail otherwise, not refuse
+    result = CliRunner().invoke(main, [*command, "inventory.py", PAIR_DEPLOY])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [f"spark-1: pair_a: {PAIR_NOT_YET}"]
