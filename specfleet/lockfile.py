@@ -181,6 +181,12 @@ def _wanted(repo_or_image: str, only: tuple[str, ...]) -> bool:
     return repo_or_image in only or bare in only or bare.rsplit(":", 1)[0] in only
 
 
+def profiles_to_lock(inventory: Inventory) -> list[str]:
+    """Every profile the fleet can run: a two-Spark profile only in a fleet with a pair group."""
+    has_pair = bool(pair_groups(inventory.groups))
+    return sorted(p for p in PROFILES if has_pair or nodes(p) == 1)
+
+
 def fleets_to_lock(inventory: Inventory,
                    profile: str | None) -> tuple[dict[str, dict[str, Settings]], list[str], list[str]]:
     """What `specfleet lock` pins: per profile (the one given, else every profile), the settings of each host valid
@@ -188,9 +194,7 @@ def fleets_to_lock(inventory: Inventory,
     for some profiles only is a note per profile (not locked for it)."""
     fleets: dict[str, dict[str, Settings]] = {}
     problems: dict[str, dict[str, list[str]]] = {}
-    # every profile the fleet can run: a two-Spark profile only in a fleet with a pair group
-    has_pair = bool(pair_groups(inventory.groups))
-    for name in ([profile] if profile else sorted(p for p in PROFILES if has_pair or nodes(p) == 1)):
+    for name in ([profile] if profile else profiles_to_lock(inventory)):
         fleet, probs = build_fleet(inventory, name)
         bad = {p.host for p in probs}
         fleets[name] = {h: s for h, s in fleet.items() if h not in bad}

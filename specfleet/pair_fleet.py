@@ -56,10 +56,10 @@ def pairs(inventory: Inventory, values: dict[str, dict[str, Any]]) -> list[Pair]
     return out
 
 
-def pair_vars(inventory: Inventory, values: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def pair_vars(fleet_pairs: list[Pair], values: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """What each pair host's settings get: its pair, its peer, both hosts' resolved link addresses."""
     out = {}
-    for p in pairs(inventory, values):
+    for p in fleet_pairs:
         for h, peer in ((p.head, p.worker), (p.worker, p.head)):
             out[h] = {"pair": p.name, "pair_peer": peer, "pair_link_addresses": link_addresses(values[h]),
                       "pair_peer_link_addresses": link_addresses(values[peer])}

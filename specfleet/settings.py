@@ -371,14 +371,14 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
                                                                                               connections)
     if problems:
         return out, problems
-    workers = frozenset(p.worker for p in pair_fleet.pairs(inventory, values))
-    gw = gateway_fleet.gateway_fleet(inventory, values, connections, workers)
+    pairs = pair_fleet.pairs(inventory, values)
+    gw = gateway_fleet.gateway_fleet(inventory, values, connections, frozenset(p.worker for p in pairs))
     for h in gw.serves if gw else ():
         model = gw.gateway_vars["gateway_backends"][h][0]
         peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
         out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
     for h in gw.gateways if gw else ():
         out[h] = out[h].model_copy(update=gw.gateway_vars)
-    for h, update in pair_fleet.pair_vars(inventory, values).items():
+    for h, update in pair_fleet.pair_vars(pairs, values).items():
         out[h] = out[h].model_copy(update=update)
     return out, problems

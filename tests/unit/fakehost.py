@@ -22,12 +22,10 @@ from specfleet.host.layout import HOST_PROGRAMS, MODULES
 from specfleet.hub import ModelPin, models_of
 from specfleet.inventory import Inventory as FleetInventory
 from specfleet.inventory import load_inventory
-from specfleet.lockfile import Lock, LockedModel, lock_path, write_lock
+from specfleet.lockfile import Lock, LockedModel, lock_path, profiles_to_lock, write_lock
 from specfleet.plan import HostPlan, build_plans
-from specfleet.profiles import PROFILES, nodes
 from specfleet.render import config_yaml, unit_text
 from specfleet.settings import build_fleet
-from specfleet.topology import pair_groups
 from specfleet.validate_in_image import verdict_name
 
 COMMITS = {"target": "a" * 40, "draft": "b" * 40}
@@ -50,9 +48,7 @@ def write_fake_lock(fleet_path: Path, commits: dict[str, str] | None = None) -> 
     """The lock `specfleet lock` would write for this fleet file, with fake_pins' commits and files (no Hub)."""
     inv = load_inventory(fleet_path)
     lock = Lock()
-    for profile in PROFILES:
-        if nodes(profile) > 1 and not pair_groups(inv.groups):
-            continue  # as `specfleet lock`: a two-Spark profile only in a fleet with a pair
+    for profile in profiles_to_lock(inv):
         fleet, _ = build_fleet(inv, profile)
         for s in fleet.values():
             for role, model, revision, _ in models_of(s):
