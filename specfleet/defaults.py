@@ -89,7 +89,7 @@ stop_timeout_sec = 60  # seconds docker gives trtllm-serve to stop before killin
 
 # --- readiness gate ------------------------------------------------------------------------------
 health_timeout_sec = 1800  # seconds to wait for GET /health to answer 200 after a (re)start (model load takes minutes)
-health_interval_sec = 5  # seconds between /health polls
+health_interval_sec = 1  # seconds between a gate's /health polls (a switch ends within this of the server being ready)
 smoke_timeout_sec = 600  # seconds allowed for the smoke completion after /health is up
 
 # --- releases, cleanup and rollback --------------------------------------------------------------

@@ -69,6 +69,17 @@ class Progress:
             atomic_write(self.path, json.dumps({**fields, "updated": time.time()}) + "\n", 0o600)
 
 
+def poll_until(read, done, wait: float, every: float = 0.25, clock=time.monotonic, sleep=time.sleep):
+    """read() until done(its value) or `wait` seconds have passed; the last value read. Lets a controller's one SSH
+    command wait on the host (`job status --wait`) instead of asking again and again, and hear of an end at once."""
+    deadline = clock() + wait
+    while True:
+        value = read()
+        if done(value) or clock() >= deadline:
+            return value
+        sleep(min(every, max(0.0, deadline - clock())))
+
+
 def tail(path: Path, lines: int) -> str:
     try:
         data = path.read_bytes()[-65536:]

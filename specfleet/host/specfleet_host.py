@@ -17,7 +17,8 @@ and exits non-zero with one clear line on failure.
                      (specfleet-job-<id>), with a log and a progress file under <data_dir>/jobs/<id>/.
                      One job at a time: if a job with the same KEY is running, attach to it (prints its
                      id); if another job runs, print busy. Prints one JSON line.
-  job status ID      JSON: state (running | ok | failed | lost), exit code, progress, message, log tail.
+  job status ID [--wait S]  JSON: state (running | ok | failed | lost), exit code, progress, message, log
+                     tail; with --wait, after up to S seconds while the job runs (at once when it ends).
   status             JSON: current, previous, releases (newest first), unit state, gate, active job.
   prune --keep N     delete releases beyond the N newest (never current/previous), then drafts, model
                      snapshots/blobs and partial downloads that no kept release uses.
@@ -44,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules (layout.MODULES) are installed next to it
 import drain  # noqa: E402
 import release_state  # noqa: E402
-from hostlib import Fail, Progress, atomic_write, now_iso, prune_unused, read_json, say, sh, tail  # noqa: E402
+from hostlib import Fail, Progress, atomic_write, now_iso, poll_until, prune_unused, read_json, say, sh, tail  # noqa: E402
 from layout import CONFIG_FILE, DRAFT_LINK, JOB_UNIT_PREFIX, RECORD_FILE, SMOKE_FILE, UNIT_DIR, Layout, cache_folder  # noqa: E402
 
 JOB_KEEP = 20  # finished job directories kept for their logs
@@ -448,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("key")
     start.add_argument("--env", action="append", default=[], metavar="K=V")
     start.add_argument("argv", nargs=argparse.REMAINDER)
-    job.add_parser("status").add_argument("id")
+    (status := job.add_parser("status")).add_argument("id")
+    status.add_argument("--wait", type=float, default=0.0, metavar="SECONDS")
     job.add_parser("run").add_argument("id")
     sub.add_parser("status")
     sub.add_parser("prune").add_argument("--keep", type=int, required=True)
@@ -478,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(item.split("=", 1) for item in args.env if "=" in item)
             print(json.dumps(host.job_start(args.key, command, env)))
         elif args.cmd == "job" and args.job_cmd == "status":
-            print(json.dumps(host.job_status(args.id)))
+            print(json.dumps(poll_until(lambda: host.job_status(args.id), lambda st: st["state"] != "running",
+                                        min(max(args.wait, 0.0), 60.0))))
         elif args.cmd == "job" and args.job_cmd == "run":
             return host.job_run(args.id)
         elif args.cmd == "status":

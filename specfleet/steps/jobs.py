@@ -18,7 +18,7 @@ from pyinfra.operations import python
 from .state import current_plan
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines while a job runs
-POLL_EVERY = 2.0  # seconds between job status reads
+POLL_EVERY = 2.0  # seconds between job status reads of a host tool without `job status --wait` (before issue 18)
 
 log = logging.getLogger("pyinfra.specfleet")
 
@@ -96,21 +96,28 @@ def start_command(tool: str, key: str, argv: list[str], env: dict[str, str]) -> 
 
 
 def _watch(state, host, tool: str, jid: str, quiet: bool = False) -> dict:
-    """Poll a job until it ends; print a progress line every PROGRESS_EVERY seconds. Returns its last status."""
+    """Follow a job until it ends; print a progress line every PROGRESS_EVERY seconds. Returns its last status.
+    Each read waits on the host while the job runs (`job status --wait`), so the end is heard at once, with one SSH
+    command per PROGRESS_EVERY; a host tool older than that option is read every POLL_EVERY seconds instead."""
     started = time.monotonic()
     last_print = started
+    wait = f" --wait {PROGRESS_EVERY:g}"
     while True:
-        ok, out, err = run_on_host(state, host, f"{tool} job status {shlex.quote(jid)}")
+        ok, out, err = run_on_host(state, host, f"{tool} job status {shlex.quote(jid)}{wait}")
+        if wait and not ok and any("unrecognized arguments: --wait" in line for line in err):
+            wait = ""  # the host's tool predates --wait (a rollback or bench before the next converge updates it)
+            continue
         try:
             status = json.loads(out[-1])
         except (IndexError, ValueError):
             return {"state": "unreachable", "message": (err or out or ["no answer"])[-1]}
         if status.get("state") != "running":
             return status
-        if not quiet and time.monotonic() - last_print >= PROGRESS_EVERY:
+        if not quiet and time.monotonic() - last_print >= PROGRESS_EVERY - 0.5:
             last_print = time.monotonic()
             _say(host, progress_line(status, time.monotonic() - started))
-        time.sleep(POLL_EVERY)
+        if not wait:
+            time.sleep(POLL_EVERY)
 
 
 def progress_line(status: dict, elapsed: float) -> str:

@@ -215,3 +215,26 @@ def test_behind_gateways_the_rollback_returns_one_spark_after_the_other(gateways
     assert len(switch) == 1
     assert state.get_op_meta(switch[0]).global_arguments["_serial"] is gateways
     assert not state.failed_hosts, "a gateway host has no release to return to: the rollback leaves it alone"
+
+
+def test_a_job_is_followed_with_waiting_reads_and_an_older_host_tool_is_polled(monkeypatch, caplog):
+    """Each status read waits on the host (`job status ID --wait S`), so one SSH command hears the job's end at once;
+    a host tool from before that option (a rollback or bench before the next converge updates it) answers with
+    argparse's error, and the controller reads it again without the option, every POLL_EVERY seconds."""
+    from pyinfra.connectors.util import CommandOutput, OutputLine
+    monkeypatch.setattr(jobs, "POLL_EVERY", 0)
+    plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
+    original = FakeConnector._lookup_response
+    for old_tool in (False, True):
+        def lookup(self, command, old_tool=old_tool):
+            if old_tool and "job status" in command and "--wait" in command:
+                return False, CommandOutput([OutputLine("stderr", "specfleet-host: error: unrecognized arguments: --wait 10")])
+            return original(self, command)
+
+        monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
+        state = run_deploy({"spark-01": plan}, converge, "eagle3",
+                           responses=lambda p: converged_responses(p, current="r-000000000000", release_missing=True))
+        assert not state.failed_hosts, caplog.text
+        reads = [c for c in executed(state)["spark-01"] if "job status j1" in c]
+        assert reads and reads[0].endswith(f"job status j1 --wait {jobs.PROGRESS_EVERY:g}"), reads
+        assert any(c.endswith("job status j1") for c in reads) == old_tool, reads

@@ -266,3 +266,38 @@ def test_a_damaged_release_json_is_a_clear_failure_not_a_traceback(host):
     with pytest.raises(sfh.Fail, match="release r-bbbbbbbbbbbb is damaged .* the next converge rewrites it"):
         host.h.activate("r-bbbbbbbbbbbb", revert=True)
     assert host.h.current() == "r-aaaaaaaaaaaa", "nothing switched"
+
+
+def test_job_status_wait_answers_as_soon_as_the_job_ends(tmp_path, monkeypatch, capsys):
+    d = tmp_path / "jobs" / "j4"
+    d.mkdir(parents=True)
+    (d / "job.json").write_text(json.dumps({"key": "activate:r-x", "argv": ["true"], "env": {}}))
+    (d / "state.json").write_text(json.dumps({"state": "running", "pid": 999999}))
+    asked = []
+
+    def systemctl(*cmd, check=True):
+        asked.append(cmd)
+        if len(asked) == 3:  # the job ends while the third read waits
+            (d / "state.json").write_text(json.dumps({"state": "ok", "exit": 0}))
+            return subprocess.CompletedProcess(cmd, 3, "inactive", "")
+        return subprocess.CompletedProcess(cmd, 0, "active", "")
+
+    monkeypatch.setattr(sfh, "sh", systemctl)
+    assert sfh.main(["--data-dir", str(tmp_path), "job", "status", "j4", "--wait", "30"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["state"] == "ok" and len(asked) == 3, (status, asked)
+
+
+def test_poll_until_gives_the_last_read_after_the_wait():
+    from specfleet.host.hostlib import poll_until
+    now = [0.0]
+    reads = []
+
+    def read():
+        reads.append(now[0])
+        return {"state": "running", "n": len(reads)}
+
+    value = poll_until(read, lambda st: st["state"] != "running", 10.0, every=0.25, clock=lambda: now[0],
+                       sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert value == {"state": "running", "n": 41} and reads[-1] == 10.0, (value, reads[-3:])
+    assert poll_until(read, lambda st: True, 10.0, clock=lambda: now[0], sleep=None)["n"] == 42  # done: no sleep

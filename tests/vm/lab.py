@@ -294,35 +294,49 @@ def run_specfleet(*args: str, inventory: Path, timeout: float = 2400, background
     return proc
 
 
-POLLER = ("nohup sh -c 'while :; do if curl -fsS -m 2 -o /dev/null http://127.0.0.1:8000/v1/completions "
-          "-H \"Content-Type: application/json\" -d \"{\\\"model\\\": \\\"openai/gpt-oss-120b\\\", \\\"prompt\\\": \\\"hi\\\", "
-          "\\\"max_tokens\\\": 4}\"; then r=1; else r=0; fi; echo \"$(date +%s.%N) $r\"; sleep 1; done' "
-          "> /tmp/specfleet-poll.log 2>&1 & echo $! > /tmp/specfleet-poll.pid")
+POLLER = Path(__file__).with_name("poll_completions.sh")
+MAX_POLL_GAP = 30.0  # s: a host whose poller went quiet longer than this is unobserved, and the check fails
+
+
+@dataclass(frozen=True)
+class Poll:
+    start: float
+    end: float
+    rc: int  # curl's exit code: 0 answered
 
 
 def start_pollers(fleet) -> None:
     for g in fleet.guests:
-        g.ssh(POLLER)
+        g.put(POLLER, "/tmp/specfleet-poll.sh")
+        g.ssh("nohup sh /tmp/specfleet-poll.sh > /tmp/specfleet-poll.log 2>&1 & echo $! > /tmp/specfleet-poll.pid")
 
 
-def stop_pollers(fleet) -> dict[str, list[tuple[float, int]]]:
+def stop_pollers(fleet) -> dict[str, list[Poll]]:
     out = {}
     for g in fleet.guests:
         g.ssh("kill $(cat /tmp/specfleet-poll.pid) 2>/dev/null; true", check=False)
-        lines = g.ssh("cat /tmp/specfleet-poll.log", check=False).stdout.split("\n")
-        out[g.name] = [(float(t), int(r)) for t, r in (line.split() for line in lines if len(line.split()) == 2)]
+        lines = g.ssh("cat /tmp/specfleet-poll.log", check=False).stdout.splitlines()
+        out[g.name] = [Poll(float(s), float(e), int(r)) for s, e, r in
+                       (line.split() for line in lines if len(line.split()) == 3)]
     return out
 
 
-def availability_per_second(polls: dict[str, list[tuple[float, int]]], start: float, end: float) -> list[int]:
-    """For every second of [start, end]: how many hosts' latest poll (at most 3 s old) answered."""
+def availability_per_second(polls: dict[str, list[Poll]], start: float, end: float) -> list[int]:
+    """For every second of [start, end]: how many hosts were serving, by their latest finished poll (answered or
+    not). A host's state changes only on a poll that ran: a poller the loaded guest did not schedule for a while
+    leaves its host's last observed state, and a gap longer than MAX_POLL_GAP raises instead (unobserved)."""
+    for host, samples in polls.items():
+        ends = [start] + sorted(p.end for p in samples if start < p.end < end) + [end]
+        gap = max(b - a for a, b in zip(ends, ends[1:]))
+        if gap > MAX_POLL_GAP:
+            raise AssertionError(f"{host}: no poll finished for {gap:.1f}s between {start:.0f} and {end:.0f}")
     counts = []
     t = start
     while t <= end:
         up = 0
         for samples in polls.values():
-            recent = [r for ts, r in samples if t - 3 <= ts <= t]
-            up += bool(recent and recent[-1])
+            done = [p for p in samples if p.end <= t]
+            up += bool(done and max(done, key=lambda p: p.end).rc == 0)
         counts.append(up)
         t += 1
     return counts
