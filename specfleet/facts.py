@@ -61,6 +61,11 @@ class HostStatus:
     validated: list[str] = field(default_factory=list)
     release_state_error: str = ""  # what release_state.py printed when it failed ("": read, or no python3)
     started: float | None = None  # the serving unit's last start (behind gateways; release_state.started)
+    # a pair host: its network interfaces, (interface, IPv4 address/prefix) pairs, and link interface -> (operstate
+    # or "missing", speed in Mb/s or None where the driver reports none)
+    interfaces: list[str] = field(default_factory=list)
+    addresses: list[tuple[str, str]] = field(default_factory=list)
+    links: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
     def gate_passed(self, release: str) -> bool:
         """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
@@ -75,7 +80,7 @@ class SpecfleetHost(FactBase):
     def default() -> HostStatus:
         return HostStatus()
 
-    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key=""):
+    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key="", links=()):
         lay = Layout(data_dir, service_name=service)
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
@@ -83,6 +88,7 @@ class SpecfleetHost(FactBase):
             "SIZES": "\n".join(sizes),
             "FILES": "\n".join(files),
             "USERS": "\n".join(users),
+            "LINKS": "\n".join(links),
             "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,
             "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
             "FILE_STATUS": FILE_STATUS,
@@ -126,6 +132,14 @@ class SpecfleetHost(FactBase):
                 st.apparmor = (enabled, loaded, parser)
             elif key == "dpkg_busy":
                 st.dpkg_busy = rest.split()
+            elif key == "ifaces":
+                st.interfaces = rest.split()
+            elif key == "addr":
+                ifname, _, cidr = rest.partition("\t")
+                st.addresses.append((ifname.split("@")[0], cidr))
+            elif key == "link":
+                ifname, state, speed = (rest.split("\t") + ["", ""])[:3]
+                st.links[ifname] = (state, int(speed) if speed.isdigit() and int(speed) > 0 else None)
             elif key == "validated":
                 st.validated = rest.split()
             elif key in ("default_runtime", "docker_security"):

@@ -25,6 +25,7 @@ HOST_NUMBER = {"head": 10, "worker": 11}  # a role's address in each link subnet
 # what both hosts of a pair must agree on: they serve one model as one server, over one link
 SHARED_PAIR_VARS = ("image", "profile_name", "serves", "serve_port", "service_name", "data_dir", "target_revision",
                     "draft_revision", "extra_llm_api_options", "container_env", "pair_link_subnets")
+HOST_CHECK_VARS = ("pair_link_interfaces", "pair_link_subnets", "pair_link_min_speed_mbps")  # host_problems reads
 
 
 @dataclass(frozen=True)
@@ -161,4 +162,27 @@ def _link_problems(h: str, v: dict[str, Any], connection: dict[str, Any]) -> lis
         out += [Problem(h, "pair_link_subnets", f"{net} holds {ip}, the address {h} is managed at (allowed: link "
                                                 "subnets apart from the management network)")
                 for net in nets if ip is not None and ip in net]
+    return out
+
+
+def host_problems(v: dict[str, Any], interfaces: list[str], addresses: list[tuple[str, str]],
+                  links: dict[str, tuple[str, int | None]]) -> list[str]:
+    """What the preflight refuses on a pair host, from its status read (one clause each, `KEY: what (allowed)`):
+    a link interface it does not have, one slower than pair_link_min_speed_mbps where the driver reports a speed
+    (virtio reports none), and a link subnet that overlaps a network the host has on another interface (its
+    management network, a docker bridge, a VPN): traffic for the peer would take the wrong way."""
+    out = []
+    for ifname in v["pair_link_interfaces"]:
+        state, speed = links.get(ifname, ("missing", None))
+        if state == "missing":
+            out.append(f"pair_link_interfaces: {ifname} does not exist on this host (allowed: its interfaces, "
+                       f"{', '.join(i for i in interfaces if i != 'lo') or 'none'})")
+        elif speed is not None and speed < v["pair_link_min_speed_mbps"]:
+            out.append(f"pair_link_min_speed_mbps: {ifname} runs at {speed} Mb/s (allowed: at least "
+                       f"{v['pair_link_min_speed_mbps']}; check the cable and `ethtool {ifname}`)")
+    for net in (ipaddress.IPv4Network(n) for n in v["pair_link_subnets"]):
+        for ifname, cidr in addresses:
+            if ifname not in v["pair_link_interfaces"] and ipaddress.IPv4Interface(cidr).network.overlaps(net):
+                out.append(f"pair_link_subnets: {net} overlaps {cidr} on {ifname}, which is not a link interface "
+                           "(allowed: link subnets no other network of the host uses)")
     return out

@@ -112,6 +112,7 @@ class Settings(BaseModel):
     pair_link_interfaces: list[str]
     pair_link_subnets: list[str]
     pair_link_addresses: list[str] | None  # after build_fleet: resolved on a pair's hosts (pair_fleet.link_addresses)
+    pair_link_min_speed_mbps: NonNegInt
     fetch_workers: Annotated[int, Field(ge=1, le=64)]
     hub_client_requirement: str
     pip_index_url: str | None

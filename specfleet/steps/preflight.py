@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
+from .. import pair_fleet
 from ..constants import GB
 from .state import current_plan, host_status, missing, refuse
 
@@ -54,6 +55,9 @@ def problems_of(plan, st) -> list[str]:
         if st.listeners and st.active != "active":
             problems.append(f"port {s.serve_port} is in use by another program (serve_port); "
                             "stop it or choose another port")
+    if s.pair:  # what `specfleet check` cannot know without the host: its interfaces and networks
+        problems += pair_fleet.host_problems(
+            {k: getattr(s, k) for k in pair_fleet.HOST_CHECK_VARS}, st.interfaces, st.addresses, st.links)
     for user in s.operator_users:
         if st.groups.get(user) is None:
             problems.append(f"operator user {user} does not exist on the host (operator_users)")

@@ -142,7 +142,8 @@ def _read_status(plan: HostPlan) -> HostStatus:
     files += () if s.gateways else spark_paths(s)  # left over from a gateway group the fleet no longer has
     return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
                          image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users),
-                         config_key=config_key(plan.rendered.config) if s.profile is not None else "")
+                         config_key=config_key(plan.rendered.config) if s.profile is not None else "",
+                         links=tuple(s.pair_link_interfaces) if s.pair else ())
 
 
 def needs_validation(plan: HostPlan) -> bool:

@@ -191,3 +191,77 @@ def test_plan_and_rollout_refuse_a_pair_before_contacting_a_host(fleet_file, com
     result = CliRunner().invoke(main, [*command, "inventory.py", PAIR_DEPLOY])
     assert result.exit_code == 2, result.output
     assert result.output.splitlines() == [f"spark-1: pair_a: {PAIR_NOT_YET}"]
+
+
+# ---- what only the host can tell: the preflight of a pair host (its status read) -----------------------------------
+LINKS = {"enp1s0f1np1": ("up", None), "enP2p1s0f1np1": ("up", None)}  # virtio-like: no speed reported
+IFACES = ["lo", "eth0", "enp1s0f1np1", "enP2p1s0f1np1"]
+
+
+def _pair_plans():
+    host = {"pair_role": "head", "image": IMAGE}
+    return make_plans({"spark-1": {**host, "ssh_hostname": "10.0.0.11"},
+                       "spark-2": {**host, "pair_role": "worker", "ssh_hostname": "10.0.0.12"}},
+                      "qwen3_eagle3_pair", groups={"pair_a": ["spark-1", "spark-2"]})
+
+
+def _host_status(addresses=(("lo", "127.0.0.1/8"), ("eth0", "10.0.0.11/24")), links=None, interfaces=IFACES):
+    from specfleet.facts import HostStatus
+    return HostStatus(docker="ok", runtimes='{"nvidia":{}}', gpu_hook="/usr/bin/nvidia-container-runtime-hook",
+                      free_bytes=10**15, interfaces=list(interfaces), addresses=list(addresses),
+                      links=dict(LINKS if links is None else links))
+
+
+def _pair_clauses(st):
+    from specfleet.steps.preflight import problems_of
+    return [p for p in problems_of(_pair_plans()["spark-1"], st) if p.startswith("pair_")]
+
+
+def test_a_pair_host_with_its_link_and_apart_networks_passes_the_preflight():
+    # its own link addresses on the link interfaces are what the deploy sets: no collision
+    st = _host_status(addresses=(("lo", "127.0.0.1/8"), ("eth0", "10.0.0.11/24"),
+                                 ("enp1s0f1np1", "192.168.100.10/24"), ("docker0", "172.17.0.1/16")))
+    assert _pair_clauses(st) == []
+    assert _pair_clauses(_host_status(links={**LINKS, "enp1s0f1np1": ("up", 200000)})) == []
+
+
+@pytest.mark.parametrize("what, st, clause", [
+    ("a link interface the host lacks",
+     _host_status(links={**LINKS, "enP2p1s0f1np1": ("missing", None)}, interfaces=["lo", "eth0", "enp1s0f1np1"]),
+     "pair_link_interfaces: enP2p1s0f1np1 does not exist on this host (allowed: its interfaces, eth0, enp1s0f1np1)"),
+    ("a link slower than NVIDIA's 200000 Mb/s, where the driver says",
+     _host_status(links={**LINKS, "enp1s0f1np1": ("up", 100000)}),
+     "pair_link_min_speed_mbps: enp1s0f1np1 runs at 100000 Mb/s (allowed: at least 200000; check the cable and "
+     "`ethtool enp1s0f1np1`)"),
+    ("a link subnet the management network is in",
+     _host_status(addresses=(("eth0", "192.168.100.7/24"),)),
+     "pair_link_subnets: 192.168.100.0/24 overlaps 192.168.100.7/24 on eth0, which is not a link interface (allowed: "
+     "link subnets no other network of the host uses)"),
+    ("a link subnet inside a wider network of the host",
+     _host_status(addresses=(("wg0", "192.168.0.1/16"),)),
+     "pair_link_subnets: 192.168.100.0/24 overlaps 192.168.0.1/16 on wg0, which is not a link interface (allowed: "
+     "link subnets no other network of the host uses)"),
+])
+def test_the_preflight_refuses_what_only_the_pair_host_can_tell(what, st, clause):
+    clauses = _pair_clauses(st)
+    assert clause in clauses, (what, clauses)
+    assert len(clauses) == 1 + ("wider" in what), (what, clauses)  # a /16 holds both link subnets
+
+
+def test_the_status_read_reports_a_pair_hosts_interfaces_addresses_and_links(tmp_path):
+    import subprocess
+
+    from specfleet.facts import SpecfleetHost
+    fact = SpecfleetHost()
+
+    def read(links):
+        command = fact.command(data_dir=str(tmp_path), service="specfleet-test-nonexistent", port=1, image="img",
+                               links=links)
+        return fact.process(subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
+                            .stdout.splitlines())
+
+    st = read(("lo", "nosuch0"))
+    assert "lo" in st.interfaces and ("lo", "127.0.0.1/8") in st.addresses, (st.interfaces, st.addresses)
+    assert st.links == {"lo": ("unknown", None), "nosuch0": ("missing", None)}  # lo reports no speed, like virtio
+    st = read(())  # not a pair host: nothing of this is read
+    assert (st.interfaces, st.addresses, st.links) == ([], [], {})

@@ -4,7 +4,8 @@
 # DATA UNIT VALIDATED VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py), FILE_STATUS
 # (the text of host/probes/file_status.py), and
 # SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and newline-
-# separated lists of paths whose size / state to report and users whose groups to report).
+# separated lists of paths whose size / state to report and users whose groups to report), LINKS (a pair host's
+# link interfaces, newline-separated; empty elsewhere).
 echo "arch	$(uname -m)"
 ( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
 droot=
@@ -33,5 +34,13 @@ command -v python3 >/dev/null 2>&1 && python3 -I -S -c "$FILE_STATUS"
 # from THE reader, host/release_state.py, shipped in $RELEASE_STATE; -I -S: stdlib only, quicker to start).
 command -v python3 >/dev/null 2>&1 && echo "release_state	$(python3 -I -S -c "$RELEASE_STATE" "$RELEASE_PATHS" 2>&1 | tail -n 1)"
 echo "validated	$(ls "$VALIDATED" 2>/dev/null | grep -e "^$CFG-" | tr '\n' ' ')"
+# A pair host: its interfaces, IPv4 addresses, and each link interface's state and speed (Mb/s; none on virtio).
+if [ -n "$LINKS" ]; then
+  echo "ifaces	$(ls /sys/class/net 2>/dev/null | tr '\n' ' ')"
+  ip -o -4 addr show 2>/dev/null | awk '{print "addr\t" $2 "\t" $4}'
+  printf '%s\n' "$LINKS" | while IFS= read -r i; do
+    echo "link	$i	$(cat "/sys/class/net/$i/operstate" 2>/dev/null || echo missing)	$(cat "/sys/class/net/$i/speed" 2>/dev/null)"
+  done
+fi
 echo "hub_client	$(sed -n 's/^Version: //p' "$VENV"/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
 true
