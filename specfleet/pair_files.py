@@ -1,0 +1,44 @@
+"""A two-Spark pair as files (pure): the link's netplan and the worker's authorized_keys entry for the pair's MPI
+key, rendered from a pair host's settings. The paths are host/layout.py's; the deploy that writes them, applies the
+link (confirming or reverting it) and starts the pair is not built yet (issue 19, points 2-4).
+
+The netplan follows NVIDIA's connect-two-sparks (2026-07-22): static addresses, one subnet per logical interface,
+no DHCP. The MTU is left at the driver's default: NVIDIA's own netplan does not set one (a peer's jumbo frames are
+a tuning, not the contract). The MPI key may log in from the head's link addresses only, without a terminal, agent
+or forwarding (`restrict`), and runs the pair's gate whatever the head asks (`command=`): the gate lets the launch
+through and nothing else."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from .settings import Settings
+
+# the pair key's public half as ssh-keygen prints it: type, key, an optional comment (dropped: ours replaces it)
+PUBLIC_KEY = re.compile(r"^(ssh-ed25519 [A-Za-z0-9+/]{68})( [A-Za-z0-9@._-]{1,64})?$")
+NETPLAN_HEADER = "# written by specfleet: the ConnectX-7 link of a two-Spark pair (removed by the cleanup deploy)\n"
+
+
+class PairFileError(ValueError):
+    """A value from a host that cannot go into a file (the deploy names the host and refuses)."""
+
+
+def netplan(s: Settings) -> str:
+    """The pair link's netplan file (root 0600, as netplan wants it): each link interface with its address."""
+    ethernets = {ifname: {"dhcp4": False, "dhcp6": False, "addresses": [address]}
+                 for ifname, address in zip(s.pair_link_interfaces, s.pair_link_addresses or [])}
+    return NETPLAN_HEADER + yaml.safe_dump({"network": {"version": 2, "ethernets": ethernets}}, sort_keys=False)
+
+
+def authorized_key(public_key: str, head_link_addresses: list[str], gate_command: str, pair: str) -> str:
+    """The worker's authorized_keys line for the head's MPI key. `public_key` is read from the head: it must be one
+    ed25519 key and nothing else (no options of its own, no second line)."""
+    key = PUBLIC_KEY.match(public_key.strip())
+    if not key:
+        raise PairFileError("the pair's MPI public key is not one ssh-ed25519 key (ssh-keygen -t ed25519 prints one)")
+    if '"' in gate_command or "\n" in gate_command:
+        raise PairFileError("the pair gate's command may hold no double quote or newline")
+    sources = ",".join(a.split("/")[0] for a in head_link_addresses)
+    return f'restrict,from="{sources}",command="{gate_command}" {key.group(1)} specfleet-{pair}\n'
