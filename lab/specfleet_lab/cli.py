@@ -78,8 +78,10 @@ def _arch_option(ctx, param, value):
               help="vCPUs per guest (default: chosen from host cores and --count).")
 @click.option("--lan", is_flag=True, help="Also put the guests on a shared network of their own (a second NIC, eth1, "
                                           "static 10.88.x.11, .12, ...; the inventory's fleet_address).")
+@click.option("--pair-link", is_flag=True, help="Join the first two guests by a stand-in ConnectX-7 link of their own "
+                                                "(two more NICs each, named enp1s0f1np1 and enP2p1s0f1np1).")
 def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, cache_dir: Path,
-           smp: int | None, lan: bool) -> None:
+           smp: int | None, lan: bool, pair_link: bool) -> None:
     """Boot COUNT guests and write WORKDIR/inventory.yml."""
     _setup_logging()
     try:
@@ -89,7 +91,7 @@ def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, 
     try:
         with exit_on_sigterm():
             fleet = up(count=len(arches), workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
-                       memory_mb=memory_mb, smp=smp, arch=arches, lan=lan)
+                       memory_mb=memory_mb, smp=smp, arch=arches, lan=lan, pair_link=pair_link)
     except VMError as e:
         raise click.ClickException(str(e)) from None
     for g in fleet.guests:

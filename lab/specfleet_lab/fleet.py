@@ -21,6 +21,7 @@ from .guest import OPERATOR, Guest, qemu_argv
 from .image import ImageInfo, build_image
 from .lan import FIRST_HOST, Lan, new_lan
 from .local import default_workdir, free_port, read_pid, resolve, run, stop_qemu
+from .pair_link import new_pair_link
 from .state import Fleet, fleet_json, load, write_fleet_json, write_inventory
 
 log = logging.getLogger(__name__)
@@ -53,14 +54,16 @@ class _Bringup:
 
 def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 2048,
        smp: int | None = None, accel: str | None = None, arch=None, lan: Lan | bool = False,
-       lan_first: int = FIRST_HOST) -> Fleet:
+       lan_first: int = FIRST_HOST, pair_link: bool = False) -> Fleet:
     """Build/reuse the image(s), boot the guests, wait for SSH + systemd, write the inventory.
 
     `arch`: one architecture for all `count` guests (default x86_64, count default 3), or a list /
     comma-separated string with one architecture per guest (`"x86_64,arm64"`). One image per
     architecture; all guests use the same SSH key (the first image's).
     `lan`: True for a shared guest network of its own (lan.py), or another fleet's `lan` to join, its guests
-    numbered from `lan_first`; default: none (each guest behind its own NAT only)."""
+    numbered from `lan_first`; default: none (each guest behind its own NAT only).
+    `pair_link`: the first two guests are a pair, joined by a stand-in CX-7 link of their own (pair_link.py), its
+    interfaces named like a Spark's before `up` returns."""
     arches = guest_arches(count, arch)
     workdir = resolve(workdir, default_workdir)
     _clear_workdir(workdir)
@@ -69,6 +72,10 @@ def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 
                  memory_mb=memory_mb, timings=timings)
     _choose_machine(b, cache_dir, accel, smp)
     b.guests = _create_guests(b, new_lan() if lan is True else (lan or None), lan_first)
+    if pair_link:
+        link = new_pair_link()
+        for side, g in enumerate(b.guests[:2]):
+            g.pair_link, g.pair_side = link, side
     b.save()
     _boot(b)
     log.info("%d guest(s) up in %.0f s: %s", len(arches), timings["boot_s"],
@@ -76,7 +83,10 @@ def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 
     inventory = workdir / "inventory.yml"
     write_inventory(inventory, b.guests, b.key)
     b.save()
-    return Fleet(guests=b.guests, workdir=workdir, inventory_path=inventory, key_path=b.key, timings=timings)
+    fleet = Fleet(guests=b.guests, workdir=workdir, inventory_path=inventory, key_path=b.key, timings=timings)
+    if pair_link:  # name the link's NICs like a Spark's (the .link files stay: a reboot names them the same)
+        fleet._parallel(lambda g: g.ssh(g.pair_link.name_command(g.pair_side)), fleet.guests[:2])
+    return fleet
 
 
 def _clear_workdir(workdir: Path) -> None:

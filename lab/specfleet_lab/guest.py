@@ -18,6 +18,7 @@ from .arch import ARCHES, DEFAULT_ARCH, parse_arch, qemu_binary
 from .errors import SSHError, VMError
 from .lan import Lan
 from .local import pid_is_our_qemu, port_free, qesc, read_pid, tail, wait_gone
+from .pair_link import PairLink
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def qemu_argv(g: Guest, kernel: Path, initrd: Path, memory_mb: int, smp: int, ac
         "-netdev", f"user,id=n0,hostname={hostname},hostfwd=tcp:127.0.0.1:{g.port}-:22",
         "-device", "virtio-net-pci,netdev=n0",
         *(g.lan.qemu_args(g.lan_host) if g.lan else ()),  # the shared guest network (lan.py)
+        *(g.pair_link.qemu_args(g.pair_side) if g.pair_link else ()),  # a pair's CX-7 link (pair_link.py)
         "-device", "virtio-rng-pci",
         "-pidfile", str(g.pidfile),
     ]
@@ -82,6 +84,8 @@ class Guest:
     arch: str = DEFAULT_ARCH  # an ARCHES key (wheelhouse.guest_arch reads it)
     lan: Lan | None = None  # the shared guest network it is on (lan.py)
     lan_host: int = 0  # its host number there (its address: lan.address(lan_host))
+    pair_link: PairLink | None = None  # the stand-in CX-7 link of the pair it is half of (pair_link.py)
+    pair_side: int = 0  # 0 or 1: its end of that link
 
     @property
     def lan_address(self) -> str | None:
@@ -101,7 +105,8 @@ class Guest:
                 "overlay": str(self.overlay), "console_log": str(self.console_log),
                 "key_path": str(self.key_path), "argv": self.argv,
                 "boot_timeout": self.boot_timeout, "arch": self.arch,
-                "lan": self.lan.to_json() if self.lan else None, "lan_host": self.lan_host}
+                "lan": self.lan.to_json() if self.lan else None, "lan_host": self.lan_host,
+                "pair_link": self.pair_link.to_json() if self.pair_link else None, "pair_side": self.pair_side}
 
     @classmethod
     def from_json(cls, d: dict) -> Guest:
@@ -110,7 +115,8 @@ class Guest:
                    key_path=Path(d["key_path"]), argv=list(d.get("argv", [])),
                    boot_timeout=float(d.get("boot_timeout", 900.0)),
                    arch=parse_arch(d.get("arch") or DEFAULT_ARCH),
-                   lan=Lan.from_json(d.get("lan")), lan_host=int(d.get("lan_host") or 0))
+                   lan=Lan.from_json(d.get("lan")), lan_host=int(d.get("lan_host") or 0),
+                   pair_link=PairLink.from_json(d.get("pair_link")), pair_side=int(d.get("pair_side") or 0))
 
     # -- remote access
     def ssh_base(self, connect_timeout: int = 20) -> list[str]:
