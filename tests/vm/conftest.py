@@ -196,9 +196,10 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_collection_modifyitems(items):
     """The fleet up/down test brings up its own guests: run it before the session fleet boots; the bench
-    converges and switches the fleet itself: run it after the CI sequence, faults and rollouts. The arm64
+    converges and switches the fleet itself: run it after the CI sequence, faults and rollouts; the pair link's
+    guests boot after it (the session fleet paused meanwhile). The arm64
     module comes last: its image and stand-in are built in the background meanwhile (PREBUILDS)."""
-    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2}.get(item.path.name, 1)
+    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2, "test_pair_link.py": 3}.get(item.path.name, 1)
                + (10 if item.path.name in ARCH_MODULES else 0))
 
 
