@@ -84,7 +84,7 @@ def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 
     write_inventory(inventory, b.guests, b.key)
     b.save()
     fleet = Fleet(guests=b.guests, workdir=workdir, inventory_path=inventory, key_path=b.key, timings=timings)
-    if pair_link:  # name the link's NICs like a Spark's (the .link files stay: a reboot names them the same)
+    if pair_link:  # name the link's NICs like a Spark's (the .link files stay in the guest)
         fleet._parallel(lambda g: g.ssh(g.pair_link.name_command(g.pair_side)), fleet.guests[:2])
     return fleet
 

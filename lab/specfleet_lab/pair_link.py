@@ -2,11 +2,11 @@
 each, one per logical interface of the CX-7 port, on QEMU socket networks of their own (a UDP multicast group on
 the controller's loopback per interface, as lan.py), so only the two guests share them.
 
-The kernel names the NICs ethN (net.ifnames=0); the lab's preparation (`name_interfaces`) writes a systemd .link
-file per NIC, matched by its MAC, that names it like the Spark's interface (enp1s0f1np1, enP2p1s0f1np1), and asks
-udev to apply it: the deploy finds the names a Spark has, from the guest itself, not from a lab-only var. The
-files stay in the guest, so a reboot names the NICs the same way. The link has no address until the deploy's
-netplan gives it one, as on a Spark."""
+The kernel names the NICs ethN (net.ifnames=0); the lab's preparation (`name_command`, run by `up`) writes a
+systemd .link file per NIC, matched by its MAC, that names it like the Spark's interface (enp1s0f1np1,
+enP2p1s0f1np1), and asks udev to apply it: the deploy finds the names a Spark has, from the guest itself, not from
+a lab-only var. The files stay in the guest, so a reboot should name the NICs the same way (not yet tested). The
+link has no address until the deploy's netplan gives it one, as on a Spark."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import shlex
 import socket
 
 GROUP = "230.0.0.2"  # administratively scoped (RFC 2365), on 127.0.0.1 only; lan.py uses 230.0.0.1
-IFNAMES = ("enp1s0f1np1", "enP2p1s0f1np1")  # a Spark's two logical interfaces of one CX-7 port (multi-spark.md)
+# a Spark's two logical interfaces of one CX-7 port (multi-spark.md); the lab imports no product code, so
+# tests/unit/test_vm_pair_link.py keeps this equal to the default pair_link_interfaces
+IFNAMES = ("enp1s0f1np1", "enP2p1s0f1np1")
 LINK_DIR = "/etc/systemd/network"
 
 

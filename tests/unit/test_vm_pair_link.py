@@ -52,3 +52,8 @@ def test_the_link_is_kept_in_the_fleet_state(tmp_path):
     assert (again.pair_link, again.pair_side) == (PairLink((40203, 40204)), 1)
     old = {k: v for k, v in g.to_json().items() if k not in ("pair_link", "pair_side")}  # a fleet.json from before
     assert Guest.from_json(old).pair_link is None
+
+
+def test_the_labs_interface_names_are_the_products_defaults():  # seen failing with a renamed IFNAMES entry
+    from specfleet import defaults
+    assert list(IFNAMES) == defaults.pair_link_interfaces

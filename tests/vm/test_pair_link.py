@@ -12,6 +12,7 @@ import time
 import pytest
 
 import specfleet_lab
+from specfleet import defaults
 from specfleet.facts import SpecfleetHost
 from specfleet.pair_fleet import host_problems
 from specfleet_lab.pair_link import IFNAMES
@@ -19,7 +20,7 @@ from tests.vm.conftest import cache_dir, figure, paused_session_fleet
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
-SUBNETS = ("192.168.100.0/24", "192.168.101.0/24")
+SUBNETS = tuple(defaults.pair_link_subnets)  # NVIDIA's connect-two-sparks: one /24 per interface
 
 
 @pytest.fixture(scope="module")
