@@ -17,6 +17,11 @@ LIB_FILE = "hostlib.py"  # the host tool's helpers, installed next to it
 STATE_FILE = "release_state.py"  # THE reader of the release state, installed next to it (and shipped by probes)
 DRAIN_FILE = "drain.py"  # the drain before a restart behind gateways, installed next to it
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
+PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
+PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
+NETPLAN_FILE = "/etc/netplan/60-specfleet-pair.yaml"  # a pair host's link addresses (pair_files.netplan)
+PAIR_LINK_UNIT = "specfleet-pair-link"  # transient unit of a link change awaiting its confirmation
+NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: applied, awaiting accept/reject
 # Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
                  LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py", DRAIN_FILE: "drain.py",
@@ -102,6 +107,12 @@ class Layout:
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")
     unit_dropins = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service.d")  # drop-ins beside the unit
     start_marker_dropin = property(lambda self: f"{self.unit_dropins}/specfleet-start-marker.conf")  # behind gateways
+    pair_dir = property(lambda self: f"{self.data_dir}/pair")  # a pair host's link and MPI files (root 0700)
+    netplan_staged = property(lambda self: f"{self.data_dir}/pair/netplan.yaml")  # the link's netplan, as rendered
+    netplan_previous = property(lambda self: f"{self.data_dir}/pair/netplan.previous")  # NETPLAN_FILE before a try
+    link_state = property(lambda self: f"{self.data_dir}/pair/link.json")  # the last link change: state, when, why
+    link_confirm = property(lambda self: f"{self.data_dir}/pair/link.confirm")  # the controller's confirmation
+    link_log = property(lambda self: f"{self.data_dir}/pair/link.log")  # netplan try's output of the last change
 
     def repo_dir(self, repo: str) -> str:
         return f"{self.hub_cache}/{cache_folder(repo)}"

@@ -104,6 +104,8 @@ LAYERS = {
     "specfleet.host.haproxy_admin": "host",  # drain, re-admit and read Sparks on a gateway (HAProxy runtime API)
     "specfleet.host.gateway_agent": "host",  # the readiness agent the gateways ask (agent-check): up or down
     "specfleet.host.release_state": "host",  # THE reader of the release state (installed, and shipped by probes)
+    "specfleet.host.pair_link": "host",  # a pair host's link: netplan try, confirmed by the controller or reverted
+    "specfleet.host.pair_gate": "host",  # the worker's forced command for the head's MPI key: the launch only
     "specfleet.host.drain": "host",  # a Spark drains itself before a restart behind gateways (acks, requests in flight)
     "specfleet.host.probes": "host",  # read-only programs run on the host
     "specfleet.host.probes.validate_config": "host",  # validates a config with the image's own TensorRT-LLM

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The pair gate: what the head's MPI key may run on the worker. It is the key's forced command
+(`command=` in the worker's authorized_keys, pair_files.authorized_key), so sshd runs it whatever the head asked,
+with the asked command in $SSH_ORIGINAL_COMMAND. It lets one thing through, OpenMPI's launch of its daemon:
+
+    orted [--daemonize|--tree-spawn] (-mca|--mca KEY "VALUE")...
+
+and runs it in the worker's serving container (`docker exec -i CONTAINER orted ...`, an argv, no shell). Anything
+else (`id`, a shell, a second command, an MCA parameter outside LAUNCH_PARAMS, an rsh agent other than the pair's)
+is refused with one line on stderr and exit 126, and nothing runs.
+
+The launch line is OpenMPI's, not ours: mpirun's rsh launcher (plm rsh) runs `<plm_rsh_agent> HOST orted ...`, which
+the pair's agent on the head passes to ssh, and sshd hands it here as one string for a POSIX shell (values in
+double quotes). Read from Debian's openmpi-bin 4.1.4 (bookworm, the stand-in's base) with a recording agent; the
+lines are tests/unit/pair_launch_lines.txt. mpirun sends the program to run (trtllm-serve) and its environment
+(-x HF_TOKEN ...) to orted over its own TCP connection, never on this line.
+
+What the key can still do, by design: start orted in the serving container, which then runs what the head's mpirun
+sends it. That is MPI's contract. The key lives on the head only (root, 0600), logs in only from the head's link
+addresses (`from=`), and reaches no shell, no file and no command on the worker host.
+
+Stdlib only; installed on the worker next to the host tool."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+
+ORTED = "orted"
+FLAGS = {"--daemonize", "--tree-spawn"}  # orted's flags in 4.1.4's launch line (no tree spawn: --daemonize)
+MCA = {"-mca", "--mca"}
+# The MCA parameters a pair launch puts on orted's line: those mpirun always adds (read from 4.1.4), and those the
+# pair's launch sets on the head (OMPI_MCA_* in its environment or --mca on mpirun are forwarded to orted).
+LAUNCH_PARAMS = {
+    # mpirun's own (4.1.4)
+    "ess", "ess_base_jobid", "ess_base_vpid", "ess_base_num_procs", "orte_node_regex", "orte_hnp_uri",
+    "orte_parent_uri", "plm", "routed", "rmaps_base_mapping_policy", "pmix",
+    # the pair launch's (the playbook's OMPI_MCA_* environment, and the rsh agent without tree spawn)
+    "plm_rsh_agent", "plm_rsh_no_tree_spawn", "btl_tcp_if_include", "oob_tcp_if_include", "rmaps_ppr_n_pernode",
+    "orte_default_hostfile",
+}
+PINNED = {"plm_rsh_agent"}  # parameters that name a program orted would run: only the pair's own value passes
+KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+VALUE = re.compile(r"[\x21-\x7e]{1,1024}")  # printable, no whitespace: ids, URIs, node regexes, interface lists
+MAX_LINE = 8192
+
+
+class Refused(ValueError):
+    """The asked command is not a pair launch."""
+
+
+def launch_argv(asked: str | None, container: str, agent: str) -> list[str]:
+    """The command that runs the asked launch in `container`, or Refused (why)."""
+    if not asked or not asked.strip():
+        raise Refused("no command (this key only launches the pair's MPI daemon)")
+    if len(asked) > MAX_LINE:
+        raise Refused(f"a command of {len(asked)} characters (at most {MAX_LINE})")
+    try:
+        words = shlex.split(asked, comments=False, posix=True)
+    except ValueError as e:
+        raise Refused(f"not one command ({e})") from None
+    if words[0] != ORTED:
+        raise Refused(f"{words[0]!r} is not {ORTED} (this key only launches the pair's MPI daemon)")
+    return ["docker", "exec", "-i", container, ORTED, *_orted_args(words[1:], agent)]
+
+
+def _orted_args(words: list[str], agent: str) -> list[str]:
+    out, i = [], 0
+    while i < len(words):
+        word = words[i]
+        if word in FLAGS:
+            out.append(word)
+            i += 1
+            continue
+        if word not in MCA:
+            raise Refused(f"{word!r} is not an orted flag or -mca parameter of a launch")
+        if i + 2 >= len(words):
+            raise Refused(f"{word} without a KEY and a VALUE")
+        key, value = words[i + 1], words[i + 2]
+        if not KEY.fullmatch(key) or key not in LAUNCH_PARAMS:
+            raise Refused(f"MCA parameter {key!r} is not one a pair launch sets")
+        if not VALUE.fullmatch(value):
+            raise Refused(f"MCA parameter {key}: a value with whitespace, a control character or over 1024 characters")
+        if key in PINNED and value != agent:
+            raise Refused(f"MCA parameter {key}: {value!r} is not the pair's ({agent})")
+        out += [word, key, value]
+        i += 3
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="pair-gate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--container", required=True, help="the worker's serving container")
+    ap.add_argument("--agent", required=True, help="the rsh agent path the head's launch passes (plm_rsh_agent)")
+    args = ap.parse_args(argv)
+    try:
+        command = launch_argv(os.environ.get("SSH_ORIGINAL_COMMAND"), args.container, args.agent)
+    except Refused as e:
+        print(f"pair-gate: refused: {e}", file=sys.stderr)
+        return 126
+    os.execvp(command[0], command)
+    return 127  # not reached: execvp replaces this process or raises
+
+
+if __name__ == "__main__":
+    sys.exit(main())

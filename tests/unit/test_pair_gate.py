@@ -1,0 +1,86 @@
+"""The pair gate (the worker's forced command for the head's MPI key): OpenMPI's real launch lines pass and become
+one `docker exec` in the serving container; anything else is refused with one line and runs nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specfleet.host.pair_gate import Refused, launch_argv
+
+GATE = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "pair_gate.py"
+LINES = [line for line in (Path(__file__).parent / "pair_launch_lines.txt").read_text().splitlines()
+         if line and not line.startswith("#")]
+AGENT = "/tmp/ompi/rec.sh"  # the recording agent the lines were taken with (their plm_rsh_agent)
+
+
+def _run_gate(tmp_path: Path, asked: str | None) -> subprocess.CompletedProcess:
+    """The gate as sshd runs it, with a `docker` on PATH that records its argv instead of running anything."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "docker").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/docker.argv\n')
+    (bin_dir / "docker").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    if asked is not None:
+        env["SSH_ORIGINAL_COMMAND"] = asked
+    return subprocess.run([sys.executable, str(GATE), "--container", "trtllm-serve", "--agent", AGENT],
+                          env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_openmpis_launch_lines_run_orted_in_the_container_and_nothing_else():
+    assert len(LINES) == 2
+    for line in LINES:
+        argv = launch_argv(line, "trtllm-serve", AGENT)
+        assert argv[:5] == ["docker", "exec", "-i", "trtllm-serve", "orted"]
+        # the shell's quoting is undone once, as the remote shell would have
+        assert "env" in argv and '"env"' not in argv
+        assert argv[argv.index("orte_hnp_uri") + 1].startswith(tuple("0123456789"))
+        assert not any("hf_secret" in a or "CPATH" in a for a in argv)  # -x values travel over mpirun's own link
+
+
+def test_the_gate_program_execs_docker_with_the_launch(tmp_path):
+    result = _run_gate(tmp_path, LINES[1])
+    assert result.returncode == 0, result.stderr
+    argv = (tmp_path / "docker.argv").read_text().splitlines()
+    assert argv[:4] == ["exec", "-i", "trtllm-serve", "orted"] and "--daemonize" in argv
+
+
+@pytest.mark.parametrize("asked, why", [
+    (None, "no command"),
+    ("id", "'id' is not orted"),
+    ("sh -c id", "'sh' is not orted"),
+    ("/usr/bin/orted -mca ess env", "'/usr/bin/orted' is not orted"),
+    ("orted; id", "'orted;' is not orted"),
+    ("orted -mca ess env; id", "'id' is not an orted flag"),
+    ("orted -mca ess env && id", "'&&' is not an orted flag"),
+    ("orted -mca orte_fork_agent /bin/sh", "MCA parameter 'orte_fork_agent' is not one a pair launch sets"),
+    ("orted -mca plm_rsh_agent /bin/sh", "MCA parameter plm_rsh_agent: '/bin/sh' is not the pair's"),
+    ("orted -mca ess 'env id'", "a value with whitespace"),
+    ("orted -mca ess", "-mca without a KEY and a VALUE"),
+    ("orted -mca ess \"env", "not one command (No closing quotation)"),
+    ("orted --debug", "'--debug' is not an orted flag"),
+])
+def test_anything_but_a_launch_is_refused_and_runs_nothing(tmp_path, asked, why):
+    with pytest.raises(Refused, match=None) as refused:
+        launch_argv(asked, "trtllm-serve", AGENT)
+    assert why in str(refused.value)
+    result = _run_gate(tmp_path, asked)
+    assert result.returncode == 126 and result.stdout == ""
+    assert result.stderr.startswith("pair-gate: refused: ") and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "docker.argv").exists()  # nothing ran
+
+
+def test_a_launch_line_changed_in_one_place_is_refused():
+    """Each recorded line passes as it is; swapping its rsh agent for a shell, or adding a parameter outside the
+    launch's, is refused: the allowlist is what makes the gate, not the first word."""
+    line = LINES[1]
+    launch_argv(line, "trtllm-serve", AGENT)
+    with pytest.raises(Refused):
+        launch_argv(line.replace(AGENT, "/bin/bash"), "trtllm-serve", AGENT)
+    with pytest.raises(Refused):
+        launch_argv(line + ' -mca orte_launch_agent "/bin/sh"', "trtllm-serve", AGENT)
+    assert os.environ.get("SSH_ORIGINAL_COMMAND") is None  # the tests never leak it to the process

@@ -1,0 +1,97 @@
+"""The pair's MPI key against a real OpenSSH server: the worker's authorized_keys line (pair_files.authorized_key)
+and the pair gate, with the host key pinned on the client (StrictHostKeyChecking=yes and a known_hosts of the
+pair's own). `ssh worker id` is refused by the gate and runs nothing; OpenMPI's launch line reaches `docker exec`;
+the key is refused from another source address; a host key that is not the pinned one stops the client.
+
+sshd is Debian's openssh-server (tests/install-deps.sh), run on a free loopback port for the test's lifetime."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specfleet.pair_files import authorized_key
+from tests.unit.test_bench import free_port
+from tests.unit.test_pair_gate import AGENT, GATE, LINES
+
+SSHD = "/usr/sbin/sshd"
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sshd runs as root (CI and the lab machine are root)")
+
+
+def _keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(path)], check=True)
+    return path.with_suffix(".pub").read_text().strip()
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A real sshd whose only authorized key is the pair key, limited by `from` to `sources`."""
+    assert Path(SSHD).exists(), "openssh-server is missing: run tests/install-deps.sh"
+    port = free_port()
+    host_pub = _keygen(tmp_path / "host_key")
+    pair_pub = _keygen(tmp_path / "pair_key")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "docker").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/docker.argv\n')
+    (tmp_path / "bin" / "docker").chmod(0o755)
+    gate = f"env PATH={tmp_path}/bin:/usr/bin:/bin {sys.executable} {GATE} --container trtllm-serve --agent {AGENT}"
+    (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_pub.split()[:2])}\n")
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+
+    def start(sources: list[str]) -> subprocess.Popen:
+        (tmp_path / "authorized_keys").write_text(authorized_key(pair_pub, sources, gate, "pair_a"))
+        (tmp_path / "sshd_config").write_text("\n".join([
+            f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {tmp_path}/host_key",
+            f"AuthorizedKeysFile {tmp_path}/authorized_keys", "StrictModes no", "UsePAM no",
+            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin forced-commands-only",
+            f"PidFile {tmp_path}/sshd.pid", "LogLevel VERBOSE", ""]))
+        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(tmp_path / "sshd_config")], stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if subprocess.run(["ssh-keyscan", "-p", str(port), "127.0.0.1"], capture_output=True).stdout:
+                return proc
+            time.sleep(0.1)
+        raise AssertionError("sshd did not listen")
+
+    procs = []
+    yield tmp_path, port, lambda sources: procs.append(start(sources))
+    for p in procs:
+        p.terminate()
+        p.wait(10)
+
+
+def _ssh(tmp_path: Path, port: int, command: str, known_hosts: str = "known_hosts") -> subprocess.CompletedProcess:
+    argv = ["ssh", "-F", "/dev/null", "-i", str(tmp_path / "pair_key"), "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={tmp_path / known_hosts}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null",
+            "-p", str(port), f"{getpass.getuser()}@127.0.0.1", command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def test_the_key_runs_the_launch_and_ssh_worker_id_is_refused(worker):
+    tmp_path, port, start = worker
+    start(["127.0.0.1/32"])
+    refused = _ssh(tmp_path, port, "id")
+    assert refused.returncode == 126 and "pair-gate: refused: 'id' is not orted" in refused.stderr
+    assert "uid=" not in refused.stdout and not (tmp_path / "docker.argv").exists()
+    launched = _ssh(tmp_path, port, LINES[1])
+    assert launched.returncode == 0, launched.stderr
+    assert (tmp_path / "docker.argv").read_text().splitlines()[:4] == ["exec", "-i", "trtllm-serve", "orted"]
+
+
+def test_the_key_is_refused_from_another_address_and_by_an_unpinned_host(worker):
+    tmp_path, port, start = worker
+    start(["192.168.100.10/24"])  # the head's link address: this test connects from 127.0.0.1
+    denied = _ssh(tmp_path, port, LINES[1])
+    assert denied.returncode == 255 and "Permission denied" in denied.stderr
+    assert not (tmp_path / "docker.argv").exists()
+    shutil.copy(tmp_path / "known_hosts", tmp_path / "other_hosts")
+    other = _keygen(tmp_path / "other_host_key")
+    (tmp_path / "other_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(other.split()[:2])}\n")
+    stopped = _ssh(tmp_path, port, LINES[1], known_hosts="other_hosts")
+    assert stopped.returncode == 255 and "Host key verification failed" in stopped.stderr
