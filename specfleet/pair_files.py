@@ -1,5 +1,6 @@
-"""A two-Spark pair as files (pure): the link's netplan and the worker's authorized_keys entry for the pair's MPI
-key, rendered from a pair host's settings. The paths are host/layout.py's; the deploy that writes them, applies the
+"""A two-Spark pair as files (pure): the link's netplan, the worker's authorized_keys entry for the pair's MPI
+key and its sudoers rule for the gate, and the head's known_hosts pinning the worker, rendered from a pair host's
+settings. The paths are host/layout.py's; the deploy that writes them, applies the
 link (confirming or reverting it) and starts the pair is not built yet (issue 19, points 2-4).
 
 The netplan follows NVIDIA's connect-two-sparks (2026-07-22): static addresses, one subnet per logical interface,
@@ -14,11 +15,14 @@ import re
 
 import yaml
 
+from .host.layout import PAIR_USER, Layout
 from .settings import Settings
 
 # the pair key's public half as ssh-keygen prints it: type, key, an optional comment (dropped: ours replaces it)
 PUBLIC_KEY = re.compile(r"^(ssh-ed25519 [A-Za-z0-9+/]{68})( [A-Za-z0-9@._-]{1,64})?$")
 NETPLAN_HEADER = "# written by specfleet: the ConnectX-7 link of a two-Spark pair (removed by the cleanup deploy)\n"
+SUDOERS_HEADER = "# written by specfleet: the pair MPI login may run the pair gate, nothing else (cleanup removes it)\n"
+SUDOERS_WORD = re.compile(r"[A-Za-z0-9/._-]{1,200}")  # a word sudoers reads as itself (no escapes, no spaces)
 
 
 class PairFileError(ValueError):
@@ -42,3 +46,29 @@ def authorized_key(public_key: str, head_link_addresses: list[str], gate_command
         raise PairFileError("the pair gate's command may hold no double quote or newline")
     sources = ",".join(a.split("/")[0] for a in head_link_addresses)
     return f'restrict,from="{sources}",command="{gate_command}" {key.group(1)} specfleet-{pair}\n'
+
+
+def gate_command(lay: Layout) -> str:
+    """The MPI key's forced command on the worker: sudo, without a prompt, runs the pair gate as root."""
+    return " ".join(["sudo", "-n", *lay.pair_gate_argv()])
+
+
+def sudoers(lay: Layout) -> str:
+    """The worker's sudoers drop-in (root 0440): PAIR_USER may run the gate with exactly its arguments, keeping
+    $SSH_ORIGINAL_COMMAND (sudo resets the environment otherwise); the rest of sudo stays closed to it."""
+    argv = lay.pair_gate_argv()
+    bad = [w for w in argv if not SUDOERS_WORD.fullmatch(w)]
+    if bad:
+        raise PairFileError(f"{bad[0]!r} cannot go into a sudoers rule (letters, digits, / . _ - only)")
+    return (SUDOERS_HEADER + f"Cmnd_Alias SPECFLEET_PAIR_GATE = {' '.join(argv)}\n"
+            'Defaults!SPECFLEET_PAIR_GATE env_keep += "SSH_ORIGINAL_COMMAND"\n'
+            f"{PAIR_USER} ALL=(root) NOPASSWD: SPECFLEET_PAIR_GATE\n")
+
+
+def known_hosts(host_public_key: str, link_addresses: list[str]) -> str:
+    """The head's known_hosts for the worker: the worker's ed25519 host key (read from the worker by the controller
+    over its management connection) pinned at each of its link addresses, the names the launch connects to."""
+    key = PUBLIC_KEY.match(host_public_key.strip())
+    if not key:
+        raise PairFileError("the worker's SSH host key is not one ssh-ed25519 key (/etc/ssh/ssh_host_ed25519_key.pub)")
+    return f"{','.join(a.split('/')[0] for a in link_addresses)} {key.group(1)}\n"

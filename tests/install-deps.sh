@@ -11,14 +11,15 @@ if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
 fi
 need=()
 for pkg in qemu-system-x86 qemu-system-arm qemu-user-static binfmt-support qemu-utils mmdebstrap e2fsprogs \
-           openssh-client openssh-server curl ca-certificates haproxy; do
+           openssh-client openssh-server sudo curl ca-certificates haproxy; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need[*]}"
   apt-get update -qq
   # haproxy: the gateway's engine, run by tests/unit/test_gateway_files.py; openssh-server: the pair worker's sshd,
-  # run by tests/unit/test_pair_ssh.py (policy-rc.d: installed, not started)
+  # run by tests/unit/test_pair_ssh.py (policy-rc.d: installed, not started); sudo: visudo reads the pair's sudoers
+  # rule in tests/unit/test_pair_files.py
   own_policy=
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1

@@ -20,6 +20,10 @@ AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gatew
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
 NETPLAN_FILE = "/etc/netplan/60-specfleet-pair.yaml"  # a pair host's link addresses (pair_files.netplan)
+PAIR_USER = "specfleet-mpi"  # the worker's login for the head's MPI key: no password, may sudo the gate only
+SUDOERS_FILE = "/etc/sudoers.d/specfleet-pair"  # the worker's rule for PAIR_USER (pair_files.sudoers)
+PAIR_MOUNT = "/opt/specfleet-pair"  # where the head's container sees <data_dir>/pair (read-only): key, known_hosts
+PAIR_AGENT = f"{PAIR_MOUNT}/pair-agent"  # mpirun's rsh agent in the head's container (plm_rsh_agent)
 PAIR_LINK_UNIT = "specfleet-pair-link"  # transient unit of a link change awaiting its confirmation
 NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: applied, awaiting accept/reject
 # Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
@@ -113,6 +117,11 @@ class Layout:
     link_state = property(lambda self: f"{self.data_dir}/pair/link.json")  # the last link change: state, when, why
     link_confirm = property(lambda self: f"{self.data_dir}/pair/link.confirm")  # the controller's confirmation
     link_log = property(lambda self: f"{self.data_dir}/pair/link.log")  # netplan try's output of the last change
+    pair_gate = property(lambda self: f"{self.data_dir}/bin/{PAIR_GATE_TOOL}")
+
+    def pair_gate_argv(self) -> list[str]:
+        """THE pair gate's command line on the worker (sudo runs it as root, with exactly these arguments)."""
+        return [self.pair_gate, "--container", self.service_name, "--agent", PAIR_AGENT]
 
     def repo_dir(self, repo: str) -> str:
         return f"{self.hub_cache}/{cache_folder(repo)}"

@@ -1,12 +1,22 @@
-"""A pair's files (issue 19, points 2-3, the pure part): the link's netplan and the worker's authorized_keys line for
-the head's MPI key, read back by real parsers (YAML, ssh-keygen)."""
+"""A pair's files (issue 19, points 2-3, the pure part): the link's netplan, the worker's authorized_keys line for
+the head's MPI key and its sudoers rule for the gate, and the head's known_hosts for the worker, read back by real
+parsers (YAML, ssh-keygen, visudo)."""
 
 import subprocess
 
 import pytest
 import yaml
 
-from specfleet.pair_files import NETPLAN_HEADER, PairFileError, authorized_key, netplan
+from specfleet.host.layout import PAIR_USER, Layout
+from specfleet.pair_files import (
+    NETPLAN_HEADER,
+    PairFileError,
+    authorized_key,
+    gate_command,
+    known_hosts,
+    netplan,
+    sudoers,
+)
 from tests.unit.fakehost import make_plans
 
 IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
@@ -56,3 +66,38 @@ def test_the_mpi_key_logs_in_only_from_the_heads_link_and_only_runs_the_gate(tmp
 def test_a_key_or_command_that_could_widen_the_entry_is_refused(key, command):
     with pytest.raises(PairFileError):
         authorized_key(key, ["192.168.100.10/24"], command, "pair_a")
+
+
+def test_the_sudoers_rule_lets_the_pair_login_run_the_gate_with_its_arguments_only(tmp_path):
+    lay = Layout("/var/lib/specfleet", "/etc/specfleet", "specfleet-trtllm")
+    text = sudoers(lay)
+    assert text.splitlines()[1:] == [
+        "Cmnd_Alias SPECFLEET_PAIR_GATE = /var/lib/specfleet/bin/pair-gate --container specfleet-trtllm "
+        "--agent /opt/specfleet-pair/pair-agent",
+        'Defaults!SPECFLEET_PAIR_GATE env_keep += "SSH_ORIGINAL_COMMAND"',
+        f"{PAIR_USER} ALL=(root) NOPASSWD: SPECFLEET_PAIR_GATE"]
+    assert gate_command(lay) == "sudo -n " + " ".join(lay.pair_gate_argv())
+    (tmp_path / "specfleet-pair").write_text(text)
+    (tmp_path / "specfleet-pair").chmod(0o440)
+    # sudo's own parser (visudo -c) accepts it; a rule with a stray word does not
+    ok = subprocess.run(["visudo", "-c", "-f", str(tmp_path / "specfleet-pair")], capture_output=True, text=True)
+    assert ok.returncode == 0 and "parsed OK" in ok.stdout, ok
+    (tmp_path / "broken").write_text(text.replace("NOPASSWD:", "NOPASSWD"))
+    bad = subprocess.run(["visudo", "-c", "-f", str(tmp_path / "broken")], capture_output=True, text=True)
+    assert bad.returncode != 0
+    with pytest.raises(PairFileError, match="cannot go into a sudoers rule"):
+        sudoers(Layout("/var/lib/spec fleet", "/etc/specfleet", "specfleet-trtllm"))
+
+
+def test_the_workers_host_key_is_pinned_at_its_link_addresses(tmp_path):
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "host")], check=True)
+    _, worker = _pair_settings()
+    line = known_hosts((tmp_path / "host.pub").read_text(), worker.pair_link_addresses)
+    (tmp_path / "known_hosts").write_text(line)
+    for address in ("192.168.100.21", "192.168.101.21"):  # OpenSSH finds the key under each name the launch uses
+        found = subprocess.run(["ssh-keygen", "-F", address, "-f", str(tmp_path / "known_hosts")], capture_output=True,
+                               text=True)
+        assert found.returncode == 0 and "ssh-ed25519" in found.stdout
+    assert subprocess.run(["ssh-keygen", "-F", "192.168.100.11", "-f", str(tmp_path / "known_hosts")]).returncode == 1
+    with pytest.raises(PairFileError, match="host key"):
+        known_hosts("ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7", worker.pair_link_addresses)
