@@ -65,10 +65,12 @@ def sudoers(lay: Layout) -> str:
             f"{PAIR_USER} ALL=(root) NOPASSWD: SPECFLEET_PAIR_GATE\n")
 
 
-def known_hosts(host_public_key: str, link_addresses: list[str]) -> str:
+def known_hosts(host_public_key: str, link_addresses: list[str], port: int = 22) -> str:
     """The head's known_hosts for the worker: the worker's ed25519 host key (read from the worker by the controller
-    over its management connection) pinned at each of its link addresses, the names the launch connects to."""
+    over its management connection) pinned at each of its link addresses, the names the launch connects to, in
+    OpenSSH's `[address]:port` form when the worker's sshd is not on 22."""
     key = PUBLIC_KEY.match(host_public_key.strip())
     if not key:
         raise PairFileError("the worker's SSH host key is not one ssh-ed25519 key (/etc/ssh/ssh_host_ed25519_key.pub)")
-    return f"{','.join(a.split('/')[0] for a in link_addresses)} {key.group(1)}\n"
+    names = [a.split("/")[0] if port == 22 else f"[{a.split('/')[0]}]:{port}" for a in link_addresses]
+    return f"{','.join(names)} {key.group(1)}\n"

@@ -23,7 +23,11 @@ NETPLAN_FILE = "/etc/netplan/60-specfleet-pair.yaml"  # a pair host's link addre
 PAIR_USER = "specfleet-mpi"  # the worker's login for the head's MPI key: no password, may sudo the gate only
 SUDOERS_FILE = "/etc/sudoers.d/specfleet-pair"  # the worker's rule for PAIR_USER (pair_files.sudoers)
 PAIR_MOUNT = "/opt/specfleet-pair"  # where the head's container sees <data_dir>/pair (read-only): key, known_hosts
-PAIR_AGENT = f"{PAIR_MOUNT}/pair-agent"  # mpirun's rsh agent in the head's container (plm_rsh_agent)
+# the head's pair files, in <data_dir>/pair and (the same files) in its container under PAIR_MOUNT
+PAIR_KEY_FILE = "mpi_key"  # the pair's MPI key (ed25519, generated on the head, root 0600)
+PAIR_KNOWN_HOSTS_FILE = "known_hosts"  # the worker's host key pinned at its link addresses (pair_files.known_hosts)
+PAIR_AGENT_FILE = "pair-agent"  # mpirun's rsh agent (host/pair_agent.sh), which uses the two files beside it
+PAIR_AGENT = f"{PAIR_MOUNT}/{PAIR_AGENT_FILE}"  # the agent as the head's container runs it (plm_rsh_agent)
 PAIR_LINK_UNIT = "specfleet-pair-link"  # transient unit of a link change awaiting its confirmation
 NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: applied, awaiting accept/reject
 # Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
@@ -118,6 +122,9 @@ class Layout:
     link_confirm = property(lambda self: f"{self.data_dir}/pair/link.confirm")  # the controller's confirmation
     link_log = property(lambda self: f"{self.data_dir}/pair/link.log")  # netplan try's output of the last change
     pair_gate = property(lambda self: f"{self.data_dir}/bin/{PAIR_GATE_TOOL}")
+    pair_key = property(lambda self: f"{self.data_dir}/pair/{PAIR_KEY_FILE}")
+    pair_known_hosts = property(lambda self: f"{self.data_dir}/pair/{PAIR_KNOWN_HOSTS_FILE}")
+    pair_agent = property(lambda self: f"{self.data_dir}/pair/{PAIR_AGENT_FILE}")
 
     def pair_gate_argv(self) -> list[str]:
         """THE pair gate's command line on the worker (sudo runs it as root, with exactly these arguments)."""

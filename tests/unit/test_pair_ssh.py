@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.pair_files import authorized_key
+from specfleet.host.layout import PAIR_AGENT_FILE, PAIR_KEY_FILE, PAIR_KNOWN_HOSTS_FILE
+from specfleet.pair_files import authorized_key, known_hosts
 from tests.unit.test_bench import free_port
 from tests.unit.test_pair_gate import AGENT, GATE, LINES
 
 SSHD = "/usr/sbin/sshd"
+AGENT_SCRIPT = GATE.parent / "pair_agent.sh"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sshd runs as root (CI and the lab machine are root)")
 
 
@@ -41,7 +43,7 @@ def worker(tmp_path):
     (tmp_path / "bin" / "docker").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/docker.argv\n')
     (tmp_path / "bin" / "docker").chmod(0o755)
     gate = f"env PATH={tmp_path}/bin:/usr/bin:/bin {sys.executable} {GATE} --container trtllm-serve --agent {AGENT}"
-    (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_pub.split()[:2])}\n")
+    (tmp_path / "known_hosts").write_text(known_hosts(host_pub, ["127.0.0.1/32"], port))
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
 
     def start(sources: list[str]) -> subprocess.Popen:
@@ -95,3 +97,31 @@ def test_the_key_is_refused_from_another_address_and_by_an_unpinned_host(worker)
     (tmp_path / "other_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(other.split()[:2])}\n")
     stopped = _ssh(tmp_path, port, LINES[1], known_hosts="other_hosts")
     assert stopped.returncode == 255 and "Host key verification failed" in stopped.stderr
+
+
+def test_mpiruns_rsh_agent_reaches_the_gate_with_the_pair_files_beside_it(worker):
+    """host/pair_agent.sh as mpirun runs it (`pair-agent HOST orted ...`, the recorded launch's words), from a
+    directory holding only the pair's key and known_hosts under the layout's names, as the head's container sees it."""
+    tmp_path, port, start = worker
+    start(["127.0.0.1/32"])
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    shutil.copy(AGENT_SCRIPT, pair / PAIR_AGENT_FILE)
+    shutil.copy(tmp_path / "pair_key", pair / PAIR_KEY_FILE)
+    shutil.copy(tmp_path / "known_hosts", pair / PAIR_KNOWN_HOSTS_FILE)
+    env = {"PATH": "/usr/bin:/bin", "SPECFLEET_PAIR_PORT": str(port), "SPECFLEET_PAIR_USER": getpass.getuser()}
+
+    def agent(*words: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(pair / PAIR_AGENT_FILE), "127.0.0.1", *words], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    refused = agent("id")
+    assert refused.returncode == 126 and "pair-gate: refused: 'id' is not orted" in refused.stderr
+    assert not (tmp_path / "docker.argv").exists()
+    launched = agent(*LINES[1].split(" "))
+    assert launched.returncode == 0, launched.stderr
+    assert (tmp_path / "docker.argv").read_text().splitlines()[:5] == ["exec", "-i", "trtllm-serve", "orted",
+                                                                       "--daemonize"]
+    unset = subprocess.run([str(pair / PAIR_AGENT_FILE), "127.0.0.1", "orted"], env={"PATH": "/usr/bin:/bin"},
+                           capture_output=True, text=True, timeout=60)
+    assert unset.returncode != 0 and "the worker's SSH port" in unset.stderr
