@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,11 +151,24 @@ def _answer(proc: subprocess.Popen, lay: Layout) -> str | None:
     return sent
 
 
+def _netplan_error(said: str) -> str:
+    """netplan's reason for a failed try: its `An error occurred: ...` line or its `FILE:LINE:COL: message` line
+    (0.106 prints the offending source line and a `^` under a YAML error), else its last line that says something."""
+    lines = [x.strip() for x in said.replace("\r", "\n").splitlines()]
+    for x in lines:
+        if x.startswith("An error occurred:") or re.match(r"\S+\.yaml:\d+:\d+: ", x):
+            return x
+    useful = [x for x in lines if x.strip("^ ") and not x.startswith(("Cannot call openvswitch", "Changes will"))]
+    return (useful or ["no output"])[-1]
+
+
 def try_(lay: Layout, args) -> int:
     """Run `netplan try` and follow it; on any end but an accepted change, put NETPLAN_FILE back as it was."""
     Path(args.ready_stamp).unlink(missing_ok=True)
     stdin_r, stdin_w = os.pipe()  # netplan try reads its stdin for ENTER: an open pipe that never delivers one
-    with open(lay.link_log, "w") as log:
+    log_fd = os.open(lay.link_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(log_fd, 0o600)  # netplan's output names the link's addresses: root's only, like the rest of pair/
+    with open(log_fd, "w") as log:
         proc = subprocess.Popen(["netplan", "try", "--timeout", str(args.timeout)], stdin=stdin_r, stdout=log,
                                 stderr=subprocess.STDOUT)
     os.close(stdin_r)
@@ -174,10 +188,10 @@ def try_(lay: Layout, args) -> int:
         target.unlink(missing_ok=True)
     else:
         atomic_write(target, previous, 0o600)
+    failed = "An error occurred" in said or "Reverting" not in said  # netplan's own failure, not a revert
     why = ("rejected: the link's addresses did not come up" if sent == "reject" else
-           f"not confirmed within {args.timeout} s" if "Reverting" in said else
-           f"netplan try failed: {(said.strip().splitlines() or ['no output'])[-1]}")
-    _set_state(lay, "failed" if "Reverting" not in said else "reverted", why=why)
+           f"netplan try failed: {_netplan_error(said)}" if failed else f"not confirmed within {args.timeout} s")
+    _set_state(lay, "failed" if failed else "reverted", why=why)
     return 1
 
 

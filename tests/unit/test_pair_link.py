@@ -134,7 +134,20 @@ def test_netplan_refusing_the_file_leaves_the_network_and_files_as_they_were(hos
     run, addrs, target, lay, _ = host
     out = _apply(run, FAKE_NETPLAN="invalid")
     assert out.returncode == 1
-    assert out.stderr.strip() == ("pair-link: netplan try did not apply the link: netplan try failed: Error in "
-                                  "network definition: invalid YAML")
+    assert out.stderr.strip() == ("pair-link: netplan try did not apply the link: netplan try failed: "
+                                  "/etc/netplan/60-specfleet-pair.yaml:2:1: Invalid YAML: did not find expected node "
+                                  "content:")
     assert not target.exists() and addrs() == {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}
     assert json.loads(Path(lay.link_state).read_text())["state"] == "failed"
+    assert oct(Path(lay.link_log).stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_error_netplan_reverts_by_itself_is_a_failure_not_a_missing_confirmation(host):
+    run, addrs, target, lay, _ = host
+    target.write_text("# the operator's earlier link file\n")
+    out = _apply(run, FAKE_NETPLAN="error")
+    assert out.returncode == 1
+    assert out.stderr.strip() == ("pair-link: netplan try did not apply the link: netplan try failed: An error "
+                                  "occurred: Command '['udevadm', 'settle']' returned non-zero exit status 1.")
+    assert target.read_text() == "# the operator's earlier link file\n"
+    assert addrs() == {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}
