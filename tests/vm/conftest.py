@@ -198,9 +198,15 @@ def pytest_collection_modifyitems(items):
     """The fleet up/down test brings up its own guests: run it before the session fleet boots; the bench
     converges and switches the fleet itself: run it after the CI sequence, faults and rollouts; the pair link's
     guests boot after it (the session fleet paused meanwhile). The arm64
-    module comes last: its image and stand-in are built in the background meanwhile (PREBUILDS)."""
-    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2, "test_pair_link.py": 3}.get(item.path.name, 1)
-               + (10 if item.path.name in ARCH_MODULES else 0))
+    module comes last: its image and stand-in are built in the background meanwhile (PREBUILDS). Only this
+    directory's modules are placed: tests/unit has a test_bench.py and a test_pair_link.py of its own."""
+    here = Path(__file__).resolve().parent
+
+    def vm_module(item) -> str | None:
+        return item.path.name if item.path.resolve().parent == here else None
+
+    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2, "test_pair_link.py": 3}.get(
+        vm_module(item), 1) + (10 if vm_module(item) in ARCH_MODULES else 0))
 
 
 def pytest_collection_finish(session):
