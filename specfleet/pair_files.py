@@ -29,6 +29,11 @@ class PairFileError(ValueError):
     """A value from a host that cannot go into a file (the deploy names the host and refuses)."""
 
 
+def _address(address_with_prefix: str) -> str:
+    """`192.168.100.10/24` -> `192.168.100.10`: the name SSH knows a link address by."""
+    return address_with_prefix.split("/")[0]
+
+
 def netplan(s: Settings) -> str:
     """The pair link's netplan file (root 0600, as netplan wants it): each link interface with its address."""
     ethernets = {ifname: {"dhcp4": False, "dhcp6": False, "addresses": [address]}
@@ -44,7 +49,7 @@ def authorized_key(public_key: str, head_link_addresses: list[str], gate_command
         raise PairFileError("the pair's MPI public key is not one ssh-ed25519 key (ssh-keygen -t ed25519 prints one)")
     if '"' in gate_command or "\n" in gate_command:
         raise PairFileError("the pair gate's command may hold no double quote or newline")
-    sources = ",".join(a.split("/")[0] for a in head_link_addresses)
+    sources = ",".join(_address(a) for a in head_link_addresses)
     return f'restrict,from="{sources}",command="{gate_command}" {key.group(1)} specfleet-{pair}\n'
 
 
@@ -72,5 +77,5 @@ def known_hosts(host_public_key: str, link_addresses: list[str], port: int = 22)
     key = PUBLIC_KEY.match(host_public_key.strip())
     if not key:
         raise PairFileError("the worker's SSH host key is not one ssh-ed25519 key (/etc/ssh/ssh_host_ed25519_key.pub)")
-    names = [a.split("/")[0] if port == 22 else f"[{a.split('/')[0]}]:{port}" for a in link_addresses]
+    names = [_address(a) if port == 22 else f"[{_address(a)}]:{port}" for a in link_addresses]
     return f"{','.join(names)} {key.group(1)}\n"

@@ -116,15 +116,15 @@ class Layout:
     unit_dropins = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service.d")  # drop-ins beside the unit
     start_marker_dropin = property(lambda self: f"{self.unit_dropins}/specfleet-start-marker.conf")  # behind gateways
     pair_dir = property(lambda self: f"{self.data_dir}/pair")  # a pair host's link and MPI files (root 0700)
-    netplan_staged = property(lambda self: f"{self.data_dir}/pair/netplan.yaml")  # the link's netplan, as rendered
-    netplan_previous = property(lambda self: f"{self.data_dir}/pair/netplan.previous")  # NETPLAN_FILE before a try
-    link_state = property(lambda self: f"{self.data_dir}/pair/link.json")  # the last link change: state, when, why
-    link_confirm = property(lambda self: f"{self.data_dir}/pair/link.confirm")  # the controller's confirmation
-    link_log = property(lambda self: f"{self.data_dir}/pair/link.log")  # netplan try's output of the last change
+    netplan_staged = property(lambda self: f"{self.pair_dir}/netplan.yaml")  # the link's netplan, as rendered
+    netplan_previous = property(lambda self: f"{self.pair_dir}/netplan.previous")  # NETPLAN_FILE before a try
+    link_state = property(lambda self: f"{self.pair_dir}/link.json")  # the last link change: state, when, why
+    link_confirm = property(lambda self: f"{self.pair_dir}/link.confirm")  # the controller's confirmation
+    link_log = property(lambda self: f"{self.pair_dir}/link.log")  # netplan try's output of the last change
     pair_gate = property(lambda self: f"{self.data_dir}/bin/{PAIR_GATE_TOOL}")
-    pair_key = property(lambda self: f"{self.data_dir}/pair/{PAIR_KEY_FILE}")
-    pair_known_hosts = property(lambda self: f"{self.data_dir}/pair/{PAIR_KNOWN_HOSTS_FILE}")
-    pair_agent = property(lambda self: f"{self.data_dir}/pair/{PAIR_AGENT_FILE}")
+    pair_key = property(lambda self: f"{self.pair_dir}/{PAIR_KEY_FILE}")
+    pair_known_hosts = property(lambda self: f"{self.pair_dir}/{PAIR_KNOWN_HOSTS_FILE}")
+    pair_agent = property(lambda self: f"{self.pair_dir}/{PAIR_AGENT_FILE}")
 
     def pair_gate_argv(self) -> list[str]:
         """THE pair gate's command line on the worker (sudo runs it as root, with exactly these arguments)."""

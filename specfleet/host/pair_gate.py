@@ -28,6 +28,10 @@ import os
 import re
 import shlex
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # installed next to the host tool and layout.py
+from layout import PAIR_GATE_TOOL  # noqa: E402
 
 ORTED = "orted"
 FLAGS = {"--daemonize", "--tree-spawn"}  # orted's flags in 4.1.4's launch line (no tree spawn: --daemonize)
@@ -92,14 +96,14 @@ def _orted_args(words: list[str], agent: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="pair-gate", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=PAIR_GATE_TOOL, description=__doc__.split("\n\n")[0])
     ap.add_argument("--container", required=True, help="the worker's serving container")
     ap.add_argument("--agent", required=True, help="the rsh agent path the head's launch passes (plm_rsh_agent)")
     args = ap.parse_args(argv)
     try:
         command = launch_argv(os.environ.get("SSH_ORIGINAL_COMMAND"), args.container, args.agent)
     except Refused as e:
-        print(f"pair-gate: refused: {e}", file=sys.stderr)
+        print(f"{PAIR_GATE_TOOL}: refused: {e}", file=sys.stderr)
         return 126
     os.execvp(command[0], command)
     return 127  # not reached: execvp replaces this process or raises

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # installed next to the host tool and its modules
 from hostlib import Fail, atomic_write, now_iso, poll_until, read_json, say, sh  # noqa: E402
-from layout import NETPLAN_FILE, NETPLAN_TRY_READY, PAIR_LINK_UNIT, Layout  # noqa: E402
+from layout import NETPLAN_FILE, NETPLAN_TRY_READY, PAIR_LINK_TOOL, PAIR_LINK_UNIT, Layout  # noqa: E402
 
 VERIFY_SEC = 20  # how long `apply` waits for the link's addresses once netplan applied them
 START_SEC = 60  # how long `apply` waits for `netplan try` to have applied (its backup and generate included)
@@ -196,7 +196,7 @@ def try_(lay: Layout, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="pair-link", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=PAIR_LINK_TOOL, description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", required=True)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("management")
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return {"apply": apply, "confirm": confirm, "try": try_}[args.cmd](lay, args)
     except Fail as e:
-        say(f"pair-link: {e}", err=True)
+        say(f"{PAIR_LINK_TOOL}: {e}", err=True)
         return 1
 
 

@@ -18,6 +18,7 @@ TOOL = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "pair_link.p
 FAKES = Path(__file__).parent / "fake_net"
 LINK = ["enp1s0f1np1", "enP2p1s0f1np1"]
 ADDRS = ["192.168.100.10/24", "192.168.101.10/24"]
+BEFORE = {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}  # the host's addresses before any link change
 NETPLAN = """network:
   version: 2
   ethernets:
@@ -34,7 +35,7 @@ def host(tmp_path):
     etc = tmp_path / "etc-netplan"
     etc.mkdir()
     net = tmp_path / "net.json"
-    net.write_text(json.dumps({"addrs": {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]},
+    net.write_text(json.dumps({"addrs": BEFORE,
                                "routes": {"10.0.2.2": "eth0", "192.168.100.11": "enp1s0f1np1"}, "ss": SS}))
     lay = Layout(str(tmp_path / "data"))
     Path(lay.pair_dir).mkdir(parents=True)
@@ -85,7 +86,7 @@ def test_a_link_on_the_management_interface_is_refused_before_anything_changes(h
                                        "connection (a management interface); nothing was changed (the link takes "
                                        "the ConnectX-7 interfaces only)"]
     assert not target.exists() and _netplan_calls(net) == 0
-    assert addrs() == {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}
+    assert addrs() == BEFORE
 
 
 def test_apply_then_confirm_keeps_the_link_and_a_second_apply_changes_nothing(host):
@@ -115,29 +116,31 @@ def test_a_change_nobody_confirms_is_reverted_and_the_file_put_back(host):
         time.sleep(0.1)
     assert state["state"] == "reverted" and state["why"] == "not confirmed within 2 s"
     assert target.read_text() == "# the operator's earlier link file\n"
-    assert addrs() == {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}
+    assert addrs() == BEFORE
     late = run("confirm")
     assert late.returncode == 1 and late.stdout.strip() == "no link change awaits confirmation (last: reverted)"
 
 
+def _failed_apply(run, fake: str, message: str) -> None:
+    out = _apply(run, FAKE_NETPLAN=fake)
+    assert out.returncode == 1
+    assert out.stderr.strip() == message
+
+
 def test_addresses_that_do_not_come_up_are_rejected_at_once(host):
     run, addrs, target, lay, _ = host
-    out = _apply(run, FAKE_NETPLAN="noaddr")
-    assert out.returncode == 1
-    assert out.stderr.strip() == ("pair-link: enp1s0f1np1, enP2p1s0f1np1 did not get 192.168.100.10/24, "
+    _failed_apply(run, "noaddr", ("pair-link: enp1s0f1np1, enP2p1s0f1np1 did not get 192.168.100.10/24, "
                                   "192.168.101.10/24 within 3.0 s: the change was rejected (reverted: rejected: "
-                                  "the link's addresses did not come up)")
-    assert not target.exists() and addrs() == {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}
+                                  "the link's addresses did not come up)"))
+    assert not target.exists() and addrs() == BEFORE
 
 
 def test_netplan_refusing_the_file_leaves_the_network_and_files_as_they_were(host):
     run, addrs, target, lay, _ = host
-    out = _apply(run, FAKE_NETPLAN="invalid")
-    assert out.returncode == 1
-    assert out.stderr.strip() == ("pair-link: netplan try did not apply the link: netplan try failed: "
-                                  "/etc/netplan/60-specfleet-pair.yaml:2:1: Invalid YAML: did not find expected node "
-                                  "content:")
-    assert not target.exists() and addrs() == {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}
+    _failed_apply(run, "invalid", ("pair-link: netplan try did not apply the link: netplan try failed: "
+                                   "/etc/netplan/60-specfleet-pair.yaml:2:1: Invalid YAML: did not find expected node "
+                                   "content:"))
+    assert not target.exists() and addrs() == BEFORE
     assert json.loads(Path(lay.link_state).read_text())["state"] == "failed"
     assert oct(Path(lay.link_log).stat().st_mode & 0o777) == "0o600"
 
@@ -145,9 +148,7 @@ def test_netplan_refusing_the_file_leaves_the_network_and_files_as_they_were(hos
 def test_an_error_netplan_reverts_by_itself_is_a_failure_not_a_missing_confirmation(host):
     run, addrs, target, lay, _ = host
     target.write_text("# the operator's earlier link file\n")
-    out = _apply(run, FAKE_NETPLAN="error")
-    assert out.returncode == 1
-    assert out.stderr.strip() == ("pair-link: netplan try did not apply the link: netplan try failed: An error "
-                                  "occurred: Command '['udevadm', 'settle']' returned non-zero exit status 1.")
+    _failed_apply(run, "error", ("pair-link: netplan try did not apply the link: netplan try failed: An error "
+                                 "occurred: Command '['udevadm', 'settle']' returned non-zero exit status 1."))
     assert target.read_text() == "# the operator's earlier link file\n"
-    assert addrs() == {"eth0": ["10.0.2.15/24"], "lo": ["127.0.0.1/8"]}
+    assert addrs() == BEFORE
