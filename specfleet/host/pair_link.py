@@ -112,10 +112,13 @@ def apply(lay: Layout, args) -> int:
     Path(lay.link_confirm).unlink(missing_ok=True)
     _set_state(lay, "starting")
     atomic_write(target, staged, 0o600)
-    sh("systemd-run", f"--unit={PAIR_LINK_UNIT}", "--collect", "--quiet", sys.executable, str(Path(__file__).resolve()),
-       "--data-dir", lay.data_dir, "try", "--timeout", str(args.confirm_sec), "--netplan-file", str(target),
-       "--ready-stamp", args.ready_stamp)
-    state = poll_until(lambda: _state(lay), lambda s: s.get("state") != "starting", wait=START_SEC)
+    started = sh("systemd-run", f"--unit={PAIR_LINK_UNIT}", "--collect", "--quiet", sys.executable,
+                 str(Path(__file__).resolve()), "--data-dir", lay.data_dir, "try", "--timeout", str(args.confirm_sec),
+                 "--netplan-file", str(target), "--ready-stamp", args.ready_stamp, check=False)
+    state = _state(lay) if started.returncode else \
+        poll_until(lambda: _state(lay), lambda s: s.get("state") != "starting", wait=args.start_sec)
+    if state.get("state") == "starting":
+        state = _never_tried(lay, target, started)
     if state.get("state") != "trying":
         raise Fail(f"netplan try did not apply the link: {state.get('why') or state.get('state')}")
     if not poll_until(lambda: _have(args.interfaces, args.addresses), bool, wait=args.verify_sec):
@@ -126,6 +129,28 @@ def apply(lay: Layout, args) -> int:
     say(f"{target}: applied, {', '.join(args.interfaces)} up with {', '.join(args.addresses)}; netplan reverts it "
         f"in {args.confirm_sec} s unless confirmed")
     return 0
+
+
+def _never_tried(lay: Layout, target: Path, started: subprocess.CompletedProcess) -> dict:
+    """The try unit did not report within its time: a unit still running is told to reject (its netplan reverts and
+    it puts the file back); one that never ran or died first leaves that to apply, so no untried file stays in
+    /etc/netplan for the next boot to apply."""
+    if started.returncode == 0 and _unit_active():
+        atomic_write(Path(lay.link_confirm), "reject\n", 0o600)
+        return poll_until(lambda: _state(lay), lambda s: s.get("state") in ENDED, wait=START_SEC)
+    _put_back(lay, target)
+    why = (f"systemd-run failed: {(started.stderr or started.stdout).strip() or started.returncode}"
+           if started.returncode else f"{PAIR_LINK_UNIT} ended without trying the change")
+    _set_state(lay, "failed", why=why)
+    return _state(lay)
+
+
+def _put_back(lay: Layout, target: Path) -> None:
+    previous = (read_json(Path(lay.netplan_previous)) or {}).get("content")
+    if previous is None:
+        target.unlink(missing_ok=True)
+    else:
+        atomic_write(target, previous, 0o600)
 
 
 def confirm(lay: Layout, args) -> int:
@@ -182,12 +207,7 @@ def try_(lay: Layout, args) -> int:
         _set_state(lay, "accepted")
         Path(lay.netplan_previous).unlink(missing_ok=True)
         return 0
-    previous = (read_json(Path(lay.netplan_previous)) or {}).get("content")
-    target = Path(args.netplan_file)
-    if previous is None:
-        target.unlink(missing_ok=True)
-    else:
-        atomic_write(target, previous, 0o600)
+    _put_back(lay, Path(args.netplan_file))
     failed = "An error occurred" in said or "Reverting" not in said  # netplan's own failure, not a revert
     why = ("rejected: the link's addresses did not come up" if sent == "reject" else
            f"netplan try failed: {_netplan_error(said)}" if failed else f"not confirmed within {args.timeout} s")
@@ -208,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.choices["apply"].add_argument("--addresses", type=lambda v: v.split(","), required=True)
     sub.choices["apply"].add_argument("--confirm-sec", type=int, required=True)
     sub.choices["apply"].add_argument("--verify-sec", type=float, default=VERIFY_SEC)
+    sub.choices["apply"].add_argument("--start-sec", type=float, default=START_SEC)
     sub.choices["try"].add_argument("--timeout", type=int, required=True)
     sub.add_parser("confirm").add_argument("--wait", type=float, default=30)
     args = ap.parse_args(argv)

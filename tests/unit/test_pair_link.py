@@ -152,3 +152,20 @@ def test_an_error_netplan_reverts_by_itself_is_a_failure_not_a_missing_confirmat
                                  "occurred: Command '['udevadm', 'settle']' returned non-zero exit status 1."))
     assert target.read_text() == "# the operator's earlier link file\n"
     assert addrs() == BEFORE
+
+
+@pytest.mark.parametrize("fake, why", [
+    ("lost", "specfleet-pair-link ended without trying the change"),
+    ("fail", "systemd-run failed: Failed to start transient service unit: Unit specfleet-pair-link.service already "
+             "exists."),
+])
+def test_a_try_that_never_runs_puts_the_file_back(host, fake, why):
+    run, addrs, target, lay, net = host
+    target.write_text("# the operator's earlier link file\n")
+    out = run("apply", "--interfaces", ",".join(LINK), "--addresses", ",".join(ADDRS), "--confirm-sec", "30",
+              "--start-sec", "1", FAKE_SYSTEMD_RUN=fake)
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"pair-link: netplan try did not apply the link: {why}"
+    assert target.read_text() == "# the operator's earlier link file\n"  # not the untried link, for the next boot
+    assert json.loads(Path(lay.link_state).read_text())["state"] == "failed"
+    assert addrs() == BEFORE and _netplan_calls(net) == 0
