@@ -11,7 +11,7 @@ if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
 fi
 need=()
 for pkg in qemu-system-x86 qemu-system-arm qemu-user-static binfmt-support qemu-utils mmdebstrap e2fsprogs \
-           openssh-client openssh-server sudo curl ca-certificates haproxy; do
+           openssh-client openssh-server sudo curl ca-certificates haproxy openmpi-bin python3-mpi4py python3-yaml; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -19,7 +19,8 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   # haproxy: the gateway's engine, run by tests/unit/test_gateway_files.py; openssh-server: the pair worker's sshd,
   # run by tests/unit/test_pair_ssh.py (policy-rc.d: installed, not started); sudo: visudo reads the pair's sudoers
-  # rule in tests/unit/test_pair_files.py
+  # rule in tests/unit/test_pair_files.py; openmpi-bin, python3-mpi4py, python3-yaml (the system python3's): real
+  # mpirun runs the trtllm-serve stand-in's two ranks in tests/vm/test_trtllm_standin_pair.py
   own_policy=
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1

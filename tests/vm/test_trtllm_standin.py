@@ -681,6 +681,10 @@ def test_variant_config_json_and_changes():
     args = image.mmdebstrap_args("amd64")
     assert "--format=tar" in args and "--include=python3-yaml" in args and "bookworm" in args
     assert image.base_recipe_key("amd64") == image.base_recipe_key("amd64") != image.base_recipe_key("arm64")
+    pair = image.mmdebstrap_args("amd64", pair=True)  # a pair's base: OpenMPI, ssh, mpi4py; the others' unchanged
+    assert "--include=python3-yaml,openmpi-bin,openssh-client,python3-mpi4py" in pair
+    assert any("mpi4py" in a and "mpirun" in a for a in pair) and not any("mpi4py" in a for a in args)
+    assert image.base_recipe_key("amd64", pair=True) != image.base_recipe_key("amd64")
 
 
 def test_variant_assembly_appends_files_without_mmdebstrap(tmp_path, monkeypatch):
@@ -714,6 +718,8 @@ def test_variant_assembly_appends_files_without_mmdebstrap(tmp_path, monkeypatch
         assert "./usr/local/bin/trtllm-serve" in names and "./etc/trtllm-standin.json" in names
         assert tf.getmember("./usr/local/bin/trtllm-serve").mode == 0o755
         assert tf.extractfile("./usr/local/bin/trtllm-serve").read() == SCRIPT.read_bytes()
+        assert tf.getmember("./usr/local/bin/trtllm-llmapi-launch").mode == 0o755
+        assert tf.extractfile("./usr/local/bin/trtllm-llmapi-launch").read() == image.LAUNCH_SCRIPT.read_bytes()
         assert json.loads(tf.extractfile("./etc/trtllm-standin.json").read())["mode"] == "crash"
         pkg = "./usr/lib/python3/dist-packages/tensorrt_llm"
         assert tf.getmember(pkg).isdir() and tf.getmember(pkg + "/llmapi").isdir()

@@ -52,6 +52,11 @@ HERE = Path(__file__).resolve().parent
 STANDIN_SCRIPT = HERE / "trtllm_serve.py"
 SCRIPT_PATH_IN_IMAGE = "/usr/local/bin/trtllm-serve"
 CONFIG_PATH_IN_IMAGE = "/etc/trtllm-standin.json"
+LAUNCH_SCRIPT = HERE / "llmapi_launch.sh"  # the STAND-IN trtllm-llmapi-launch (mpirun's command on every rank)
+LAUNCH_PATH_IN_IMAGE = "/usr/local/bin/trtllm-llmapi-launch"
+# A pair's image (pair=True): OpenMPI for mpirun and its daemons, the SSH client its rsh agent runs
+# (specfleet/host/pair_agent.sh), mpi4py for the leader and worker ranks (pylib/tensorrt_llm/llmapi)
+PAIR_PACKAGES = ("openmpi-bin", "openssh-client", "python3-mpi4py")
 # The STAND-IN tensorrt_llm package (source tree dir -> dir on the image's python3 path; Debian's
 # /usr/lib/python3/dist-packages is on sys.path for every python3 version).
 PYLIB_DIR = HERE / "pylib"
@@ -64,7 +69,7 @@ MODES = ("ok", "crash", "never_healthy", "empty")
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Bumped whenever the way variants are assembled changes (part of the cache key).
-_ASSEMBLY_VERSION = "2"  # 2: + the STAND-IN tensorrt_llm package
+_ASSEMBLY_VERSION = "3"  # 2: + the STAND-IN tensorrt_llm package; 3: + trtllm-llmapi-launch
 # Fixed mtime for the appended members, so variant tarballs are reproducible.
 _MEMBER_MTIME = 1700000000
 
@@ -98,30 +103,32 @@ def debian_arch(arch: str | None = None) -> str:
     return _DEBIAN_ARCH.get(arch, arch)
 
 
-def mmdebstrap_args(arch: str | None = None, mirror: str | None = None) -> list[str]:
+def mmdebstrap_args(arch: str | None = None, mirror: str | None = None, *, pair: bool = False) -> list[str]:
     """The mmdebstrap command line for the base rootfs (output path appended by the caller). `arch`: the
     guests' architecture (x86_64/amd64, aarch64/arm64; default the controller's); a foreign one is built
-    through qemu-user (binfmt_misc, tests/install-deps.sh)."""
+    through qemu-user (binfmt_misc, tests/install-deps.sh). `pair`: the base of a two-Spark pair's image, which
+    also carries PAIR_PACKAGES (what NVIDIA's image has for `mpirun ... trtllm-llmapi-launch`)."""
     arch = debian_arch(arch)
     mirror = mirror or os.environ.get("SPECFLEET_DEBIAN_MIRROR", DEFAULT_MIRROR)
     args = [
         "mmdebstrap",
         "--variant=essential",
-        "--include=python3-yaml",  # pulls python3 (json, http.server) + libyaml
+        "--include=" + ",".join(("python3-yaml",) + (PAIR_PACKAGES if pair else ())),  # python3-yaml pulls python3
         "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",  # usr-is-merged instead of usrmerge+perl
         "--skip=output/dev",  # no device nodes: docker provides /dev
         "--architectures=" + arch,
         "--format=tar",
     ]
     args += ["--dpkgopt=path-exclude=" + p for p in _DPKG_EXCLUDES]
-    args += ["--customize-hook=chroot \"$1\" python3 -c 'import yaml, http.server, json'"]
+    args += ["--customize-hook=chroot \"$1\" python3 -c 'import yaml, http.server, json%s'"
+             % (", mpi4py; import shutil; assert shutil.which(\"mpirun\") and shutil.which(\"ssh\")" if pair else "")]
     args += [SUITE]
     # the target (output tar) goes here, then the mirror
     return args + ["{TARGET}", mirror]
 
 
-def base_recipe_key(arch: str | None = None, mirror: str | None = None) -> str:
-    recipe = {"mmdebstrap": mmdebstrap_args(arch, mirror)}
+def base_recipe_key(arch: str | None = None, mirror: str | None = None, *, pair: bool = False) -> str:
+    recipe = {"mmdebstrap": mmdebstrap_args(arch, mirror, pair=pair)}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
@@ -177,11 +184,12 @@ def _run_mmdebstrap(args: list[str], target: Path) -> None:
                            % (proc.returncode, " ".join(argv), (proc.stdout + proc.stderr)[-4000:]))
 
 
-def build_base_tarball(cache_dir: Path, arch: str | None = None, mirror: str | None = None) -> Path:
+def build_base_tarball(cache_dir: Path, arch: str | None = None, mirror: str | None = None, *,
+                       pair: bool = False) -> Path:
     """The cached Debian base rootfs tar (no stand-in files); runs mmdebstrap only on a cache miss."""
     cache_dir = Path(cache_dir)
-    key = base_recipe_key(arch, mirror)
-    out = cache_dir / ("debian-%s-python3-yaml-%s.tar" % (SUITE, key[:16]))
+    key = base_recipe_key(arch, mirror, pair=pair)
+    out = cache_dir / ("debian-%s-%s-%s.tar" % (SUITE, "pair" if pair else "python3-yaml", key[:16]))
     if out.exists():
         return out
     with _locked(cache_dir, "base-" + key[:16]):
@@ -189,7 +197,7 @@ def build_base_tarball(cache_dir: Path, arch: str | None = None, mirror: str | N
             return out
         tmp = cache_dir / (".tmp-%s-%d.tar" % (out.stem, os.getpid()))
         try:
-            _run_mmdebstrap(mmdebstrap_args(arch, mirror), tmp)
+            _run_mmdebstrap(mmdebstrap_args(arch, mirror, pair=pair), tmp)
             os.replace(tmp, out)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -231,6 +239,7 @@ def add_standin_files(base_tar: Path, out_tar: Path, config_json: str,
         with tarfile.open(tmp, "a", format=tarfile.PAX_FORMAT) as tf:
             for name, data, mode in (
                     ("." + SCRIPT_PATH_IN_IMAGE, script, 0o755),
+                    ("." + LAUNCH_PATH_IN_IMAGE, LAUNCH_SCRIPT.read_bytes(), 0o755),
                     ("." + CONFIG_PATH_IN_IMAGE, config_json.encode(), 0o644)):
                 tf.addfile(*_tar_member(name, data, mode))
             for dest, data in standin_package_files():
@@ -262,7 +271,7 @@ def _prune_stale_variants(cache_dir: Path, stamp: str, min_age_s: float = 3600.0
 
 def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float = 5.0,
                          version: str = "1.2.0rc6", *, arch: str | None = None,
-                         mirror: str | None = None) -> Path:
+                         mirror: str | None = None, pair: bool = False) -> Path:
     """Path to a `docker import`-able rootfs tar of the stand-in with the given behaviour.
 
     First call: mmdebstrap base (~20-30 s) + variant (<1 s).  Later calls with the
@@ -273,11 +282,11 @@ def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float 
     cache_dir = Path(cache_dir)
     config_json = variant_config_json(mode, load_delay_s, version)
     script = STANDIN_SCRIPT.read_bytes()
-    base_key = base_recipe_key(arch, mirror)
+    base_key = base_recipe_key(arch, mirror, pair=pair)
     h = hashlib.sha256()
     package = json.dumps([(dest, None if data is None else hashlib.sha256(data).hexdigest())
                           for dest, data in standin_package_files()]).encode()
-    for part in (_ASSEMBLY_VERSION.encode(), base_key.encode(), script, package):
+    for part in (_ASSEMBLY_VERSION.encode(), base_key.encode(), script, LAUNCH_SCRIPT.read_bytes(), package):
         h.update(hashlib.sha256(part).digest())
     stamp = h.hexdigest()[:12]  # which base + script the variant is made of
     cfg = hashlib.sha256(config_json.encode()).hexdigest()[:10]
@@ -286,7 +295,7 @@ def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float 
         with contextlib.suppress(OSError):
             os.utime(out)  # mark as in use (pruning looks at mtime)
         return out
-    base = build_base_tarball(cache_dir, arch, mirror)
+    base = build_base_tarball(cache_dir, arch, mirror, pair=pair)
     with _locked(cache_dir, "variant-%s-%s" % (stamp, cfg)):
         if not out.exists():
             add_standin_files(base, out, config_json, script)
@@ -306,9 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load-delay-s", type=float, default=5.0)
     p.add_argument("--version", default="1.2.0rc6")
     p.add_argument("--arch", default=None, help="amd64/x86_64 or arm64/aarch64 (default: this machine's)")
+    p.add_argument("--pair", action="store_true", help="a two-Spark pair's image (with %s)" % ", ".join(PAIR_PACKAGES))
     a = p.parse_args(argv)
     t0 = time.monotonic()
-    out = build_rootfs_tarball(a.cache_dir, a.mode, a.load_delay_s, a.version, arch=a.arch)
+    out = build_rootfs_tarball(a.cache_dir, a.mode, a.load_delay_s, a.version, arch=a.arch, pair=a.pair)
     print(out)
     changes = " ".join("--change %s" % _shell_quote(c) for c in docker_import_changes())
     print("# built/cached in %.1f s; import with:\n# docker import %s %s trtllm-standin:%s"

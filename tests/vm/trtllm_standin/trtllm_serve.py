@@ -27,6 +27,15 @@ Behaviour, in order (every step is logged to stdout, i.e. the journal):
 4. mode "crash": exit 1.  Otherwise bind the port, sleep load_delay_s
    without listen()ing (connections refused), then serve HTTP.
 
+Tensor/pipeline parallel (tp_size x pp_size > 1, a two-Spark pair): one GB10
+GPU per rank, so a world bigger than its ranks is refused with llm.py's
+"Only N GPUs are available, but W are required." (the stricter reading of
+upstream's check, a guess); the ranks come from tllm_mpi_size as
+trtllm-llmapi-launch sets it (llmapi_launch.sh, the STAND-IN launcher). After
+binding the port, the server waits for rank 0's MPI session (listening once
+every rank is up: pylib/tensorrt_llm/llmapi/mpi_session.py) and exits the
+moment it closes, so a world missing a rank never serves.
+
 Any error in steps 1-3 prints one clear ERROR line and exits 1 before the
 port is ever listened on.  SIGTERM/SIGINT exit (status 0) within a second.
 
@@ -776,6 +785,69 @@ FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo 
 NATURAL_TOKENS = 32  # the stand-in "model" stops by itself after this many tokens
 
 
+# --------------------------------------------------------------------------
+# the MPI world: tp_size x pp_size ranks, one GB10 GPU each
+# --------------------------------------------------------------------------
+GPUS_PER_NODE = 1  # a DGX Spark (GB10) has one GPU
+
+
+def mpi_ranks():
+    """The ranks the LLM API sees, as upstream's get_mpi_world_size() (tensorrt_llm/llmapi/utils.py): tllm_mpi_size
+    under trtllm-llmapi-launch (which starts trtllm-serve without the MPI environment), else this process's MPI world,
+    1 without mpirun."""
+    if os.environ.get("TLLM_SPAWN_PROXY_PROCESS") == "1":
+        return int(os.environ.get("tllm_mpi_size") or 1)
+    return int(os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
+
+
+def check_world(world):
+    """A world bigger than its GPUs is refused with llm.py's message. Upstream compares the node's GPUs with the
+    world's share per node; on Sparks (one GPU per node, one rank per node) the stand-in takes the stricter reading:
+    one GPU per rank, so `--tp_size 2` with one rank is refused before anything loads (a guess, labelled)."""
+    gpus = mpi_ranks() * GPUS_PER_NODE
+    if world > gpus:
+        raise StartupError("RuntimeError: Only %d GPUs are available, but %d are required." % (gpus, world))
+
+
+def join_mpi_world(world):
+    """Under trtllm-llmapi-launch: wait for rank 0's MPI session (it listens once every rank is up), check its size,
+    and exit the process the moment it closes (a rank died and mpirun ended the job): a half world never serves.
+    None when stopped while waiting."""
+    try:
+        from tensorrt_llm.llmapi import mpi_session
+    except ImportError:  # in the source tree: the STAND-IN package beside this script
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
+        from tensorrt_llm.llmapi import mpi_session
+    addr = os.environ.get("TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR")
+    if os.environ.get("TLLM_SPAWN_PROXY_PROCESS") != "1" or not addr:
+        raise StartupError("tp_size x pp_size = %d needs the MPI session of trtllm-llmapi-launch (run as `mpirun "
+                           "-np %d ... trtllm-llmapi-launch trtllm-serve ...`)" % (world, world))
+    log("waiting for the MPI world of %d ranks at %s" % (world, addr))
+    waited = 0.0
+    while True:
+        try:
+            session = mpi_session.RemoteMpiCommSessionClient()
+            break
+        except OSError:
+            if wait_or_stop(0.5):
+                return None
+            waited += 0.5
+            if waited % 10 == 0:
+                log("still waiting for the MPI world (%.0f s)" % waited)
+    if session.world["world_size"] != world:
+        raise StartupError("ValueError: n_workers must be equal to the number of processes in MPI, got %d vs %d"
+                           % (world, session.world["world_size"]))
+    log("MPI world: %d ranks on %s" % (world, ", ".join(session.world["hosts"])))
+
+    def watch():
+        session.closed()
+        log("ERROR: the MPI session at %s closed: a rank of the world is gone; exiting" % addr, "E")
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return session
+
+
 class ServerState:
     def __init__(self, behaviour, served_id, model_arg, eff, gpt_oss):
         self.behaviour = behaviour
@@ -1382,7 +1454,13 @@ def main(argv=None):
         if behaviour["mode"] == "crash":
             raise StartupError("stand-in mode 'crash': simulating a failure while loading the model "
                                "(e.g. CUDA out of memory)")
+        world = eff["tensor_parallel_size"] * eff["pipeline_parallel_size"]
+        check_world(world)
         srv = make_server(args.host, args.port)
+        if world > 1 and join_mpi_world(world) is None:
+            srv.server_close()
+            log("stopped while waiting for the MPI world")
+            return 0
     except StartupError as exc:
         die(str(exc))
 
