@@ -115,9 +115,9 @@ def apply(lay: Layout, args) -> int:
     started = sh("systemd-run", f"--unit={PAIR_LINK_UNIT}", "--collect", "--quiet", sys.executable,
                  str(Path(__file__).resolve()), "--data-dir", lay.data_dir, "try", "--timeout", str(args.confirm_sec),
                  "--netplan-file", str(target), "--ready-stamp", args.ready_stamp, check=False)
-    state = _state(lay) if started.returncode else \
+    state = {} if started.returncode else \
         poll_until(lambda: _state(lay), lambda s: s.get("state") != "starting", wait=args.start_sec)
-    if state.get("state") == "starting":
+    if started.returncode or state.get("state") == "starting":
         state = _never_tried(lay, target, started)
     if state.get("state") != "trying":
         raise Fail(f"netplan try did not apply the link: {state.get('why') or state.get('state')}")
@@ -132,11 +132,11 @@ def apply(lay: Layout, args) -> int:
 
 
 def _never_tried(lay: Layout, target: Path, started: subprocess.CompletedProcess) -> dict:
-    """The try unit did not report within its time: a unit still running is told to reject (its netplan reverts and
-    it puts the file back); one that never ran or died first leaves that to apply, so no untried file stays in
+    """The try unit did not report within its time: a unit still running is told to give up (its netplan reverts
+    and it puts the file back); one that never ran or died first leaves that to apply, so no untried file stays in
     /etc/netplan for the next boot to apply."""
     if started.returncode == 0 and _unit_active():
-        atomic_write(Path(lay.link_confirm), "reject\n", 0o600)
+        atomic_write(Path(lay.link_confirm), "abandon\n", 0o600)
         return poll_until(lambda: _state(lay), lambda s: s.get("state") in ENDED, wait=START_SEC)
     _put_back(lay, target)
     why = (f"systemd-run failed: {(started.stderr or started.stdout).strip() or started.returncode}"
@@ -169,7 +169,7 @@ def _answer(proc: subprocess.Popen, lay: Layout) -> str | None:
     sent = None
     while proc.poll() is None:
         word = Path(lay.link_confirm).read_text().strip() if Path(lay.link_confirm).exists() else None
-        if word in ("accept", "reject") and sent is None:
+        if word in ("accept", "reject", "abandon") and sent is None:
             proc.send_signal(signal.SIGUSR1 if word == "accept" else signal.SIGINT)
             sent = word
         time.sleep(0.25)
@@ -210,6 +210,7 @@ def try_(lay: Layout, args) -> int:
     _put_back(lay, Path(args.netplan_file))
     failed = "An error occurred" in said or "Reverting" not in said  # netplan's own failure, not a revert
     why = ("rejected: the link's addresses did not come up" if sent == "reject" else
+           "abandoned: netplan try had not applied when apply stopped waiting" if sent == "abandon" else
            f"netplan try failed: {_netplan_error(said)}" if failed else f"not confirmed within {args.timeout} s")
     _set_state(lay, "failed" if failed else "reverted", why=why)
     return 1

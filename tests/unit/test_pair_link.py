@@ -169,3 +169,16 @@ def test_a_try_that_never_runs_puts_the_file_back(host, fake, why):
     assert target.read_text() == "# the operator's earlier link file\n"  # not the untried link, for the next boot
     assert json.loads(Path(lay.link_state).read_text())["state"] == "failed"
     assert addrs() == BEFORE and _netplan_calls(net) == 0
+
+
+def test_a_try_still_starting_when_apply_stops_waiting_is_abandoned_and_reverted(host):
+    run, addrs, target, lay, net = host
+    target.write_text("# the operator's earlier link file\n")
+    out = run("apply", "--interfaces", ",".join(LINK), "--addresses", ",".join(ADDRS), "--confirm-sec", "30",
+              "--start-sec", "1", FAKE_NETPLAN="slow")
+    assert out.returncode == 1
+    assert out.stderr.strip() == ("pair-link: netplan try did not apply the link: abandoned: netplan try had not "
+                                  "applied when apply stopped waiting")
+    assert json.loads(Path(lay.link_state).read_text())["state"] == "reverted"
+    assert target.read_text() == "# the operator's earlier link file\n"
+    assert addrs() == BEFORE and _netplan_calls(net) == 1  # it ran, applied late, and was reverted

@@ -121,7 +121,8 @@ def mmdebstrap_args(arch: str | None = None, mirror: str | None = None, *, pair:
     ]
     args += ["--dpkgopt=path-exclude=" + p for p in _DPKG_EXCLUDES]
     args += ["--customize-hook=chroot \"$1\" python3 -c 'import yaml, http.server, json%s'"
-             % (", mpi4py; import shutil; assert shutil.which(\"mpirun\") and shutil.which(\"ssh\")" if pair else "")]
+             % (", mpi4py, shutil; mpi4py.rc.initialize = False; from mpi4py import MPI; "  # loads libmpi
+                "assert shutil.which(\"mpirun\") and shutil.which(\"ssh\")" if pair else "")]
     args += [SUITE]
     # the target (output tar) goes here, then the mirror
     return args + ["{TARGET}", mirror]

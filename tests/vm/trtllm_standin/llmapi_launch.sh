@@ -5,10 +5,13 @@
 # - every rank: TLLM_SPAWN_PROXY_PROCESS=1, tllm_mpi_size = the MPI world's size, and an address on 127.0.0.1 (from
 #   port 10012 up) where rank 0's MPI session serves the LLM API process;
 # - rank 0: runs the command (trtllm-serve) in the background with the MPI environment removed, and in the foreground
-#   tensorrt_llm.llmapi.mgmn_leader_node, which holds the MPI world; when the command ends, it stops the leader;
+#   tensorrt_llm.llmapi.mgmn_leader_node, which holds the MPI world; when the command ends well, it stops the leader.
+#   When the command fails, `set -e` ends the subshell first: no stop is sent, and the world stays up serving
+#   nothing until it is stopped from outside (upstream's behaviour, kept: the deployment must not wait on mpirun);
+# - `set -x`, as upstream: every command goes to stderr, the HMAC key's assignment included (in upstream's too);
 # - other ranks: tensorrt_llm.llmapi.mgmn_worker_node.
 # The stand-in modules are pylib/tensorrt_llm/llmapi/mgmn_{leader,worker}_node.py (mpi4py, Debian's python3-mpi4py).
-set -e
+set -ex
 
 task=("$@")
 mpi_rank=${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMI_ID:-0}}}}
@@ -38,7 +41,7 @@ if [ "$mpi_rank" -eq 0 ]; then
                 OMPI_*|PMIX_*|PMI_*|SLURM_*|MPI_*|UCX_*|I_MPI_*|HYDRA_*|KMP_*|MPICH_*|MV2_*|CRAY_*) unset "$var" ;;
             esac
         done
-        "${task[@]}" || log "rank0 command exited $?"
+        "${task[@]}"
         python3 -m tensorrt_llm.llmapi.mgmn_leader_node --action stop
     ) &
     log "rank0 run mgmn leader node with mpi_world_size: $tllm_mpi_size ..."

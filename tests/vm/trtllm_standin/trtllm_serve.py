@@ -801,12 +801,12 @@ def mpi_ranks():
 
 
 def check_world(world):
-    """A world bigger than its GPUs is refused with llm.py's message. Upstream compares the node's GPUs with the
-    world's share per node; on Sparks (one GPU per node, one rank per node) the stand-in takes the stricter reading:
-    one GPU per rank, so `--tp_size 2` with one rank is refused before anything loads (a guess, labelled)."""
-    gpus = mpi_ranks() * GPUS_PER_NODE
-    if world > gpus:
-        raise StartupError("RuntimeError: Only %d GPUs are available, but %d are required." % (gpus, world))
+    """A world bigger than its GPUs is refused with llm.py's message (the node's GPU count, the world's size).
+    Upstream compares the node's GPUs with the world's share per node, and what it does with too few ranks is not
+    read here; the stand-in takes the stricter reading, one GPU per rank, so `--tp_size 2` with one rank is refused
+    before anything loads (a guess, labelled)."""
+    if world > mpi_ranks() * GPUS_PER_NODE:
+        raise StartupError("RuntimeError: Only %d GPUs are available, but %d are required." % (GPUS_PER_NODE, world))
 
 
 def join_mpi_world(world):
@@ -828,13 +828,15 @@ def join_mpi_world(world):
         try:
             session = mpi_session.RemoteMpiCommSessionClient()
             break
+        except mpi_session.SessionRefused as exc:
+            raise StartupError(str(exc))
         except OSError:
             if wait_or_stop(0.5):
                 return None
             waited += 0.5
             if waited % 10 == 0:
                 log("still waiting for the MPI world (%.0f s)" % waited)
-    if session.world["world_size"] != world:
+    if session.world["world_size"] != world:  # the stand-in's own refusal (MpiCommSession's words): a guess
         raise StartupError("ValueError: n_workers must be equal to the number of processes in MPI, got %d vs %d"
                            % (world, session.world["world_size"]))
     log("MPI world: %d ranks on %s" % (world, ", ".join(session.world["hosts"])))

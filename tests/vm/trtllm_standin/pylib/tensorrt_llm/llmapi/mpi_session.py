@@ -21,6 +21,11 @@ import socket
 import time
 
 STOP_TAG = 7  # the MPI tag of the leader's stop message to the worker ranks
+CLIENT_TIMEOUT_S = 5  # how long the leader waits for a connected client's line
+
+
+class SessionRefused(Exception):
+    """The leader closed the connection without an answer: the client's key is not the launch's."""
 
 
 def ipc_address():
@@ -63,9 +68,13 @@ class RemoteMpiCommSessionServer:
             for sock in ready:
                 if sock is listener:
                     clients.append(listener.accept()[0])
+                    clients[-1].settimeout(CLIENT_TIMEOUT_S)
                     continue
-                msg = _line(sock)
-                if not msg or not hmac.compare_digest(str(msg.get("key", "")), _key()):
+                try:
+                    msg = _line(sock)
+                except (OSError, ValueError):  # a client that stalls or sends what is not a line of JSON
+                    msg = None
+                if not isinstance(msg, dict) or not hmac.compare_digest(str(msg.get("key", "")), _key()):
                     clients.remove(sock)
                     sock.close()
                 elif msg.get("action") == "stop":
@@ -98,11 +107,16 @@ class RemoteMpiCommSessionClient:
         _send(self.sock, {"key": _key(), "action": "hello"})
         self.world = _line(self.sock)
         if self.world is None:
-            raise ConnectionError("the MPI session closed the connection")
+            raise SessionRefused("the MPI session at %s closed the connection without an answer "
+                                 "(TLLM_SPAWN_PROXY_PROCESS_IPC_HMAC_KEY is not the launch's)"
+                                 % os.environ["TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR"])
 
     def closed(self):
-        """Block until the leader's end of the connection closes."""
-        while self.sock.recv(4096):
+        """Block until the leader's end of the connection closes (or resets)."""
+        try:
+            while self.sock.recv(4096):
+                pass
+        except OSError:
             pass
 
 
