@@ -6,6 +6,7 @@ left. No VM, no docker: seconds."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -86,8 +87,17 @@ class World:
         return rc
 
     def kill(self) -> None:
+        """Teardown, also after a failed test: every process of mpirun's session (the ranks have process groups of
+        their own, and rank 1 may still wait at its gate), so nothing outlives the test."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        for line in self.left():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.kill()
             self.proc.wait()
 
 
