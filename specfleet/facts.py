@@ -66,6 +66,7 @@ class HostStatus:
     interfaces: list[str] = field(default_factory=list)
     addresses: list[tuple[str, str]] = field(default_factory=list)
     links: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    pubkeys: dict[str, str] = field(default_factory=dict)  # public key file -> its first line (a pair host's KEYS)
 
     def gate_passed(self, release: str) -> bool:
         """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
@@ -80,7 +81,7 @@ class SpecfleetHost(FactBase):
     def default() -> HostStatus:
         return HostStatus()
 
-    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key="", links=()):
+    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key="", links=(), keys=()):
         lay = Layout(data_dir, service_name=service)
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
@@ -89,6 +90,7 @@ class SpecfleetHost(FactBase):
             "FILES": "\n".join(files),
             "USERS": "\n".join(users),
             "LINKS": "\n".join(links),
+            "KEYS": "\n".join(keys),
             "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,
             "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
             "FILE_STATUS": FILE_STATUS,
@@ -140,6 +142,9 @@ class SpecfleetHost(FactBase):
             elif key == "link":
                 ifname, state, speed = (rest.split("\t") + ["", ""])[:3]
                 st.links[ifname] = (state, int(speed) if speed.isdigit() and int(speed) > 0 else None)
+            elif key == "pubkey":
+                path, _, text = rest.partition("\t")
+                st.pubkeys[path] = text
             elif key == "validated":
                 st.validated = rest.split()
             elif key in ("default_runtime", "docker_security"):

@@ -1,7 +1,8 @@
 """A two-Spark pair as files (pure): the link's netplan, the worker's authorized_keys entry for the pair's MPI
 key and its sudoers rule for the gate, and the head's known_hosts pinning the worker, rendered from a pair host's
-settings. The paths are host/layout.py's; the deploy that writes them, applies the
-link (confirming or reverting it) and starts the pair is not built yet (issue 19, points 2-4).
+settings, and what the status read reports of them (trust_reads). The paths are host/layout.py's; steps/pair.py
+writes the MPI trust; the deploy that applies the link (confirming or reverting it) and starts the pair is not built
+yet (issue 19, points 2 and 4).
 
 The netplan follows NVIDIA's connect-two-sparks (2026-07-22): static addresses, one subnet per logical interface,
 no DHCP. The MTU is left at the driver's default: NVIDIA's own netplan does not set one (a peer's jumbo frames are
@@ -15,7 +16,7 @@ import re
 
 import yaml
 
-from .host.layout import PAIR_USER, Layout
+from .host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE, Layout
 from .settings import Settings
 
 # the pair key's public half as ssh-keygen prints it: type, key, an optional comment (dropped: ours replaces it)
@@ -79,3 +80,20 @@ def known_hosts(host_public_key: str, link_addresses: list[str], port: int = 22)
         raise PairFileError("the worker's SSH host key is not one ssh-ed25519 key (/etc/ssh/ssh_host_ed25519_key.pub)")
     names = [_address(a) if port == 22 else f"[{_address(a)}]:{port}" for a in link_addresses]
     return f"{','.join(names)} {key.group(1)}\n"
+
+
+def trust_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
+    """What a pair host's one status read reports for the MPI trust: paths (kind, mode, owner, content hash), users
+    (whether they exist) and public key files (their line). Nothing secret: the private key is only stat'ed."""
+    if s.pair_role == "head":
+        return {"files": (lay.pair_dir, lay.pair_key, lay.pair_known_hosts, lay.pair_agent),
+                "keys": (lay.pair_key_pub,)}
+    return {"files": (PAIR_HOME, lay.pair_ssh_dir, lay.pair_authorized_keys, SUDOERS_FILE, lay.sudoers_staged,
+                      lay.pair_gate),
+            "users": (PAIR_USER,), "keys": (HOST_KEY_FILE,)}
+
+
+def public_key(line: str | None) -> str | None:
+    """An ssh-ed25519 public key line as the status read reported it, without its comment (None: not one)."""
+    key = PUBLIC_KEY.match((line or "").strip())
+    return key.group(1) if key else None

@@ -24,7 +24,8 @@ ROLES = ("head", "worker")
 HOST_NUMBER = {"head": 10, "worker": 11}  # a role's address in each link subnet (connect-two-sparks: .10 and .11)
 # what both hosts of a pair must agree on: they serve one model as one server, over one link
 SHARED_PAIR_VARS = ("image", "profile_name", "serves", "serve_port", "service_name", "data_dir", "target_revision",
-                    "draft_revision", "extra_llm_api_options", "container_env", "pair_link_subnets")
+                    "draft_revision", "extra_llm_api_options", "container_env", "pair_link_subnets",
+                    "pair_ssh_port")
 HOST_CHECK_VARS = ("pair_link_interfaces", "pair_link_subnets", "pair_link_min_speed_mbps")  # host_problems reads
 
 

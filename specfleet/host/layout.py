@@ -21,6 +21,8 @@ PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
 NETPLAN_FILE = "/etc/netplan/60-specfleet-pair.yaml"  # a pair host's link addresses (pair_files.netplan)
 PAIR_USER = "specfleet-mpi"  # the worker's login for the head's MPI key: no password, may sudo the gate only
+PAIR_HOME = "/var/lib/specfleet-mpi"  # PAIR_USER's home, root-owned: .ssh/authorized_keys names the head's MPI key
+HOST_KEY_FILE = "/etc/ssh/ssh_host_ed25519_key.pub"  # a worker's sshd ed25519 host key, pinned by its pair's head
 SUDOERS_FILE = "/etc/sudoers.d/specfleet-pair"  # the worker's rule for PAIR_USER (pair_files.sudoers)
 PAIR_MOUNT = "/opt/specfleet-pair"  # where the head's container sees <data_dir>/pair (read-only): key, known_hosts
 # the head's pair files, in <data_dir>/pair and (the same files) in its container under PAIR_MOUNT
@@ -125,6 +127,10 @@ class Layout:
     pair_key = property(lambda self: f"{self.pair_dir}/{PAIR_KEY_FILE}")
     pair_known_hosts = property(lambda self: f"{self.pair_dir}/{PAIR_KNOWN_HOSTS_FILE}")
     pair_agent = property(lambda self: f"{self.pair_dir}/{PAIR_AGENT_FILE}")
+    pair_key_pub = property(lambda self: f"{self.pair_key}.pub")  # its public half, which the worker authorizes
+    pair_ssh_dir = property(lambda self: f"{PAIR_HOME}/.ssh")  # the worker's, root-owned
+    pair_authorized_keys = property(lambda self: f"{PAIR_HOME}/.ssh/authorized_keys")  # the head's key, restricted
+    sudoers_staged = property(lambda self: f"{SUDOERS_FILE}.new")  # checked by visudo first (sudo skips names with .)
 
     def pair_gate_argv(self) -> list[str]:
         """THE pair gate's command line on the worker (sudo runs it as root, with exactly these arguments)."""

@@ -17,6 +17,7 @@ from .gateway import gateway, gateway_alive
 from .lock import CONVERGE_ID, lock, unlock
 from .mirror import mirror_setup, mirror_warm
 from .models import models
+from .pair import pair_trust
 from .preflight import preflight
 from .release import release
 from .rollback import rollback
@@ -26,8 +27,8 @@ from .token import token
 from .tools import tools
 
 __all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
-           "token", "tools", "encodings", "models", "release", "activate", "mirror_setup", "mirror_warm", "gateway",
-           "gateway_alive"]
+           "token", "tools", "pair_trust", "encodings", "models", "release", "activate", "mirror_setup", "mirror_warm",
+           "gateway", "gateway_alive"]
 
 
 def _check_profile(profile: str) -> None:
@@ -121,6 +122,7 @@ def _stage_steps(preflight_done: bool = False) -> None:
         docker_access()
         token()
         tools()
+        pair_trust()  # a pair host's MPI key, login and host key pin (nothing on other hosts)
         behind_gateways()  # before any restart: the drain reads gateways.json and asks the agent's acks
         encodings()
     mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (steps/mirror.py)

@@ -13,7 +13,8 @@ from pyinfra.api import deploy
 
 from .. import pair_fleet
 from ..constants import GB
-from .state import current_plan, host_status, missing, refuse
+from .pair import trust_problems
+from .state import current_plan, host_status, missing, pair_peer, refuse
 
 
 def problems_of(plan, st) -> list[str]:
@@ -72,5 +73,12 @@ def preflight():
     logger.info(f"    [{host.name}] {st.arch}, {st.os}; docker {st.docker}{extra}; "
                 f"current release {st.current or '(none)'}")
     problems = problems_of(plan, st)
+    if plan.settings.pair:
+        problems += trust_problems(plan, st)
+        peer = pair_peer(plan)
+        if peer and (problems_of(peer[0], host_status(peer[0], on=peer[1]))
+                     or trust_problems(peer[0], host_status(peer[0], on=peer[1]))):
+            problems.append(f"its pair's {peer[0].settings.pair_role} {plan.settings.pair_peer} fails its preflight "
+                            "(a pair converges as one; see that host's line)")
     if problems:
         refuse(name="Preflight checks", message=f"{host.name}: preflight: " + "; ".join(problems))

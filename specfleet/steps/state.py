@@ -10,13 +10,14 @@ from importlib import resources
 from weakref import WeakKeyDictionary
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import Host, operation
 from pyinfra.context import ctx_state
 
 from ..facts import HostStatus, SpecfleetHost
 from ..gateway_files import spark_files, spark_paths
 from ..grammars import pinned_version
 from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
+from ..pair_files import trust_reads
 from ..plan import HostPlan
 from ..render import token_text
 from ..settings import TIKTOKEN_FILES
@@ -51,12 +52,24 @@ def blob_path(plan: HostPlan, pin, blob: str) -> str:
 _STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host name: HostStatus}
 
 
-def host_status(plan: HostPlan) -> HostStatus:
-    """The host's status before this run changed anything (read once per host per run)."""
+def host_status(plan: HostPlan, on: Host | None = None) -> HostStatus:
+    """The host's status before this run changed anything (read once per host per run). `on`: another host of
+    this run whose plan `plan` is (a pair's head and worker each read the other's, through its own connection)."""
+    target = on or host
     per_run = _STATUS.setdefault(ctx_state.get(), {})
-    if host.name not in per_run:
-        per_run[host.name] = _read_status(plan)
-    return per_run[host.name]
+    if target.name not in per_run:
+        per_run[target.name] = _read_status(plan, target)
+    return per_run[target.name]
+
+
+def pair_peer(plan: HostPlan) -> tuple[HostPlan, Host] | None:
+    """A pair host's other host in this run, with its plan (None: not in this run, e.g. left out by --limit)."""
+    state = ctx_state.get()
+    for other in state.activated_hosts:
+        theirs = other.data.get("specfleet")
+        if isinstance(theirs, HostPlan) and theirs.settings.host == plan.settings.pair_peer:
+            return theirs, other
+    return None
 
 
 @dataclass(frozen=True)
@@ -133,17 +146,19 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
     return want
 
 
-def _read_status(plan: HostPlan) -> HostStatus:
+def _read_status(plan: HostPlan, on: Host) -> HostStatus:
     s = plan.settings
     sizes = tuple(path for paths in model_paths(plan).values() for path, _ in paths)
     if plan.mirror_url is not None:  # the mirror warms only what no host has: blobs a new commit shares are not fetched
         sizes += tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs)
     files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
     files += () if s.gateways else spark_paths(s)  # left over from a gateway group the fleet no longer has
-    return host.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
-                         image=s.image, sizes=sizes, files=files, users=tuple(s.operator_users),
-                         config_key=config_key(plan.rendered.config) if s.profile is not None else "",
-                         links=tuple(s.pair_link_interfaces) if s.pair else ())
+    trust = trust_reads(s, plan.paths) if s.pair else {}
+    return on.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
+                       image=s.image, sizes=sizes, files=files + tuple(trust.get("files", ())),
+                       users=tuple(s.operator_users) + tuple(trust.get("users", ())),
+                       config_key=config_key(plan.rendered.config) if s.profile is not None else "",
+                       links=tuple(s.pair_link_interfaces) if s.pair else (), keys=tuple(trust.get("keys", ())))
 
 
 def needs_validation(plan: HostPlan) -> bool:

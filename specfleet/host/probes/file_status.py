@@ -1,6 +1,7 @@
 """The files part of a specfleet host's status read (host_status.sh runs it; facts.SpecfleetHost parses it): the
-size of each path in SIZES, the kind, mode, owner and sha256 of each path in FILES, and the groups of each user in
-USERS (newline-separated lists, from the environment), as `key<TAB>value` lines. Read-only, stdlib only.
+size of each path in SIZES, the kind, mode, owner and sha256 of each path in FILES, the groups of each user in
+USERS, and the first line of each public key file in KEYS (newline-separated lists, from the environment), as
+`key<TAB>value` lines. Read-only, stdlib only.
 
 It is one process because the shell loop it replaces ran four to six programs per path: on a slow host (an
 emulated guest) that was 3 of the probe's 7 seconds, on every converge.
@@ -8,6 +9,7 @@ emulated guest) that was 3 of the probe's 7 seconds, on every converge.
     size  <bytes, -1 if missing (links followed)>  <path>
     file  link|<target> | dir|<mode>|<user>|<group> | file|<mode>|<user>|<group>|<sha256>  <path>   (missing: none)
     groups  <user>  <names, primary first> | (missing)
+    pubkey  <path>  <its first line, at most 300 bytes>   (missing or unreadable: none)
 """
 
 import grp
@@ -85,6 +87,13 @@ def main():
             out("file", desc, path)
     for user in paths("USERS"):
         out("groups", user, groups(user))
+    for path in paths("KEYS"):  # public halves only: a pair's MPI key (.pub) and a worker's sshd host key
+        try:
+            with open(path, "rb") as f:
+                line = f.readline(300).rstrip(b"\r\n")
+        except OSError:
+            continue
+        out("pubkey", path, line.decode("ascii", "replace").replace("\t", " "))
 
 
 if __name__ == "__main__":  # python3 -I -S -c "$FILE_STATUS"

@@ -5,7 +5,8 @@
 # (the text of host/probes/file_status.py), and
 # SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and newline-
 # separated lists of paths whose size / state to report and users whose groups to report), LINKS (a pair host's
-# link interfaces, newline-separated; empty elsewhere).
+# link interfaces, newline-separated; empty elsewhere), KEYS (public key files whose first line to report, read by
+# file_status.py).
 echo "arch	$(uname -m)"
 ( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
 droot=
