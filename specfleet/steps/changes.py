@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..gateway_files import spark_paths
 from ..plan import HostPlan
-from .pair import trust_actions
+from .pair import trust
 from .service import RESTARTS, switch_checks
 from .state import differs, host_status, hub_client_ok, missing, needs_validation, wanted_files
 
@@ -44,7 +44,7 @@ class Changes:
     writes: list[str]  # other managed files/dirs/links (tools, encodings, release files) to write
     removes: list[str] = field(default_factory=list)  # left by a gateway group the fleet no longer has
     validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
-    trust: list[str] = field(default_factory=list)  # a pair host's MPI trust (steps/pair.trust_actions)
+    trust: list[str] = field(default_factory=list)  # a pair host's MPI trust (steps/pair.trust)
 
     @property
     def restart(self) -> list[str]:
@@ -97,7 +97,7 @@ def changes(plan: HostPlan) -> Changes:
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
                    removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
-                   trust=[line for line, _ in trust_actions(plan)])
+                   trust=pair_trust.lines(plan) if (pair_trust := trust(plan)) else [])
 
 
 def pending(plan: HostPlan) -> list[str]:

@@ -4,19 +4,21 @@ the pair gate and nothing else, and the head's pin of the worker's host key (pai
 Two public values cross between the hosts: the head's public key (into the worker's authorized_keys) and the
 worker's ed25519 host key (into the head's known_hosts). Each comes from its own host's one status read, which the
 other host's steps read too (state.host_status with `on`: through that host's connection, still once per run). A
-head without a key generates it during the run; its public half then reaches the worker through that operation's
-output, in an operation pyinfra runs after it: the head's operations come from earlier lines of this module, and
-pyinfra runs each operation on every host before the next. The private key never leaves the head, and no command
-reads it. A pair converges as one: the preflight refuses a run that has only one of its hosts."""
+head without a key generates it in the run, in ONE operation called from one place for both hosts (_exchange): in a
+CLI run pyinfra identifies operations by where they are called, so both run it at once and the worker waits for the
+head's new public half (steps/mirror.py's warm-up does the same). The private key never leaves the head, and no
+command reads it. A pair converges as one: the preflight refuses a run that has only one of its hosts."""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 from importlib import resources
 from io import StringIO
-from typing import Callable
 from weakref import WeakKeyDictionary
 
+import gevent
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 from pyinfra.operations import files, python, server
@@ -25,11 +27,37 @@ from ..facts import HostStatus
 from ..host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
 from ..pair_files import authorized_key, gate_command, known_hosts, public_key, sudoers
 from ..plan import HostPlan
+from .jobs import run_on_host, write_root_file
 from .state import Want, current_plan, host_status, pair_peer, sha256
 
-_KEY_OPS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {pair: the head's key generation (OperationMeta)}
+# pyinfra State -> {pair: {"ops": {host name: its exchange operation}, "key": the head's new public key or ""}}
+_EXCHANGE: WeakKeyDictionary = WeakKeyDictionary()
 KEY_FILE = Want("file", "600")  # the head's private key: root's alone (its content is never read)
 ROOT_DIR = Want("dir")  # the worker's PAIR_HOME and its .ssh: root-owned, so the MPI login cannot change its key
+
+
+@dataclass
+class Trust:
+    """What the MPI trust needs on one pair host, decided from both hosts' status reads (`specfleet plan`, the run
+    lock and the step decide the same way)."""
+
+    pair_dir: str | None = None  # head: the pair directory to create (root only)
+    login: bool = False  # worker: create PAIR_USER
+    dirs: list[str] = field(default_factory=list)  # worker: PAIR_HOME and its .ssh to create, root-owned
+    writes: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # path -> (mode, content, operation name)
+    sudoers: str | None = None  # worker: the rule to check with visudo and install
+    exchange: str | None = None  # head: generate the key; worker: authorize the key the head generates (the path)
+
+    def lines(self, plan: HostPlan) -> list[str]:
+        out = [f"create {self.pair_dir}"] if self.pair_dir else []
+        out += [f"create the pair's MPI login {PAIR_USER}"] if self.login else []
+        out += [f"create {path}" for path in self.dirs] + [f"write {path}" for path in self.writes]
+        out += [f"write {SUDOERS_FILE} (checked by visudo first)"] if self.sudoers is not None else []
+        if self.exchange and plan.settings.pair_role == "head":
+            out.append(f"generate the pair's MPI key {self.exchange}")
+        elif self.exchange:
+            out.append(f"write {self.exchange} (the MPI key {plan.settings.pair_peer} generates)")
+        return out
 
 
 def head_key(plan: HostPlan, st: HostStatus) -> str | None:
@@ -60,88 +88,75 @@ def _program(source: str) -> str:
     return (resources.files("specfleet.host") / source).read_text(encoding="utf-8")
 
 
-Action = tuple[str, Callable[[], object]]  # (what `specfleet plan` lists, the operation that does it)
+def _write(t: Trust, st: HostStatus, path: str, mode: str, content: str, what: str) -> None:
+    if not Want("file", mode, sha256=sha256(content)).matches(st.files.get(path)):
+        t.writes[path] = (mode, content, what)
 
 
-def _put(st: HostStatus, path: str, mode: str, content: str, what: str) -> list[Action]:
-    """Write one root-owned file when the status read shows it differs (no secret: these are all public)."""
-    if Want("file", mode, sha256=sha256(content)).matches(st.files.get(path)):
-        return []
-    return [(f"write {path}", lambda: files.put(name=what, src=StringIO(content), dest=path, user="root",
-                                                group="root", mode=mode))]
-
-
-def trust_actions(plan: HostPlan) -> list[Action]:
-    """What the MPI trust needs on this pair host, decided from the two hosts' status reads (empty: nothing)."""
+def trust(plan: HostPlan) -> Trust | None:
+    """What this pair host's MPI trust needs (None: not a pair host, or its pair is not in this run, which the
+    preflight refuses)."""
     peer = pair_peer(plan) if plan.settings.pair else None
     if peer is None:
-        return []  # not a pair host, or the preflight refused it: its pair is not in this run
+        return None
     peer_plan, peer_host = peer
-    if plan.settings.pair_role == "head":
-        return _head(plan, host_status(peer_plan, on=peer_host))
-    return _worker(plan, peer_plan, host_status(peer_plan, on=peer_host))
+    s, lay, st, peer_st = plan.settings, plan.paths, host_status(plan), host_status(peer_plan, on=peer_host)
+    t = Trust()
+    if s.pair_role == "head":
+        t.pair_dir = None if Want("dir", "700").matches(st.files.get(lay.pair_dir)) else lay.pair_dir
+        t.exchange = lay.pair_key if head_key(plan, st) is None else None
+        pinned = worker_host_key(peer_st)
+        if pinned is not None:  # else the preflight refused the pair (trust_problems)
+            _write(t, st, lay.pair_known_hosts, "644", known_hosts(pinned, s.pair_peer_link_addresses, s.pair_ssh_port),
+                   f"Pin {s.pair_peer}'s SSH host key at its link addresses")
+        _write(t, st, lay.pair_agent, "755", _program("pair_agent.sh"), "Install pair-agent (mpirun's rsh agent)")
+        return t
+    t.login = st.groups.get(PAIR_USER) is None
+    t.dirs = [path for path in (PAIR_HOME, lay.pair_ssh_dir) if not ROOT_DIR.matches(st.files.get(path))]
+    _write(t, st, lay.pair_gate, "755", _program("pair_gate.py"), "Install pair-gate (the MPI key's forced command)")
+    rule = sudoers(lay)
+    t.sudoers = None if Want("file", "440", sha256=sha256(rule)).matches(st.files.get(SUDOERS_FILE)) else rule
+    key = head_key(peer_plan, peer_st)
+    if key is None:
+        t.exchange = lay.pair_authorized_keys
+    else:
+        _write(t, st, lay.pair_authorized_keys, "644", _authorized(plan, key), f"Authorize {s.pair_peer}'s MPI key")
+    return t
 
 
 @deploy("Pair trust")
 def pair_trust() -> None:
-    for _, operation in trust_actions(current_plan()):
-        operation()
-
-
-def _head(plan: HostPlan, worker_st: HostStatus) -> list[Action]:
-    s, lay, st = plan.settings, plan.paths, host_status(plan)
-    out: list[Action] = []
-    if not Want("dir", "700").matches(st.files.get(lay.pair_dir)):
-        out.append((f"create {lay.pair_dir}", lambda: files.directory(
-            name="The pair's directory (root only)", path=lay.pair_dir, user="root", group="root", mode="700")))
-    if head_key(plan, st) is None:
-        key = shlex.quote(lay.pair_key)
-
-        def keygen() -> None:
-            _KEY_OPS.setdefault(ctx_state.get(), {})[s.pair] = server.shell(
-                name=f"Generate the pair's MPI key (ed25519, root only; {s.pair_peer} authorizes its public half)",
-                commands=[f"umask 077 && rm -f {key} {key}.pub && ssh-keygen -q -t ed25519 -N '' "
-                          f"-C {shlex.quote('specfleet-' + s.pair)} -f {key} && cat {key}.pub"])
-        out.append((f"generate the pair's MPI key {lay.pair_key}", keygen))
-    pinned = worker_host_key(worker_st)
-    if pinned is not None:  # else the preflight refused the pair (trust_problems)
-        out += _put(st, lay.pair_known_hosts, "644", known_hosts(pinned, s.pair_peer_link_addresses, s.pair_ssh_port),
-                    f"Pin {s.pair_peer}'s SSH host key at its link addresses")
-    return out + _put(st, lay.pair_agent, "755", _program("pair_agent.sh"), "Install pair-agent (mpirun's rsh agent)")
-
-
-def _worker(plan: HostPlan, head_plan: HostPlan, head_st: HostStatus) -> list[Action]:
-    s, lay, st = plan.settings, plan.paths, host_status(plan)
-    out: list[Action] = []
-    if st.groups.get(PAIR_USER) is None:
+    plan = current_plan()
+    t = trust(plan)
+    if t is None:
+        return
+    s, lay = plan.settings, plan.paths
+    if t.pair_dir:
+        files.directory(name="The pair's directory (root only)", path=t.pair_dir, user="root", group="root",
+                        mode="700")
+    if t.login:
         # password "*": no password matches it, and unlike useradd's "!" sshd does not read it as a locked account
         # where PAM is off; the key's forced command is the only thing the login runs
-        out.append((f"create the pair's MPI login {PAIR_USER}", lambda: server.shell(
-            name=f"The pair's MPI login {PAIR_USER} (system user, no password, forced to the pair gate)",
-            commands=[f"id -u {PAIR_USER} >/dev/null 2>&1 || useradd --system --no-create-home --home-dir "
-                      f"{PAIR_HOME} --shell /bin/sh --password '*' {PAIR_USER}"])))
-    for path in (PAIR_HOME, lay.pair_ssh_dir):
-        if not ROOT_DIR.matches(st.files.get(path)):
-            out.append((f"create {path}", lambda path=path: files.directory(
-                name=f"{path} (root-owned)", path=path, user="root", group="root", mode="755")))
-    out += _put(st, lay.pair_gate, "755", _program("pair_gate.py"), "Install pair-gate (the MPI key's forced command)")
-    rule = sudoers(lay)
-    if not Want("file", "440", sha256=sha256(rule)).matches(st.files.get(SUDOERS_FILE)):
-        out.append((f"write {SUDOERS_FILE} (checked by visudo first)", lambda: _install_sudoers(lay, rule)))
-    key = head_key(head_plan, head_st)
-    if key is not None:
-        return out + _put(st, lay.pair_authorized_keys, "644", _authorized(plan, key),
-                          f"Authorize {s.pair_peer}'s MPI key")
-    return out + [(f"write {lay.pair_authorized_keys} (the MPI key {s.pair_peer} generates)", lambda: python.call(
-        name=f"Authorize the MPI key {s.pair_peer} generates in this run", function=_authorize_new, plan=plan))]
-
-
-def _install_sudoers(lay, rule: str) -> None:
-    files.put(name="Stage the pair's sudoers rule", src=StringIO(rule), dest=lay.sudoers_staged, user="root",
-              group="root", mode="440")
-    staged = shlex.quote(lay.sudoers_staged)
-    server.shell(name="Install the pair's sudoers rule once visudo accepts it",
-                 commands=[f"visudo -cq -f {staged} && mv -f {staged} {shlex.quote(SUDOERS_FILE)}"])
+        server.shell(name=f"The pair's MPI login {PAIR_USER} (system user, no password, forced to the pair gate)",
+                     commands=[f"id -u {PAIR_USER} >/dev/null 2>&1 || useradd --system --no-create-home --home-dir "
+                               f"{PAIR_HOME} --shell /bin/sh --password '*' {PAIR_USER}"])
+    for path in t.dirs:
+        files.directory(name=f"{path} (root-owned)", path=path, user="root", group="root", mode="755")
+    for path, (mode, content, what) in t.writes.items():
+        files.put(name=what, src=StringIO(content), dest=path, user="root", group="root", mode=mode)
+    if t.sudoers is not None:
+        files.put(name="Stage the pair's sudoers rule", src=StringIO(t.sudoers), dest=lay.sudoers_staged,
+                  user="root", group="root", mode="440")
+        staged = shlex.quote(lay.sudoers_staged)
+        server.shell(name="Install the pair's sudoers rule once visudo accepts it",
+                     commands=[f"visudo -cq -f {staged} && mv -f {staged} {shlex.quote(SUDOERS_FILE)}"])
+    if t.exchange:
+        # ONE call site for both hosts: in a CLI run (operations identified by where they are called) this is one
+        # operation, run on both at once; the worker waits for the head's new key (steps/mirror.py does the same)
+        python.call(name=f"Pair trust: {s.pair}'s head generates its MPI key, the worker authorizes it",
+                    function=_exchange)
+        _EXCHANGE.setdefault(ctx_state.get(), {}).setdefault(s.pair, {"ops": {}})["ops"][host.name] = \
+            host.op_hash_order[-1]
 
 
 def _authorized(plan: HostPlan, key: str) -> str:
@@ -149,15 +164,29 @@ def _authorized(plan: HostPlan, key: str) -> str:
     return authorized_key(key, s.pair_peer_link_addresses, gate_command(plan.paths), s.pair)
 
 
-def _authorize_new(plan: HostPlan) -> None:
-    """At run time, after the head's key generation: authorize the public half it printed."""
-    op = _KEY_OPS.get(ctx_state.get(), {}).get(plan.settings.pair)
-    lines = op.stdout_lines if op is not None and op.is_complete() and op.did_succeed() else []
-    key = public_key(lines[-1] if lines else None)
-    if key is None:
-        raise RuntimeError(f"{plan.settings.pair_peer} generated no MPI key in this run; nothing authorized")
-    files.put(name=f"Authorize {plan.settings.pair_peer}'s MPI key", src=StringIO(_authorized(plan, key)),
-              dest=plan.paths.pair_authorized_keys, user="root", group="root", mode="644")
+def _exchange(state, host) -> bool:
+    """The head: generate the key and publish its public half. The worker: wait for it, then authorize it."""
+    plan = host.data.get("specfleet")
+    s, lay = plan.settings, plan.paths
+    ex = _EXCHANGE[state][s.pair]
+    if s.pair_role == "head":
+        key, comment = shlex.quote(lay.pair_key), shlex.quote(f"specfleet-{s.pair}")
+        ok, out, err = run_on_host(state, host, f"umask 077 && rm -f {key} {key}.pub && ssh-keygen -q -t ed25519 "
+                                                f"-N '' -C {comment} -f {key} && cat {key}.pub")
+        ex["key"] = public_key(out[-1] if ok and out else None) or ""
+        if not ex["key"]:
+            logger.error(f"{host.print_prefix}the pair's MPI key was not generated: {(err or out or ['?'])[-1]}")
+        return bool(ex["key"])
+    head = next((h for h in state.inventory if h.name in ex["ops"] and h is not host), None)
+    while ("key" not in ex and head is not None and ex["ops"][head.name] == host.executing_op_hash
+           and head not in state.failed_hosts):
+        gevent.sleep(0.2)
+    if not ex.get("key"):
+        logger.error(f"{host.print_prefix}{s.pair_peer} generated no MPI key in this operation, so none is "
+                     "authorized here (under pyinfra's Python API the two hosts' operations may differ: run the "
+                     "converge again, which authorizes the key from the head's status read)")
+        return False
+    return write_root_file(state, host, lay.pair_authorized_keys, _authorized(plan, ex["key"]), "644")
 
 
 def remove_pair_trust(plan: HostPlan) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import gevent
 import pytest
 from pyinfra.connectors.fake import FakeConnector
 
@@ -72,16 +73,25 @@ def _responses(fresh=(), drop=(), extra=None):
 
 @pytest.fixture
 def uploads(monkeypatch):
-    """Every uploaded file's content, per host and path."""
+    """Every file written, per host and path: uploads, and the root files written from stdin by an operation's
+    function (jobs.write_root_file: `cat > <path>.specfleet-tmp ... mv -f ... <path>`)."""
     out: dict[tuple[str, str], str] = {}
-    put = FakeConnector.put_file
+    put, run = FakeConnector.put_file, FakeConnector.run_shell_command
 
     def put_file(self, filename_or_io, remote_filename, *args, **kwargs):
         filename_or_io.seek(0)
         out[(self.host.name.removeprefix("@fake/"), remote_filename)] = filename_or_io.read()
         return put(self, filename_or_io, remote_filename, *args, **kwargs)
 
+    def run_shell_command(self, command, print_output=False, print_input=False, **arguments):
+        text = str(command if isinstance(command, str) else command.get_masked_value())
+        written = re.search(r"mv -f \S+\.specfleet-tmp (\S+?)'?$", text)
+        if written and "_stdin" in arguments:
+            out[(self.host.name.removeprefix("@fake/"), written.group(1))] = arguments["_stdin"]
+        return run(self, command, print_output, print_input, **arguments)
+
     monkeypatch.setattr(FakeConnector, "put_file", put_file)
+    monkeypatch.setattr(FakeConnector, "run_shell_command", run_shell_command)
     return out
 
 
@@ -133,6 +143,39 @@ def test_a_public_key_without_its_private_half_is_replaced_and_the_new_one_autho
     assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n")
     assert _trust_changes(plans) == {"spark-1": [f"generate the pair's MPI key {lay.pair_key}"],
                                      "spark-2": [f"write {lay.pair_authorized_keys} (the MPI key spark-1 generates)"]}
+
+
+def test_the_worker_waits_for_a_slow_key_generation_on_the_head(uploads, monkeypatch):
+    """Both hosts run the exchange as one operation at once; the head's ssh-keygen takes a while (a mechanism, not a
+    race: the stand-in connector holds it 1 s), and the worker authorizes its key only once it exists."""
+    run = FakeConnector.run_shell_command
+
+    def slow_keygen(self, command, *args, **kwargs):
+        if "ssh-keygen -q" in str(command if isinstance(command, str) else command.get_masked_value()):
+            gevent.sleep(1.0)
+        return run(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(FakeConnector, "run_shell_command", slow_keygen)
+    plans = _plans()
+    lay = plans["spark-1"].paths
+    state = run_deploy(plans, pair_trust, responses=_responses(drop=(re.escape(lay.pair_key) + "$",)))
+    assert not state.failed_hosts
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n")
+
+
+def test_under_the_python_api_a_worker_ahead_of_the_head_fails_and_the_next_run_authorizes(uploads):
+    """pyinfra's Python API numbers each host's operations: a head with more to do than its worker reaches its key
+    generation later than the worker reaches its half. The worker fails with a line saying so and authorizes
+    nothing; the head keeps its new key, which the next run authorizes from the head's status read."""
+    plans = _plans()
+    lay = plans["spark-1"].paths
+    head_behind = (re.escape(lay.pair_key) + "$", re.escape(lay.pair_known_hosts), re.escape(lay.pair_agent))
+    state = run_deploy(plans, pair_trust, responses=_responses(drop=head_behind))
+    assert [h.name for h in state.failed_hosts] == ["@fake/spark-2"]
+    assert ("spark-2", lay.pair_authorized_keys) not in uploads
+    assert len([c for c in executed(state)["spark-1"] if "ssh-keygen -q" in c]) == 1
+    run_deploy(plans, pair_trust, responses=_responses(drop=(re.escape(lay.pair_authorized_keys),)))
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {HEAD_PUB} specfleet-pair_a\n")
 
 
 def test_a_failed_key_generation_authorizes_nothing_and_leaves_the_workers_key(uploads):
