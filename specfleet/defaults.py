@@ -66,6 +66,7 @@ pair_link_interfaces = ["enp1s0f1np1", "enP2p1s0f1np1"]  # noqa: E501  # the Con
 pair_link_subnets = ["192.168.100.0/24", "192.168.101.0/24"]  # noqa: E501  # one IPv4 subnet per link interface, the same on both hosts (NVIDIA's connect-two-sparks guidance)
 pair_link_addresses = None  # noqa: E501  # this host's address/prefix on each link interface; None: host 10 (head) or 11 (worker) of each subnet
 pair_link_min_speed_mbps = 200000  # noqa: E501  # least link speed (Mb/s), checked where the driver reports one (virtio does not); 0: not checked (connect-two-sparks: 200000)
+pair_link_confirm_sec = 60  # noqa: E501  # netplan try's timeout for a link change: reverted unless the controller comes back over SSH and confirms it within this
 pair_ssh_port = 22  # noqa: E501  # the worker's sshd port on its link addresses, which the head's MPI launch connects to (pinned in the head's known_hosts)
 
 # --- tiktoken encodings (gpt-oss / Harmony) ------------------------------------------------------

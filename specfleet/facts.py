@@ -67,6 +67,7 @@ class HostStatus:
     addresses: list[tuple[str, str]] = field(default_factory=list)
     links: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     pubkeys: dict[str, str] = field(default_factory=dict)  # public key file -> its first line (a pair host's KEYS)
+    pings: dict[tuple[str, str], str] = field(default_factory=dict)  # (link interface, peer address) -> ok|fail|no-ping
 
     def gate_passed(self, release: str) -> bool:
         """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
@@ -81,7 +82,8 @@ class SpecfleetHost(FactBase):
     def default() -> HostStatus:
         return HostStatus()
 
-    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key="", links=(), keys=()):
+    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key="", links=(), keys=(),
+                pings=()):
         lay = Layout(data_dir, service_name=service)
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
@@ -91,6 +93,7 @@ class SpecfleetHost(FactBase):
             "USERS": "\n".join(users),
             "LINKS": "\n".join(links),
             "KEYS": "\n".join(keys),
+            "PINGS": "\n".join(pings),
             "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,
             "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
             "FILE_STATUS": FILE_STATUS,
@@ -142,6 +145,9 @@ class SpecfleetHost(FactBase):
             elif key == "link":
                 ifname, state, speed = (rest.split("\t") + ["", ""])[:3]
                 st.links[ifname] = (state, int(speed) if speed.isdigit() and int(speed) > 0 else None)
+            elif key == "ping":
+                ifname, address, result = (rest.split("\t") + ["", ""])[:3]
+                st.pings[(ifname, address)] = result
             elif key == "pubkey":
                 path, _, text = rest.partition("\t")
                 st.pubkeys[path] = text

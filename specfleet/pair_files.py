@@ -1,6 +1,6 @@
 """A two-Spark pair as files (pure): the link's netplan, the worker's authorized_keys entry for the pair's MPI
 key and its sudoers rule for the gate, and the head's known_hosts pinning the worker, rendered from a pair host's
-settings, and what the status read reports of them (trust_reads). The paths are host/layout.py's; steps/pair.py
+settings, and what the status read reports of them (pair_reads). The paths are host/layout.py's; steps/pair.py
 writes the MPI trust; the deploy that applies the link (confirming or reverting it) and starts the pair is not built
 yet (issue 19, points 2 and 4).
 
@@ -16,7 +16,7 @@ import re
 
 import yaml
 
-from .host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE, Layout
+from .host.layout import HOST_KEY_FILE, NETPLAN_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE, Layout
 from .settings import Settings
 
 # the pair key's public half as ssh-keygen prints it: type, key, an optional comment (dropped: ours replaces it)
@@ -82,14 +82,18 @@ def known_hosts(host_public_key: str, link_addresses: list[str], port: int = 22)
     return f"{','.join(names)} {key.group(1)}\n"
 
 
-def trust_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
-    """What a pair host's one status read reports for the MPI trust: paths (kind, mode, owner, content hash), users
-    (whether they exist) and public key files (their line). Nothing secret: the private key is only stat'ed."""
+def pair_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
+    """What a pair host's one status read reports for its link and MPI trust: paths (kind, mode, owner, content
+    hash), users (whether they exist), public key files (their line), and on the head the worker's link addresses to
+    ping over each link interface (`IFNAME ADDRESS`). Nothing secret: the private key is only stat'ed."""
+    link = (NETPLAN_FILE, lay.netplan_staged, lay.pair_link_tool)
     if s.pair_role == "head":
-        return {"files": (lay.pair_dir, lay.pair_key, lay.pair_known_hosts, lay.pair_agent),
-                "keys": (lay.pair_key_pub,)}
-    return {"files": (PAIR_HOME, lay.pair_ssh_dir, lay.pair_authorized_keys, SUDOERS_FILE, lay.sudoers_staged,
-                      lay.pair_gate),
+        pings = tuple(f"{ifname} {_address(a)}" for ifname, a in zip(s.pair_link_interfaces,
+                                                                     s.pair_peer_link_addresses))
+        return {"files": link + (lay.pair_dir, lay.pair_key, lay.pair_known_hosts, lay.pair_agent),
+                "keys": (lay.pair_key_pub,), "pings": pings}
+    return {"files": link + (lay.pair_dir, PAIR_HOME, lay.pair_ssh_dir, lay.pair_authorized_keys, SUDOERS_FILE,
+                             lay.sudoers_staged, lay.pair_gate),
             "users": (PAIR_USER,), "keys": (HOST_KEY_FILE,)}
 
 

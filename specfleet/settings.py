@@ -114,6 +114,7 @@ class Settings(BaseModel):
     pair_link_addresses: list[str] | None  # after build_fleet: resolved on a pair's hosts (pair_fleet.link_addresses)
     pair_link_min_speed_mbps: NonNegInt
     pair_ssh_port: Annotated[int, Field(ge=1, le=65535)]
+    pair_link_confirm_sec: Annotated[int, Field(ge=10, le=600)]
     fetch_workers: Annotated[int, Field(ge=1, le=64)]
     hub_client_requirement: str
     pip_index_url: str | None

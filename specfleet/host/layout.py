@@ -124,6 +124,7 @@ class Layout:
     link_confirm = property(lambda self: f"{self.pair_dir}/link.confirm")  # the controller's confirmation
     link_log = property(lambda self: f"{self.pair_dir}/link.log")  # netplan try's output of the last change
     pair_gate = property(lambda self: f"{self.data_dir}/bin/{PAIR_GATE_TOOL}")
+    pair_link_tool = property(lambda self: f"{self.data_dir}/bin/{PAIR_LINK_TOOL}")
     pair_key = property(lambda self: f"{self.pair_dir}/{PAIR_KEY_FILE}")
     pair_known_hosts = property(lambda self: f"{self.pair_dir}/{PAIR_KNOWN_HOSTS_FILE}")
     pair_agent = property(lambda self: f"{self.pair_dir}/{PAIR_AGENT_FILE}")
@@ -131,6 +132,10 @@ class Layout:
     pair_ssh_dir = property(lambda self: f"{PAIR_HOME}/.ssh")  # the worker's, root-owned
     pair_authorized_keys = property(lambda self: f"{PAIR_HOME}/.ssh/authorized_keys")  # the head's key, restricted
     sudoers_staged = property(lambda self: f"{SUDOERS_FILE}.new")  # checked by visudo first (sudo skips names with .)
+
+    def pair_link_argv(self, *args: str) -> list[str]:
+        """THE link tool's command line: `<data_dir>/bin/pair-link --data-dir <data_dir> ARGS...`."""
+        return [self.pair_link_tool, "--data-dir", self.data_dir, *args]
 
     def pair_gate_argv(self) -> list[str]:
         """THE pair gate's command line on the worker (sudo runs it as root, with exactly these arguments)."""

@@ -18,6 +18,7 @@ from .lock import CONVERGE_ID, lock, unlock
 from .mirror import mirror_setup, mirror_warm
 from .models import models
 from .pair import pair_trust
+from .pair_link import pair_link
 from .preflight import preflight
 from .release import release
 from .rollback import rollback
@@ -27,8 +28,8 @@ from .token import token
 from .tools import tools
 
 __all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
-           "token", "tools", "pair_trust", "encodings", "models", "release", "activate", "mirror_setup", "mirror_warm",
-           "gateway", "gateway_alive"]
+           "token", "tools", "pair_link", "pair_trust", "encodings", "models", "release", "activate", "mirror_setup",
+           "mirror_warm", "gateway", "gateway_alive"]
 
 
 def _check_profile(profile: str) -> None:
@@ -122,7 +123,8 @@ def _stage_steps(preflight_done: bool = False) -> None:
         docker_access()
         token()
         tools()
-        pair_trust()  # a pair host's MPI key, login and host key pin (nothing on other hosts)
+        pair_link()  # a pair host's ConnectX-7 link: netplan try, confirmed over SSH (nothing on other hosts)
+        pair_trust()  # a pair host's MPI key, login and host key pin
         behind_gateways()  # before any restart: the drain reads gateways.json and asks the agent's acks
         encodings()
     mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (steps/mirror.py)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ..gateway_files import spark_paths
 from ..plan import HostPlan
 from .pair import trust
+from .pair_link import link_work
 from .service import RESTARTS, switch_checks
 from .state import differs, host_status, hub_client_ok, missing, needs_validation, wanted_files
 
@@ -44,7 +45,7 @@ class Changes:
     writes: list[str]  # other managed files/dirs/links (tools, encodings, release files) to write
     removes: list[str] = field(default_factory=list)  # left by a gateway group the fleet no longer has
     validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
-    trust: list[str] = field(default_factory=list)  # a pair host's MPI trust (steps/pair.trust)
+    pair: list[str] = field(default_factory=list)  # a pair host's link and MPI trust (steps/pair_link, steps/pair)
 
     @property
     def restart(self) -> list[str]:
@@ -55,7 +56,7 @@ class Changes:
         return any(kind == "unit" for kind, _ in self.switch)
 
     def lines(self) -> list[str]:
-        out = [f"write {path}" for path in self.writes] + self.trust
+        out = [f"write {path}" for path in self.writes] + self.pair
         out += [f"remove {path} (the fleet has no gateway group)" for path in self.removes]
         if self.token:
             out.append(f"{self.token} the Hugging Face token file")
@@ -97,7 +98,12 @@ def changes(plan: HostPlan) -> Changes:
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
                    removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
-                   trust=pair_trust.lines(plan) if (pair_trust := trust(plan)) else [])
+                   pair=_pair_lines(plan))
+
+
+def _pair_lines(plan: HostPlan) -> list[str]:
+    link, mpi = link_work(plan), trust(plan)
+    return (link.lines(plan) if link else []) + (mpi.lines(plan) if mpi else [])
 
 
 def pending(plan: HostPlan) -> list[str]:

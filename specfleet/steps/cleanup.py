@@ -1,8 +1,8 @@
 """Cleanup (seed step 4): stop and disable the service and remove the container, and behind gateways the Spark's
-gateway-facing units and files, and on a pair host its MPI trust (steps/pair.py). The model cache, encodings and
-releases stay unless purge_models is true; then they go too, with the release state (current link, previous, gate
-state, job logs) and the token file. A gateway host: HAProxy stopped and removed with every file the gateway deploy
-wrote (steps/gateway.py)."""
+gateway-facing units and files, and on a pair host its MPI trust and link (steps/pair.py, steps/pair_link.py). The
+model cache, encodings and releases stay unless purge_models is true; then they go too, with the release state
+(current link, previous, gate state, job logs) and the token file. A gateway host: HAProxy stopped and removed with
+every file the gateway deploy wrote (steps/gateway.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pyinfra.operations import files, server, systemd
 from .behind_gateways import remove_spark_side
 from .gateway import gateway_cleanup
 from .pair import remove_pair_trust
+from .pair_link import remove_pair_link
 from .state import current_plan, host_status
 
 
@@ -30,6 +31,7 @@ def cleanup():
     if st.container_running:
         server.shell(name=f"Remove container {s.service_name}", commands=[f"docker rm -f {s.service_name}"])
     remove_pair_trust(plan)  # a pair host's MPI key, login and host key pin
+    remove_pair_link(plan)  # then its link: netplan file, link addresses, pair directory
     if s.purge_models:
         for path in (layout.hf_home, layout.drafts, layout.releases, layout.tiktoken, layout.jobs):
             files.directory(name=f"Purge {path}", path=path, present=False)

@@ -41,7 +41,6 @@ class Trust:
     """What the MPI trust needs on one pair host, decided from both hosts' status reads (`specfleet plan`, the run
     lock and the step decide the same way)."""
 
-    pair_dir: str | None = None  # head: the pair directory to create (root only)
     login: bool = False  # worker: create PAIR_USER
     dirs: list[str] = field(default_factory=list)  # worker: PAIR_HOME and its .ssh to create, root-owned
     writes: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # path -> (mode, content, operation name)
@@ -49,8 +48,7 @@ class Trust:
     exchange: str | None = None  # head: generate the key; worker: authorize the key the head generates (the path)
 
     def lines(self, plan: HostPlan) -> list[str]:
-        out = [f"create {self.pair_dir}"] if self.pair_dir else []
-        out += [f"create the pair's MPI login {PAIR_USER}"] if self.login else []
+        out = [f"create the pair's MPI login {PAIR_USER}"] if self.login else []
         out += [f"create {path}" for path in self.dirs] + [f"write {path}" for path in self.writes]
         out += [f"write {SUDOERS_FILE} (checked by visudo first)"] if self.sudoers is not None else []
         if self.exchange and plan.settings.pair_role == "head":
@@ -84,7 +82,7 @@ def trust_problems(plan: HostPlan, st: HostStatus) -> list[str]:
     return problems
 
 
-def _program(source: str) -> str:
+def program(source: str) -> str:
     return (resources.files("specfleet.host") / source).read_text(encoding="utf-8")
 
 
@@ -103,17 +101,16 @@ def trust(plan: HostPlan) -> Trust | None:
     s, lay, st, peer_st = plan.settings, plan.paths, host_status(plan), host_status(peer_plan, on=peer_host)
     t = Trust()
     if s.pair_role == "head":
-        t.pair_dir = None if Want("dir", "700").matches(st.files.get(lay.pair_dir)) else lay.pair_dir
         t.exchange = lay.pair_key if head_key(plan, st) is None else None
         pinned = worker_host_key(peer_st)
         if pinned is not None:  # else the preflight refused the pair (trust_problems)
             _write(t, st, lay.pair_known_hosts, "644", known_hosts(pinned, s.pair_peer_link_addresses, s.pair_ssh_port),
                    f"Pin {s.pair_peer}'s SSH host key at its link addresses")
-        _write(t, st, lay.pair_agent, "755", _program("pair_agent.sh"), "Install pair-agent (mpirun's rsh agent)")
+        _write(t, st, lay.pair_agent, "755", program("pair_agent.sh"), "Install pair-agent (mpirun's rsh agent)")
         return t
     t.login = st.groups.get(PAIR_USER) is None
     t.dirs = [path for path in (PAIR_HOME, lay.pair_ssh_dir) if not ROOT_DIR.matches(st.files.get(path))]
-    _write(t, st, lay.pair_gate, "755", _program("pair_gate.py"), "Install pair-gate (the MPI key's forced command)")
+    _write(t, st, lay.pair_gate, "755", program("pair_gate.py"), "Install pair-gate (the MPI key's forced command)")
     rule = sudoers(lay)
     t.sudoers = None if Want("file", "440", sha256=sha256(rule)).matches(st.files.get(SUDOERS_FILE)) else rule
     key = head_key(peer_plan, peer_st)
@@ -131,9 +128,7 @@ def pair_trust() -> None:
     if t is None:
         return
     s, lay = plan.settings, plan.paths
-    if t.pair_dir:
-        files.directory(name="The pair's directory (root only)", path=t.pair_dir, user="root", group="root",
-                        mode="700")
+    # the pair directory (root 0700) is the link step's, which runs first (steps/pair_link.py)
     if t.login:
         # password "*": no password matches it, and unlike useradd's "!" sshd does not read it as a locked account
         # where PAM is off; the key's forced command is the only thing the login runs

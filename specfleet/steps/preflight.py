@@ -14,6 +14,7 @@ from pyinfra.api import deploy
 from .. import pair_fleet
 from ..constants import GB
 from .pair import trust_problems
+from .pair_link import link_problems
 from .state import current_plan, host_status, missing, pair_peer, refuse
 
 
@@ -74,10 +75,11 @@ def preflight():
                 f"current release {st.current or '(none)'}")
     problems = problems_of(plan, st)
     if plan.settings.pair:
-        problems += trust_problems(plan, st)
+        problems += trust_problems(plan, st) + link_problems(plan, st)
         peer = pair_peer(plan)
-        if peer and (problems_of(peer[0], host_status(peer[0], on=peer[1]))
-                     or trust_problems(peer[0], host_status(peer[0], on=peer[1]))):
+        peer_st = host_status(peer[0], on=peer[1]) if peer else None
+        if peer and (problems_of(peer[0], peer_st) or trust_problems(peer[0], peer_st)
+                     or link_problems(peer[0], peer_st)):
             problems.append(f"its pair's {peer[0].settings.pair_role} {plan.settings.pair_peer} fails its preflight "
                             "(a pair converges as one; see that host's line)")
     if problems:

@@ -17,7 +17,7 @@ from ..facts import HostStatus, SpecfleetHost
 from ..gateway_files import spark_files, spark_paths
 from ..grammars import pinned_version
 from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
-from ..pair_files import trust_reads
+from ..pair_files import pair_reads
 from ..plan import HostPlan
 from ..render import token_text
 from ..settings import TIKTOKEN_FILES
@@ -153,12 +153,13 @@ def _read_status(plan: HostPlan, on: Host) -> HostStatus:
         sizes += tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs)
     files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
     files += () if s.gateways else spark_paths(s)  # left over from a gateway group the fleet no longer has
-    trust = trust_reads(s, plan.paths) if s.pair else {}
+    trust = pair_reads(s, plan.paths) if s.pair else {}
     return on.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
                        image=s.image, sizes=sizes, files=files + tuple(trust.get("files", ())),
                        users=tuple(s.operator_users) + tuple(trust.get("users", ())),
                        config_key=config_key(plan.rendered.config) if s.profile is not None else "",
-                       links=tuple(s.pair_link_interfaces) if s.pair else (), keys=tuple(trust.get("keys", ())))
+                       links=tuple(s.pair_link_interfaces) if s.pair else (), keys=tuple(trust.get("keys", ())),
+                       pings=tuple(trust.get("pings", ())))
 
 
 def needs_validation(plan: HostPlan) -> bool:

@@ -72,6 +72,7 @@ LAYERS = {
     "specfleet.steps.changes": "pyinfra",  # what a converge would change, decided from the one status read
     "specfleet.steps.behind_gateways": "pyinfra",  # a Spark behind gateways: filtering socket, agent, gateways.json
     "specfleet.steps.pair": "pyinfra",  # a pair host's MPI trust: the head's key, the worker's login, the host key pin
+    "specfleet.steps.pair_link": "pyinfra",  # a pair host's link: netplan staged, pair-link apply and confirm, ping
     "specfleet.steps.gateway": "pyinfra",  # the gateway hosts: HAProxy, its files, checked config, reload or key sync
     "specfleet.steps.cleanup": "pyinfra",  # step: remove what specfleet installed
     "specfleet.steps.docker_access": "pyinfra",  # step: operator users in the docker group

@@ -12,7 +12,7 @@ import gevent
 import pytest
 from pyinfra.connectors.fake import FakeConnector
 
-from specfleet.host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
+from specfleet.host.layout import HOST_KEY_FILE, NETPLAN_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
 from specfleet.steps import pair_trust, preflight
 from specfleet.steps.changes import changes
 from specfleet.steps.pair import remove_pair_trust
@@ -35,24 +35,39 @@ def _plans(limit=("spark-1", "spark-2")):
 
 
 def _converged_trust(plan) -> list[str]:
-    """The trust part of a converged pair host's status read: what a finished run leaves (computed by running the
-    fresh pair's deploy below and taking what it wrote; here written out as the status read reports it)."""
+    """The pair part of a converged pair host's status read (link and trust), as the status read reports it."""
+    from specfleet.pair_files import netplan
+    from specfleet.steps.pair import program
+    from specfleet.steps.state import sha256
+
+    s, lay = plan.settings, plan.paths
+    text = netplan(s)
+    link = [f"file\tdir|700|root|root\t{lay.pair_dir}", f"file\tfile|600|root|root|{sha256(text)}\t{NETPLAN_FILE}",
+            f"file\tfile|600|root|root|{sha256(text)}\t{lay.netplan_staged}",
+            f"file\tfile|755|root|root|{sha256(program('pair_link.py'))}\t{lay.pair_link_tool}"]
+    link += [f"addr\t{i}\t{a}" for i, a in zip(s.pair_link_interfaces, s.pair_link_addresses)]
+    if s.pair_role == "head":
+        link += [f"ping\t{i}\t{a.split('/')[0]}\tok" for i, a in zip(s.pair_link_interfaces, s.pair_peer_link_addresses)]
+    return link + _trust_lines(plan)
+
+
+def _trust_lines(plan) -> list[str]:
     from specfleet.pair_files import authorized_key, gate_command, known_hosts, sudoers
-    from specfleet.steps.pair import _program
+    from specfleet.steps.pair import program
     from specfleet.steps.state import sha256
 
     s, lay = plan.settings, plan.paths
     if s.pair_role == "head":
         pin = known_hosts(WORKER_HOST_KEY, s.pair_peer_link_addresses, 22)
-        return [f"file\tdir|700|root|root\t{lay.pair_dir}", f"file\tfile|600|root|root|{'f' * 64}\t{lay.pair_key}",
+        return [f"file\tfile|600|root|root|{'f' * 64}\t{lay.pair_key}",
                 f"file\tfile|644|root|root|{sha256(pin)}\t{lay.pair_known_hosts}",
-                f"file\tfile|755|root|root|{sha256(_program('pair_agent.sh'))}\t{lay.pair_agent}",
+                f"file\tfile|755|root|root|{sha256(program('pair_agent.sh'))}\t{lay.pair_agent}",
                 f"pubkey\t{lay.pair_key_pub}\t{HEAD_PUB} root@spark-1"]
     auth = authorized_key(HEAD_PUB, s.pair_peer_link_addresses, gate_command(lay), s.pair)
     return [f"file\tdir|755|root|root\t{PAIR_HOME}", f"file\tdir|755|root|root\t{lay.pair_ssh_dir}",
             f"file\tfile|644|root|root|{sha256(auth)}\t{lay.pair_authorized_keys}",
             f"file\tfile|440|root|root|{sha256(sudoers(lay))}\t{SUDOERS_FILE}",
-            f"file\tfile|755|root|root|{sha256(_program('pair_gate.py'))}\t{lay.pair_gate}",
+            f"file\tfile|755|root|root|{sha256(program('pair_gate.py'))}\t{lay.pair_gate}",
             f"groups\t{PAIR_USER}\t{PAIR_USER}", f"pubkey\t{HOST_KEY_FILE}\t{WORKER_HOST_KEY} root@spark-2"]
 
 
@@ -199,7 +214,7 @@ def _trust_changes(plans) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
 
     def record():
-        out[current_plan().settings.host] = changes(current_plan()).trust
+        out[current_plan().settings.host] = changes(current_plan()).pair
     run_deploy(plans, record, responses=_responses(drop=(re.escape(plans["spark-1"].paths.pair_key) + "$",)))
     return out
 

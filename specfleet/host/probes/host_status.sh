@@ -6,7 +6,7 @@
 # SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and newline-
 # separated lists of paths whose size / state to report and users whose groups to report), LINKS (a pair host's
 # link interfaces, newline-separated; empty elsewhere), KEYS (public key files whose first line to report, read by
-# file_status.py).
+# file_status.py), PINGS (a pair head's `IFNAME ADDRESS` lines: one ping each across the link, 1 s at most).
 echo "arch	$(uname -m)"
 ( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
 droot=
@@ -41,6 +41,13 @@ if [ -n "$LINKS" ]; then
   ip -o -4 addr show 2>/dev/null | awk '{print "addr\t" $2 "\t" $4}'
   printf '%s\n' "$LINKS" | while IFS= read -r i; do
     echo "link	$i	$(cat "/sys/class/net/$i/operstate" 2>/dev/null || echo missing)	$(cat "/sys/class/net/$i/speed" 2>/dev/null)"
+  done
+fi
+if [ -n "$PINGS" ]; then
+  printf '%s\n' "$PINGS" | while read -r i a; do
+    if ! command -v ping >/dev/null 2>&1; then r=no-ping
+    elif ping -n -q -c 1 -W 1 -I "$i" "$a" >/dev/null 2>&1; then r=ok; else r=fail; fi
+    echo "ping	$i	$a	$r"
   done
 fi
 echo "hub_client	$(sed -n 's/^Version: //p' "$VENV"/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
