@@ -53,6 +53,7 @@ LAYERS = {
     "specfleet.gateway_fleet": "core",  # the gateway group: roles, addresses, what each Spark serves, rules between hosts
     "specfleet.pair_fleet": "core",  # two Sparks as one server: the pair groups, roles, link addresses, their rules
     "specfleet.pair_files": "core",  # a pair's files: the link's netplan, the worker's authorized_keys line for the MPI key
+    "specfleet.pair_launch": "core",  # THE head's mpirun line of a pair (the worker's gate lets its daemon launch through)
     "specfleet.gateway_files": "core",  # the gateway's HAProxy config, model/path maps and key map, rendered
     "specfleet.mirror_files": "core",  # the Hub mirror's layout, units, config and advertised URL, rendered
     "specfleet.selection": "core",  # --limit, --batches, --max-fail: which hosts, in which batches

@@ -1,0 +1,34 @@
+"""THE pair's MPI launch on the head (pure): the `mpirun` command line its container runs, from the head's settings.
+The worker's pair gate (host/pair_gate.py) lets through the daemon launch this produces and nothing else;
+tests/unit/test_pair_launch.py runs this line under Debian's real OpenMPI and hands the line it asks the worker to
+run to the gate. Not yet in a unit: the pair's units are the next part of issue 19 (point 4).
+
+From NVIDIA's "Run on Two Sparks" (`mpirun ... trtllm-llmapi-launch trtllm-serve ... --tp_size 2`), with:
+- one rank per node at the link addresses (`-H head:1,worker:1`, the nccl playbook's form), the head's first;
+- MPI's own traffic on the link subnets only (btl/oob_tcp_if_include take CIDR subnets, which both hosts share;
+  interface names may differ between the two ends); operators report MPI taking the management network otherwise;
+- the pair's rsh agent (host/pair_agent.sh) without tree spawn, the playbook's OMPI_MCA_plm_rsh_no_tree_spawn=1;
+- no `-x HF_TOKEN`: models are on both nodes before the launch and the container runs with HF_HUB_OFFLINE=1; the
+  worker's ranks inherit its own container's environment through `docker exec`."""
+
+from __future__ import annotations
+
+from .host.layout import PAIR_AGENT
+from .settings import Settings
+
+LAUNCHER = "trtllm-llmapi-launch"  # TensorRT-LLM's per-rank launcher (tensorrt_llm/llmapi/trtllm-llmapi-launch)
+
+
+def _ip(address_with_prefix: str) -> str:
+    return address_with_prefix.split("/")[0]
+
+
+def mpirun_argv(s: Settings, serve: list[str]) -> list[str]:
+    """The head's launch: `mpirun ... trtllm-llmapi-launch trtllm-serve SERVE...` (SERVE: render.serve_args)."""
+    assert s.pair_role == "head" and s.pair_link_addresses and s.pair_peer_link_addresses
+    subnets = ",".join(s.pair_link_subnets)
+    return ["mpirun", "--allow-run-as-root", "-np", "2",
+            "-H", f"{_ip(s.pair_link_addresses[0])}:1,{_ip(s.pair_peer_link_addresses[0])}:1",
+            "--mca", "plm_rsh_agent", PAIR_AGENT, "--mca", "plm_rsh_no_tree_spawn", "1",
+            "--mca", "btl_tcp_if_include", subnets, "--mca", "oob_tcp_if_include", subnets,
+            LAUNCHER, "trtllm-serve", *serve]
