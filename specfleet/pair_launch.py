@@ -9,7 +9,10 @@ From NVIDIA's "Run on Two Sparks" (`mpirun ... trtllm-llmapi-launch trtllm-serve
   interface names may differ between the two ends); operators report MPI taking the management network otherwise;
 - the pair's rsh agent (host/pair_agent.sh) without tree spawn, the playbook's OMPI_MCA_plm_rsh_no_tree_spawn=1;
 - no `-x HF_TOKEN`: models are on both nodes before the launch and the container runs with HF_HUB_OFFLINE=1; the
-  worker's ranks inherit its own container's environment through `docker exec`."""
+  worker's ranks inherit its own container's environment through `docker exec`;
+- each rank's launcher with bash's trace sent to /dev/null (RANK_COMMAND): upstream's launcher runs `set -x`, which
+  prints the session's IPC HMAC key to stderr, i.e. into the head unit's journal. BASH_XTRACEFD names the trace's
+  file descriptor (bash(1)); the launcher's own output and trtllm-serve's are unchanged."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from .host.layout import PAIR_AGENT
 from .settings import Settings
 
 LAUNCHER = "trtllm-llmapi-launch"  # TensorRT-LLM's per-rank launcher (tensorrt_llm/llmapi/trtllm-llmapi-launch)
+# what mpirun runs on each rank: the launcher (a bash script) with its `set -x` trace on fd 7, which is /dev/null
+RANK_COMMAND = ["bash", "-c", 'exec 7>/dev/null; export BASH_XTRACEFD=7; exec "$0" "$@"', LAUNCHER]
 
 
 def _ip(address_with_prefix: str) -> str:
@@ -31,4 +36,4 @@ def mpirun_argv(s: Settings, serve: list[str]) -> list[str]:
             "-H", f"{_ip(s.pair_link_addresses[0])}:1,{_ip(s.pair_peer_link_addresses[0])}:1",
             "--mca", "plm_rsh_agent", PAIR_AGENT, "--mca", "plm_rsh_no_tree_spawn", "1",
             "--mca", "btl_tcp_if_include", subnets, "--mca", "oob_tcp_if_include", subnets,
-            LAUNCHER, "trtllm-serve", *serve]
+            *RANK_COMMAND, "trtllm-serve", *serve]

@@ -13,7 +13,7 @@ import pytest
 
 from specfleet.host.layout import PAIR_AGENT
 from specfleet.host.pair_gate import launch_argv
-from specfleet.pair_launch import mpirun_argv
+from specfleet.pair_launch import RANK_COMMAND, mpirun_argv
 from specfleet.render import serve_args
 from tests.unit.test_pair_trust import _plans
 
@@ -23,7 +23,7 @@ def _recorded_lines(tmp_path, argv: list[str]) -> list[str]:
     recorder.write_text(f'#!/bin/sh\nshift\necho "$*" >> {tmp_path}/lines\nexit 1\n')
     recorder.chmod(0o755)
     argv = [str(recorder) if a == PAIR_AGENT else a for a in argv]
-    subprocess.run(["timeout", "60", *argv[:argv.index("trtllm-llmapi-launch")], "true"], capture_output=True)
+    subprocess.run(["timeout", "60", *argv[:argv.index(RANK_COMMAND[0])], "true"], capture_output=True)
     return [line.replace(str(recorder), PAIR_AGENT) for line in (tmp_path / "lines").read_text().splitlines()]
 
 

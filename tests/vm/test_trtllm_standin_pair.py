@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from specfleet.pair_launch import RANK_COMMAND
 from tests.vm.test_trtllm_standin import (
     EAGLE_MODEL,
     connect_refused,
@@ -51,12 +52,12 @@ def pair_env(world, tmp_path):  # noqa: F811 (the fixture imported above)
 class World:
     """`mpirun -np N trtllm-llmapi-launch trtllm-serve ... --tp_size TP`, its output in a file."""
 
-    def __init__(self, w, env, np: int, tp: int, tmp: Path):
+    def __init__(self, w, env, np: int, tp: int, tmp: Path, rank: tuple[str, ...] = ("trtllm-llmapi-launch",)):
         self.port = free_port()
         args = eagle_args(w, self.port)
         args[args.index("--tp_size") + 1] = str(tp)
         self.out = tmp / f"mpirun-{self.port}.log"
-        self.proc = subprocess.Popen([*MPIRUN, "-np", str(np), "--host", f"localhost:{np}", "trtllm-llmapi-launch",
+        self.proc = subprocess.Popen([*MPIRUN, "-np", str(np), "--host", f"localhost:{np}", *rank,
                                       "trtllm-serve", *args], env=env, stdout=self.out.open("w"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -106,8 +107,8 @@ def launch(world, pair_env, tmp_path):  # noqa: F811
     env, _ = pair_env
     started = []
 
-    def start(np: int, tp: int) -> World:
-        started.append(World(world, env, np, tp, tmp_path))
+    def start(np: int, tp: int, rank: tuple[str, ...] = ("trtllm-llmapi-launch",)) -> World:
+        started.append(World(world, env, np, tp, tmp_path, rank))
         return started[-1]
 
     yield start
@@ -136,6 +137,23 @@ def test_two_ranks_serve_only_once_both_are_up_and_stop_together(launch, pair_en
     w.proc.send_signal(signal.SIGTERM)  # what stopping the head's unit does to mpirun
     assert w.ended() != 0
     assert connect_refused(w.port) and w.left() == []
+
+
+def test_the_heads_rank_command_keeps_the_session_key_out_of_the_log(launch, pair_env):
+    """The launcher's `set -x` (upstream's, and the stand-in's) prints the IPC HMAC key into mpirun's output, the head
+    unit's journal; pair_launch.RANK_COMMAND, what the head's mpirun runs on each rank, sends that trace to
+    /dev/null. The same world then serves, with the key in place."""
+    _, gate = pair_env
+    gate.touch()
+    for rank, key_in_log in ((("trtllm-llmapi-launch",), True), (tuple(RANK_COMMAND), False)):
+        w = launch(np=2, tp=2, rank=rank)
+        w.wait_serving()
+        assert "STAND-IN" in _completion(w.port)
+        assert ("TLLM_SPAWN_PROXY_PROCESS_IPC_HMAC_KEY=" in w.log()) is key_in_log, w.log()
+        assert ("+ python3 -m tensorrt_llm.llmapi.mgmn_worker_node" in w.log()) is key_in_log  # the whole trace
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.ended() != 0
+        assert connect_refused(w.port) and w.left() == []
 
 
 def test_a_rank_that_dies_ends_the_whole_world_never_half_of_it(launch, pair_env):
