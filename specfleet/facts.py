@@ -67,6 +67,7 @@ class HostStatus:
     addresses: list[tuple[str, str]] = field(default_factory=list)
     links: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     pubkeys: dict[str, str] = field(default_factory=dict)  # public key file -> its first line (a pair host's KEYS)
+    stats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> (kind, mode, user, group, size): STATS
     pings: dict[tuple[str, str], str] = field(default_factory=dict)  # (link interface, peer address) -> ok|fail|no-ping
 
     def gate_passed(self, release: str) -> bool:
@@ -83,7 +84,7 @@ class SpecfleetHost(FactBase):
         return HostStatus()
 
     def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key="", links=(), keys=(),
-                pings=()):
+                pings=(), stats=()):
         lay = Layout(data_dir, service_name=service)
         env = {
             "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
@@ -94,6 +95,7 @@ class SpecfleetHost(FactBase):
             "LINKS": "\n".join(links),
             "KEYS": "\n".join(keys),
             "PINGS": "\n".join(pings),
+            "STATS": "\n".join(stats),
             "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,
             "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
             "FILE_STATUS": FILE_STATUS,
@@ -148,6 +150,9 @@ class SpecfleetHost(FactBase):
             elif key == "ping":
                 ifname, address, result = (rest.split("\t") + ["", ""])[:3]
                 st.pings[(ifname, address)] = result
+            elif key == "stat":
+                desc, _, path = rest.partition("\t")
+                st.stats[path] = tuple(desc.split("|"))
             elif key == "pubkey":
                 path, _, text = rest.partition("\t")
                 st.pubkeys[path] = text

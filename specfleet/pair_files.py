@@ -21,6 +21,8 @@ from .settings import Settings
 
 # the pair key's public half as ssh-keygen prints it: type, key, an optional comment (dropped: ours replaces it)
 PUBLIC_KEY = re.compile(r"^(ssh-ed25519 [A-Za-z0-9+/]{68})( [A-Za-z0-9@._-]{1,64})?$")
+# an sshd host key as /etc/ssh/ssh_host_ed25519_key.pub holds it: type and key, and any comment (root@<any name>)
+HOST_KEY = re.compile(r"^(ssh-ed25519 [A-Za-z0-9+/]{68})(\s.*)?$")
 NETPLAN_HEADER = "# written by specfleet: the ConnectX-7 link of a two-Spark pair (removed by the cleanup deploy)\n"
 SUDOERS_HEADER = "# written by specfleet: the pair MPI login may run the pair gate, nothing else (cleanup removes it)\n"
 SUDOERS_WORD = re.compile(r"[A-Za-z0-9/._-]{1,200}")  # a word sudoers reads as itself (no escapes, no spaces)
@@ -75,7 +77,7 @@ def known_hosts(host_public_key: str, link_addresses: list[str], port: int = 22)
     """The head's known_hosts for the worker: the worker's ed25519 host key (read from the worker by the controller
     over its management connection) pinned at each of its link addresses, the names the launch connects to, in
     OpenSSH's `[address]:port` form when the worker's sshd is not on 22."""
-    key = PUBLIC_KEY.match(host_public_key.strip())
+    key = HOST_KEY.match(host_public_key.strip())
     if not key:
         raise PairFileError("the worker's SSH host key is not one ssh-ed25519 key (/etc/ssh/ssh_host_ed25519_key.pub)")
     names = [_address(a) if port == 22 else f"[{_address(a)}]:{port}" for a in link_addresses]
@@ -84,20 +86,22 @@ def known_hosts(host_public_key: str, link_addresses: list[str], port: int = 22)
 
 def pair_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
     """What a pair host's one status read reports for its link and MPI trust: paths (kind, mode, owner, content
-    hash), users (whether they exist), public key files (their line), and on the head the worker's link addresses to
-    ping over each link interface (`IFNAME ADDRESS`). Nothing secret: the private key is only stat'ed."""
+    hash), paths only stat'ed (the private key: kind, mode, owner, size; never opened), users (whether they exist),
+    public key files (their line), and on the head the worker's link addresses to ping over each link interface
+    (`IFNAME ADDRESS`)."""
     link = (NETPLAN_FILE, lay.netplan_staged, lay.pair_link_tool)
     if s.pair_role == "head":
         pings = tuple(f"{ifname} {_address(a)}" for ifname, a in zip(s.pair_link_interfaces,
                                                                      s.pair_peer_link_addresses))
-        return {"files": link + (lay.pair_dir, lay.pair_key, lay.pair_known_hosts, lay.pair_agent),
+        return {"files": link + (lay.pair_dir, lay.pair_known_hosts, lay.pair_agent), "stats": (lay.pair_key,),
                 "keys": (lay.pair_key_pub,), "pings": pings}
     return {"files": link + (lay.pair_dir, PAIR_HOME, lay.pair_ssh_dir, lay.pair_authorized_keys, SUDOERS_FILE,
                              lay.sudoers_staged, lay.pair_gate),
             "users": (PAIR_USER,), "keys": (HOST_KEY_FILE,)}
 
 
-def public_key(line: str | None) -> str | None:
-    """An ssh-ed25519 public key line as the status read reported it, without its comment (None: not one)."""
-    key = PUBLIC_KEY.match((line or "").strip())
+def public_key(line: str | None, host_key: bool = False) -> str | None:
+    """An ssh-ed25519 public key line as the status read reported it, without its comment (None: not one). The
+    pair's own key has specfleet's comment; a host key (`host_key`) any comment."""
+    key = (HOST_KEY if host_key else PUBLIC_KEY).match((line or "").strip())
     return key.group(1) if key else None

@@ -17,7 +17,6 @@ from importlib import resources
 from io import StringIO
 from weakref import WeakKeyDictionary
 
-import gevent
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
@@ -27,12 +26,12 @@ from ..facts import HostStatus
 from ..host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
 from ..pair_files import authorized_key, gate_command, known_hosts, public_key, sudoers
 from ..plan import HostPlan
-from .jobs import run_on_host, write_root_file
+from .jobs import run_on_host, wait_for_peer, write_root_file
 from .state import Want, current_plan, host_status, pair_peer, sha256
 
 # pyinfra State -> {pair: {"ops": {host name: its exchange operation}, "key": the head's new public key or ""}}
 _EXCHANGE: WeakKeyDictionary = WeakKeyDictionary()
-KEY_FILE = Want("file", "600")  # the head's private key: root's alone (its content is never read)
+KEY_FILE = ("file", "600", "root", "root")  # the head's private key: root's alone, only stat'ed (never opened)
 ROOT_DIR = Want("dir")  # the worker's PAIR_HOME and its .ssh: root-owned, so the MPI login cannot change its key
 
 
@@ -61,11 +60,13 @@ class Trust:
 def head_key(plan: HostPlan, st: HostStatus) -> str | None:
     """The head's MPI public key as its status read reports it (None: no usable key, the run generates one)."""
     lay = plan.paths
-    return public_key(st.pubkeys.get(lay.pair_key_pub)) if KEY_FILE.matches(st.files.get(lay.pair_key)) else None
+    found = st.stats.get(lay.pair_key)
+    usable = found is not None and found[:4] == KEY_FILE and found[4].isdigit() and int(found[4]) > 0
+    return public_key(st.pubkeys.get(lay.pair_key_pub)) if usable else None
 
 
 def worker_host_key(st: HostStatus) -> str | None:
-    return public_key(st.pubkeys.get(HOST_KEY_FILE))
+    return public_key(st.pubkeys.get(HOST_KEY_FILE), host_key=True)
 
 
 def trust_problems(plan: HostPlan, st: HostStatus) -> list[str]:
@@ -144,7 +145,7 @@ def pair_trust() -> None:
                   user="root", group="root", mode="440")
         staged = shlex.quote(lay.sudoers_staged)
         server.shell(name="Install the pair's sudoers rule once visudo accepts it",
-                     commands=[f"visudo -cq -f {staged} && mv -f {staged} {shlex.quote(SUDOERS_FILE)}"])
+                     commands=[f"visudo -c -f {staged} && mv -f {staged} {shlex.quote(SUDOERS_FILE)}"])
     if t.exchange:
         # ONE call site for both hosts: in a CLI run (operations identified by where they are called) this is one
         # operation, run on both at once; the worker waits for the head's new key (steps/mirror.py does the same)
@@ -159,6 +160,9 @@ def _authorized(plan: HostPlan, key: str) -> str:
     return authorized_key(key, s.pair_peer_link_addresses, gate_command(plan.paths), s.pair)
 
 
+KEY_WAIT_SEC = 120  # how long the worker waits for the head's new key (ssh-keygen takes a moment; SSH may lag)
+
+
 def _exchange(state, host) -> bool:
     """The head: generate the key and publish its public half. The worker: wait for it, then authorize it."""
     plan = host.data.get("specfleet")
@@ -166,20 +170,24 @@ def _exchange(state, host) -> bool:
     ex = _EXCHANGE[state][s.pair]
     if s.pair_role == "head":
         key, comment = shlex.quote(lay.pair_key), shlex.quote(f"specfleet-{s.pair}")
-        ok, out, err = run_on_host(state, host, f"umask 077 && rm -f {key} {key}.pub && ssh-keygen -q -t ed25519 "
-                                                f"-N '' -C {comment} -f {key} && cat {key}.pub")
-        ex["key"] = public_key(out[-1] if ok and out else None) or ""
+        ok, out, err = False, [], ["no output"]
+        try:  # the key (or "") is published whatever happens: the worker waits for it
+            ok, out, err = run_on_host(state, host, f"umask 077 && rm -f {key} {key}.pub && ssh-keygen -q -t "
+                                                    f"ed25519 -N '' -C {comment} -f {key} && cat {key}.pub")
+        finally:
+            ex["key"] = public_key(out[-1] if ok and out else None) or ""
         if not ex["key"]:
             logger.error(f"{host.print_prefix}the pair's MPI key was not generated: {(err or out or ['?'])[-1]}")
         return bool(ex["key"])
     head = next((h for h in state.inventory if h.name in ex["ops"] and h is not host), None)
-    while ("key" not in ex and head is not None and ex["ops"][head.name] == host.executing_op_hash
-           and head not in state.failed_hosts):
-        gevent.sleep(0.2)
+    why = wait_for_peer(state, host, head, lambda: "key" in ex, KEY_WAIT_SEC)
     if not ex.get("key"):
-        logger.error(f"{host.print_prefix}{s.pair_peer} generated no MPI key in this operation, so none is "
-                     "authorized here (under pyinfra's Python API the two hosts' operations may differ: run the "
-                     "converge again, which authorizes the key from the head's status read)")
+        logger.error(f"{host.print_prefix}{s.pair_peer} generated no MPI key " + {
+            "failed": "(it failed): nothing authorized",
+            "timeout": f"within {KEY_WAIT_SEC} s: nothing authorized",
+        }.get(why, "in this operation, so none is authorized here (pyinfra's Python API numbers each host's "
+                   "operations, and --serial runs one host after the other: run the converge again, which "
+                   "authorizes the key from the head's status read)"))
         return False
     return write_root_file(state, host, lay.pair_authorized_keys, _authorized(plan, ex["key"]), "644")
 
@@ -193,7 +201,7 @@ def remove_pair_trust(plan: HostPlan) -> None:
         return
     if s.pair_role == "head":
         gone = [p for p in (lay.pair_key, lay.pair_key_pub, lay.pair_known_hosts, lay.pair_agent)
-                if p in st.files or p in st.pubkeys]
+                if p in st.files or p in st.stats or p in st.pubkeys]
         steps = [f"rm -f {' '.join(map(shlex.quote, gone))}"] if gone else []
     else:
         gone = [p for p in (lay.pair_authorized_keys, SUDOERS_FILE, lay.sudoers_staged, lay.pair_gate) if p in st.files]

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from io import StringIO
 from weakref import WeakKeyDictionary
 
-import gevent
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
@@ -24,7 +23,7 @@ from ..facts import HostStatus
 from ..host.layout import NETPLAN_FILE
 from ..pair_files import netplan
 from ..plan import HostPlan
-from .jobs import run_on_host
+from .jobs import run_on_host, wait_for_peer
 from .pair import program
 from .state import Want, current_plan, host_status, pair_peer, sha256
 
@@ -47,18 +46,20 @@ def link_ready(plan: HostPlan, st: HostStatus) -> bool:
     return configured(plan, st) and all(pair in st.addresses for pair in _addresses(plan))
 
 
-def link_problems(plan: HostPlan, st: HostStatus) -> list[str]:
+def link_problems(plan: HostPlan, st: HostStatus, peer_plan: HostPlan, peer_st: HostStatus) -> list[str]:
     """The preflight's refusals of a configured link (one `KEY: what (allowed)` clause each): a link interface that
-    is not up, and on the head a worker address that does not answer a ping over its interface. A link not yet
-    configured is the link step's to apply and check."""
+    is not up, and on the head a worker address that does not answer a ping over its interface, when both ends are
+    in place (file and addresses; a ping from a head without its addresses, or to a worker without its, says
+    nothing). A link not yet in place at either end is the link step's to apply and check."""
     s = plan.settings
     if not configured(plan, st):
         return []
+    both = link_ready(plan, st) and link_ready(peer_plan, peer_st)
     out = [f"pair_link_interfaces: {ifname} is {st.links[ifname][0]} (allowed: up at both ends; check the cable and "
            f"`ip link show {ifname}`)" for ifname in s.pair_link_interfaces
            if st.links.get(ifname, ("missing", None))[0] not in ("up", "missing")]
     for (ifname, address), result in st.pings.items():
-        if result != "ok" and not out:
+        if result != "ok" and not out and both:
             out.append(f"pair_link_addresses: {address} ({s.pair_peer}) does not answer a ping over {ifname}"
                        + (" (ping is not installed: apt install iputils-ping)" if result == "no-ping" else
                           f" (allowed: a link that answers at both ends; check `ip addr show {ifname}` on "
@@ -148,12 +149,17 @@ def _apply(state, host) -> bool:
     if not ok or s.pair_role != "head":
         return ok
     worker = next((h for h in state.inventory if h.name in links["ops"] and h is not host), None)
-    while (worker is not None and worker.name not in links["done"] and worker not in state.failed_hosts
-           and links["ops"][worker.name] == host.executing_op_hash):
-        gevent.sleep(0.2)
-    if worker is not None and not links["done"].get(worker.name):
-        logger.error(f"{host.print_prefix}pair link: {s.pair_peer}'s side of the link is not applied; not checked")
-        return False
+    if worker is not None:  # the worker applies too: wait for its side (pair-link waits START_SEC + VERIFY_SEC at most)
+        why = wait_for_peer(state, host, worker, lambda: worker.name in links["done"], s.pair_link_confirm_sec + 120)
+        if why == "elsewhere":
+            logger.warning(f"{host.print_prefix}pair link: {s.pair_peer} applies its side in another operation "
+                           "(pyinfra's Python API, or --serial); the next converge's preflight pings across it")
+            return True
+        if not links["done"].get(worker.name):
+            said = {"done": "its apply failed", "failed": "it failed", "timeout": "not in time"}[why]
+            logger.error(f"{host.print_prefix}pair link: {s.pair_peer}'s side of the link is not applied ({said}); "
+                         "not checked")
+            return False
     for ifname, address in zip(s.pair_link_interfaces, s.pair_peer_link_addresses):
         peer = address.split("/")[0]
         if not _run(state, host, ["ping", "-n", "-q", "-c", "3", "-W", "2", "-I", ifname, peer],
@@ -163,13 +169,16 @@ def _apply(state, host) -> bool:
 
 
 def remove_pair_link(plan: HostPlan) -> None:
-    """Cleanup (after the MPI trust): the link's netplan file and its addresses on the link interfaces only (not
-    `netplan apply`, which would renew every interface networkd manages, the management one included), pair-link,
-    and the pair directory with the link's state."""
+    """Cleanup (after the MPI trust): the link's netplan file (then `netplan generate`, so networkd's generated files
+    in /run no longer hold the link either: a reload or carrier change cannot bring it back) and its addresses on
+    the link interfaces only (not `netplan apply`, which would renew every interface networkd manages, the
+    management one included), pair-link, and the pair directory with the link's state."""
     s, lay, st = plan.settings, plan.paths, host_status(plan)
     if not s.pair:
         return
     steps = [f"rm -f {shlex.quote(p)}" for p in (NETPLAN_FILE, lay.pair_link_tool) if p in st.files]
+    if NETPLAN_FILE in st.files:  # rewrite netplan's generated networkd files without the link (applies nothing)
+        steps.append("{ ! command -v netplan >/dev/null || netplan generate; }")
     # an address already gone is what cleanup wants: `ip` says so, and the cleanup goes on
     steps += [f"{{ ip addr del {shlex.quote(a)} dev {shlex.quote(i)} || true; }}" for i, a in _addresses(plan)
               if (i, a) in st.addresses]

@@ -75,11 +75,12 @@ def preflight():
                 f"current release {st.current or '(none)'}")
     problems = problems_of(plan, st)
     if plan.settings.pair:
-        problems += trust_problems(plan, st) + link_problems(plan, st)
+        problems += trust_problems(plan, st)
         peer = pair_peer(plan)
         peer_st = host_status(peer[0], on=peer[1]) if peer else None
+        problems += link_problems(plan, st, peer[0], peer_st) if peer else []
         if peer and (problems_of(peer[0], peer_st) or trust_problems(peer[0], peer_st)
-                     or link_problems(peer[0], peer_st)):
+                     or link_problems(peer[0], peer_st, plan, st)):
             problems.append(f"its pair's {peer[0].settings.pair_role} {plan.settings.pair_peer} fails its preflight "
                             "(a pair converges as one; see that host's line)")
     if problems:

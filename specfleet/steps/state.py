@@ -159,7 +159,7 @@ def _read_status(plan: HostPlan, on: Host) -> HostStatus:
                        users=tuple(s.operator_users) + tuple(trust.get("users", ())),
                        config_key=config_key(plan.rendered.config) if s.profile is not None else "",
                        links=tuple(s.pair_link_interfaces) if s.pair else (), keys=tuple(trust.get("keys", ())),
-                       pings=tuple(trust.get("pings", ())))
+                       pings=tuple(trust.get("pings", ())), stats=tuple(trust.get("stats", ())))
 
 
 def needs_validation(plan: HostPlan) -> bool:

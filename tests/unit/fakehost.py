@@ -12,11 +12,14 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+import pyinfra
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
+from pyinfra.api.state import StateStage
+from pyinfra.context import ctx_host, ctx_state
 
 from specfleet.host.layout import HOST_PROGRAMS, MODULES
 from specfleet.hub import ModelPin, models_of
@@ -126,7 +129,11 @@ JOB_OK = {"job start": '{"id": "j1", "state": "started"}', "job status": '{"id":
 
 
 def run_deploy(plans: dict[str, HostPlan], deploy_fn: Callable, *args: Any,
-               responses: Callable[[HostPlan], dict] | None = None, config: Config | None = None) -> State:
+               responses: Callable[[HostPlan], dict] | None = None, config: Config | None = None,
+               cli: bool = False, serial: bool = False) -> State:
+    """Run `deploy_fn` on the plans' hosts. `cli`: as `pyinfra inventory.py deploys/...` does, where operations are
+    identified by where they are called (the Python API, the default, numbers each host's operations); `serial`:
+    pyinfra's --serial, one host after the other."""
     hosts = []
     for name, plan in plans.items():
         data = {**plan.connection, "specfleet": plan, "fake_delay": 0, "fake_delay_jitter": 0,
@@ -135,14 +142,33 @@ def run_deploy(plans: dict[str, HostPlan], deploy_fn: Callable, *args: Any,
     inventory = Inventory((hosts, {}))
     state = State(inventory, config or Config())
     connect_all(state)
-    add_deploy(state, deploy_fn, *args)
+    if cli:
+        _prepare_as_cli(state, deploy_fn, *args)
+    else:
+        add_deploy(state, deploy_fn, *args)
     try:
-        run_ops(state)
+        run_ops(state, serial=serial)
     except PyinfraError as exc:  # every host failed: pyinfra's way of saying so
         if "No hosts remaining" not in str(exc):
             raise
     disconnect_all(state)
     return state
+
+
+def _prepare_as_cli(state: State, deploy_fn: Callable, *args: Any) -> None:
+    """What pyinfra's CLI does before it runs operations: each host's deploy code in turn, in the prepare stage,
+    with operations ordered and identified by their call sites (pyinfra.api.util.get_operation_order_from_stack)."""
+    state.current_op_file_number = 0
+    pyinfra.is_cli = True
+    try:
+        state.set_stage(StateStage.Prepare)
+        with ctx_state.use(state):
+            for h in state.inventory.get_active_hosts():
+                with ctx_host.use(h):
+                    deploy_fn(*args)
+        state.set_stage(StateStage.Execute)
+    finally:
+        pyinfra.is_cli = False
 
 
 def executed(state: State) -> dict[str, list[str]]:

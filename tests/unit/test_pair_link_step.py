@@ -10,6 +10,7 @@ import logging
 import re
 
 import pytest
+from pyinfra.api import Inventory
 
 from specfleet.host.layout import NETPLAN_FILE
 from specfleet.pair_files import netplan
@@ -88,7 +89,7 @@ def test_the_head_does_not_check_a_link_whose_worker_side_failed(caplog):
     state = run_deploy(plans, pair_link, responses=responses)
     assert sorted(h.name for h in state.failed_hosts) == ["@fake/spark-1", "@fake/spark-2"]
     assert not [c for c in executed(state)["spark-1"] if PING.search(c)]
-    assert "spark-2's side of the link is not applied; not checked" in caplog.text
+    assert "spark-2's side of the link is not applied (its apply failed); not checked" in caplog.text
 
 
 def test_a_link_that_does_not_answer_after_the_apply_fails_the_head(caplog):
@@ -131,7 +132,9 @@ def test_cleanup_removes_the_link_file_its_addresses_and_the_pair_directory_only
     for name, plan in plans.items():
         lay, (a1, a2) = plan.paths, plan.settings.pair_link_addresses
         assert executed(state)[name][1:] == [
-            f"rm -f {NETPLAN_FILE} && rm -f {lay.pair_link_tool} && {{ ip addr del {a1} dev enp1s0f1np1 || true; }} && "
+            f"rm -f {NETPLAN_FILE} && rm -f {lay.pair_link_tool} && "
+            "{ ! command -v netplan >/dev/null || netplan generate; } && "
+            f"{{ ip addr del {a1} dev enp1s0f1np1 || true; }} && "
             f"{{ ip addr del {a2} dev enP2p1s0f1np1 || true; }} && rm -rf {lay.pair_dir}"]
     clean = run_deploy(plans, remove_pair_link_deploy, responses=_responses(drop=_unconfigured(plans) + (
         re.escape(plans["spark-1"].paths.pair_link_tool), r"\t/var/lib/specfleet/pair$")))
@@ -140,3 +143,44 @@ def test_cleanup_removes_the_link_file_its_addresses_and_the_pair_directory_only
 
 def remove_pair_link_deploy():
     remove_pair_link(current_plan())
+
+
+def test_in_a_cli_run_both_apply_in_one_operation_and_the_head_pings_after_the_worker(uploads):  # noqa: F811
+    plans = _plans()
+    state = run_deploy(plans, pair_link, responses=_responses(drop=_unconfigured(plans)), cli=True)
+    assert not state.failed_hosts
+    assert len([c for c in executed(state)["spark-1"] if PING.search(c)]) == 2
+
+
+def test_with_serial_hosts_the_head_first_does_not_wait_for_the_worker(caplog, monkeypatch):
+    """pyinfra --serial, the head first: its side applied, it cannot wait for a worker that has not started; it
+    says the next preflight pings across, and the worker then applies its side."""
+    active = Inventory.get_active_hosts  # pyinfra's serial order is its set of active hosts: make it head first
+    monkeypatch.setattr(Inventory, "get_active_hosts", lambda self: sorted(active(self), key=lambda h: h.name))
+    plans = _plans()
+    state = run_deploy(plans, pair_link, responses=_responses(drop=_unconfigured(plans)), serial=True)
+    assert not state.failed_hosts
+    assert "spark-2 applies its side in another operation" in caplog.text
+    assert [len([c for c in executed(state)[h] if APPLY.search(c)]) for h in plans] == [1, 1]
+
+
+def test_a_link_missing_at_the_worker_is_applied_not_refused_for_the_heads_silent_pings():
+    """The head's file in place, the worker's gone (reverted, reinstalled): the head's pings fail, and that is the
+    link step's to fix, not a reason for the preflight to refuse the pair for good."""
+    plans = _plans()
+    worker = plans["spark-2"].paths
+
+    def responses(plan):
+        if plan.settings.pair_role == "head":
+            out = _responses(drop=(r"^ping\t",))(plan)
+            out[SPECFLEET_FACT] += [f"ping\t{i}\t{a}\tfail" for i, a in (("enp1s0f1np1", "192.168.100.11"),
+                                                                         ("enP2p1s0f1np1", "192.168.101.11"))]
+            return out
+        return _responses(drop=(re.escape(NETPLAN_FILE), re.escape(worker.netplan_staged), r"^addr\tenp|^addr\tenP"))(plan)
+
+    def converge_link():
+        preflight()
+        pair_link()
+    state = run_deploy(plans, converge_link, responses=responses)
+    assert _refusals(state) == {"spark-1": "", "spark-2": ""}
+    assert len([c for c in executed(state)["spark-2"] if APPLY.search(c)]) == 1

@@ -10,6 +10,7 @@ import re
 
 import gevent
 import pytest
+from pyinfra.api import Inventory
 from pyinfra.connectors.fake import FakeConnector
 
 from specfleet.host.layout import HOST_KEY_FILE, NETPLAN_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
@@ -59,7 +60,7 @@ def _trust_lines(plan) -> list[str]:
     s, lay = plan.settings, plan.paths
     if s.pair_role == "head":
         pin = known_hosts(WORKER_HOST_KEY, s.pair_peer_link_addresses, 22)
-        return [f"file\tfile|600|root|root|{'f' * 64}\t{lay.pair_key}",
+        return [f"stat\tfile|600|root|root|411\t{lay.pair_key}",
                 f"file\tfile|644|root|root|{sha256(pin)}\t{lay.pair_known_hosts}",
                 f"file\tfile|755|root|root|{sha256(program('pair_agent.sh'))}\t{lay.pair_agent}",
                 f"pubkey\t{lay.pair_key_pub}\t{HEAD_PUB} root@spark-1"]
@@ -68,7 +69,8 @@ def _trust_lines(plan) -> list[str]:
             f"file\tfile|644|root|root|{sha256(auth)}\t{lay.pair_authorized_keys}",
             f"file\tfile|440|root|root|{sha256(sudoers(lay))}\t{SUDOERS_FILE}",
             f"file\tfile|755|root|root|{sha256(program('pair_gate.py'))}\t{lay.pair_gate}",
-            f"groups\t{PAIR_USER}\t{PAIR_USER}", f"pubkey\t{HOST_KEY_FILE}\t{WORKER_HOST_KEY} root@spark-2"]
+            f"groups\t{PAIR_USER}\t{PAIR_USER}",
+            f"pubkey\t{HOST_KEY_FILE}\t{WORKER_HOST_KEY} root@spark-2 (reinstalled 2026-11-01)"]
 
 
 def _responses(fresh=(), drop=(), extra=None):
@@ -127,7 +129,7 @@ def test_a_fresh_pair_gets_a_key_generated_on_the_head_and_authorized_on_the_wor
     assert not [c for c in head + worker if private.search(c.replace(f"-f {lay.pair_key} ", ""))
                 and not c.startswith("DATA=")]
     assert [c for c in worker if "useradd" in c and PAIR_USER in c and PAIR_HOME in c]
-    visudo = [c for c in worker if "visudo -cq -f" in c]
+    visudo = [c for c in worker if "visudo -c -f" in c]
     assert len(visudo) == 1 and f"mv -f {lay.sudoers_staged} {SUDOERS_FILE}" in visudo[0]
     assert uploads[("spark-2", lay.sudoers_staged)].endswith(f"{PAIR_USER} ALL=(root) NOPASSWD: SPECFLEET_PAIR_GATE\n")
     assert ("spark-2", SUDOERS_FILE) not in uploads  # sudo only ever sees a rule visudo accepted
@@ -251,3 +253,34 @@ def test_cleanup_removes_the_trust_it_finds_and_nothing_on_a_clean_pair():
 
 def remove_pair_trust_deploy():
     remove_pair_trust(current_plan())
+
+
+def test_in_a_cli_run_the_exchange_is_one_operation_even_with_a_head_behind(uploads):
+    """As `pyinfra inventory.py deploys/...` runs it (operations identified by where they are called): the head
+    has more to do before its key than the worker before its half, and still the worker authorizes the new key
+    (under the Python API the same case fails the worker: the test above)."""
+    plans = _plans()
+    lay = plans["spark-1"].paths
+    head_behind = (re.escape(lay.pair_key) + "$", re.escape(lay.pair_known_hosts), re.escape(lay.pair_agent))
+    state = run_deploy(plans, pair_trust, responses=_responses(drop=head_behind), cli=True)
+    assert not state.failed_hosts
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n")
+
+
+def test_with_serial_hosts_the_worker_first_fails_with_a_line_instead_of_waiting(caplog, monkeypatch):
+    """pyinfra --serial runs one host's operations after the other's: a worker run first cannot wait for a head
+    that has not started (it would wait forever); it fails at once with a line saying what to do."""
+    active = Inventory.get_active_hosts  # pyinfra's serial order is its set of active hosts: make it worker first
+    monkeypatch.setattr(Inventory, "get_active_hosts", lambda self: sorted(active(self), key=lambda h: h.name)[::-1])
+    plans = _plans()
+    lay = plans["spark-1"].paths
+    state = run_deploy(plans, pair_trust, responses=_responses(drop=(re.escape(lay.pair_key) + "$",)), serial=True)
+    assert [h.name for h in state.failed_hosts] == ["@fake/spark-2"]
+    assert "spark-1 generated no MPI key in this operation" in caplog.text and "--serial" in caplog.text
+
+
+def test_a_converged_pair_passes_the_preflight_whatever_comment_its_host_key_has():
+    """sshd's host key file ends with any comment (root@<name>, edited by hand): only the key is pinned, and the
+    preflight does not take a comment it does not expect for a missing key."""
+    state = run_deploy(_plans(), preflight, responses=_responses())
+    assert _refusals(state) == {"spark-1": "", "spark-2": ""} and not state.failed_hosts

@@ -72,3 +72,23 @@ def test_file_status_prints_what_coreutils_printed(tmp_path):
     got = subprocess.run(["python3", "-I", "-S", "-c", FILE_STATUS], env=env, capture_output=True, check=True).stdout
     assert b"file\tlink|nowhere/at all" in want and b"\t(missing)\n" in want and b"|1777|" in want  # the cases
     assert got.decode().splitlines() == want.decode().splitlines()
+
+
+def test_a_path_in_stats_is_stated_never_opened(tmp_path):
+    """A pair head's private key is in STATS: its kind, mode, owner and size are reported and it is never opened (a
+    FIFO shows it: opening one for reading blocks until a writer comes, so the probe would hang, here for 10 s)."""
+    import getpass
+    import grp
+    import os
+
+    from specfleet.facts import FILE_STATUS
+
+    os.mkfifo(tmp_path / "mpi_key", 0o600)
+    (tmp_path / "mpi_key.pub").write_text("ssh-ed25519 AAAA comment\nsecond line\n")
+    env = {**os.environ, "STATS": str(tmp_path / "mpi_key"), "KEYS": str(tmp_path / "mpi_key.pub")}
+    got = subprocess.run(["timeout", "10", "python3", "-I", "-S", "-c", FILE_STATUS], env=env, capture_output=True,
+                         text=True)
+    user, group = getpass.getuser(), grp.getgrgid(os.getgid()).gr_name
+    assert got.returncode == 0, got
+    assert got.stdout.splitlines() == [f"stat\tother|600|{user}|{group}|0\t{tmp_path}/mpi_key",
+                                       f"pubkey\t{tmp_path}/mpi_key.pub\tssh-ed25519 AAAA comment"]

@@ -1,7 +1,7 @@
-"""The files part of a specfleet host's status read (host_status.sh runs it; facts.SpecfleetHost parses it): the
-size of each path in SIZES, the kind, mode, owner and sha256 of each path in FILES, the groups of each user in
-USERS, and the first line of each public key file in KEYS (newline-separated lists, from the environment), as
-`key<TAB>value` lines. Read-only, stdlib only.
+"""The files part of a specfleet host's status read (host_status.sh runs it; facts.SpecfleetHost parses it): the size of
+each path in SIZES, the kind, mode, owner and sha256 of each path in FILES, the groups of each user in USERS, the
+kind, mode, owner and size of each path in STATS (not opened), and the first line of each public key file in KEYS
+(newline-separated lists, from the environment), as `key<TAB>value` lines. Read-only, stdlib only.
 
 It is one process because the shell loop it replaces ran four to six programs per path: on a slow host (an
 emulated guest) that was 3 of the probe's 7 seconds, on every converge.
@@ -9,6 +9,7 @@ emulated guest) that was 3 of the probe's 7 seconds, on every converge.
     size  <bytes, -1 if missing (links followed)>  <path>
     file  link|<target> | dir|<mode>|<user>|<group> | file|<mode>|<user>|<group>|<sha256>  <path>   (missing: none)
     groups  <user>  <names, primary first> | (missing)
+    stat    file|dir|other|<mode>|<user>|<group>|<size>  <path>   (STATS: never opened; missing: none)
     pubkey  <path>  <its first line, at most 300 bytes>   (missing or unreadable: none)
 """
 
@@ -87,6 +88,14 @@ def main():
             out("file", desc, path)
     for user in paths("USERS"):
         out("groups", user, groups(user))
+    for path in paths("STATS"):  # only stat'ed, never opened (a private key): kind, mode, owner, size
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        kind = "file" if stat.S_ISREG(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "other"
+        out("stat", "%s|%o|%s|%s|%d" % (kind, stat.S_IMODE(st.st_mode), name(pwd.getpwuid, st.st_uid),
+                                        name(grp.getgrgid, st.st_gid), st.st_size), path)
     for path in paths("KEYS"):  # public halves only: a pair's MPI key (.pub) and a worker's sshd host key
         try:
             with open(path, "rb") as f:

@@ -6,7 +6,7 @@
 # SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and newline-
 # separated lists of paths whose size / state to report and users whose groups to report), LINKS (a pair host's
 # link interfaces, newline-separated; empty elsewhere), KEYS (public key files whose first line to report, read by
-# file_status.py), PINGS (a pair head's `IFNAME ADDRESS` lines: one ping each across the link, 1 s at most).
+# file_status.py), STATS (paths only stat'ed, never opened: a private key), PINGS (a pair head's `IFNAME ADDRESS` lines: one ping each across the link, 1 s at most).
 echo "arch	$(uname -m)"
 ( . /etc/os-release 2>/dev/null; echo "os	${PRETTY_NAME:-unknown}" )
 droot=
