@@ -11,7 +11,8 @@ import re
 import jinja2
 import yaml
 
-from .host.layout import CONFIG_FILE, DRAFT_LINK, SMOKE_FILE, Layout
+from .host.layout import CONFIG_FILE, DRAFT_LINK, PAIR_MOUNT, PAIR_USER, SMOKE_FILE, Layout
+from .pair_launch import mpirun_argv
 from .settings import Settings
 
 # Package data: specfleet/templates/ (jinja2's PackageLoader finds it in a wheel install as in a clone).
@@ -55,7 +56,21 @@ def docker_run_args(s: Settings) -> list[str]:
     args += ["-v", f"{layout.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
     if s.profile and s.profile["tiktoken"]:
         args += ["-v", f"{layout.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
+    if s.pair_role == "head":  # the MPI key, the worker's pinned host key and the rsh agent (host/pair_agent.sh)
+        args += ["-v", f"{layout.pair_dir}:{PAIR_MOUNT}:ro", "-e", f"SPECFLEET_PAIR_USER={PAIR_USER}",
+                 "-e", f"SPECFLEET_PAIR_PORT={s.pair_ssh_port}"]
     return args
+
+
+def container_command(s: Settings) -> list[str]:
+    """What the serving container runs: trtllm-serve; on a pair's head the MPI launch of it over both nodes
+    (pair_launch.mpirun_argv); on a pair's worker nothing but a process that holds the container up, for the head's
+    launch to start its rank in (`docker exec ... orted`, through the worker's pair gate)."""
+    if s.pair_role == "worker":
+        return ["sleep", "infinity"]
+    if s.pair_role == "head":
+        return mpirun_argv(s, serve_args(s))
+    return ["trtllm-serve", *serve_args(s)]
 
 
 def serve_args(s: Settings) -> list[str]:
@@ -99,7 +114,7 @@ def unit_text(s: Settings) -> str:
     return ENV.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
-        docker_args=systemd_args(docker_run_args(s)), serve_args=systemd_args(serve_args(s)),
+        docker_args=systemd_args(docker_run_args(s)), command=systemd_args(container_command(s)),
         start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
         restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,
         stop_timeout_sec_plus=s.stop_timeout_sec + 30,

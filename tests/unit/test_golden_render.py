@@ -25,9 +25,10 @@ from tests.unit.fakehost import write_fake_lock
 
 GOLDEN = Path(__file__).parent / "golden" / "rendered.json"
 EXAMPLE = Path(__file__).parents[2] / "specfleet" / "scaffold" / "inventory" / "example.yml"
-# The single-Spark profiles: a two-Spark profile's files are not rendered yet (a deploy refuses a pair:
-# plan.PAIR_NOT_YET); its rules are tests/unit/test_pair_fleet.py's.
+# The single-Spark profiles, on both example fleets; a two-Spark profile on the PAIR fleet (its rules are
+# tests/unit/test_pair_fleet.py's; a deploy still refuses a pair: plan.PAIR_NOT_YET).
 SINGLE = sorted(p for p in PROFILES if nodes(p) == 1)
+PAIRED = sorted(p for p in PROFILES if nodes(p) == 2)
 IMAGES = {"1.2.0rc6": "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6",
           "1.3.0rc12": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"}
 # A lab-like fleet: a Hub mirror, non-default paths, port, service name, container env and a tiktoken profile.
@@ -44,11 +45,22 @@ all:
         spark-01: {ansible_host: 10.1.0.11}
         spark-02: {ansible_host: 10.1.0.12, serve_host: 0.0.0.0, extra_llm_api_options: {max_batch_size: 4}}
 """
+# A fleet with one pair: the head's unit runs the MPI launch, the worker's holds its container (pair_launch.py).
+PAIR = """\
+all:
+  vars: {ssh_user: spark, _sudo: true, operator_users: [spark]}
+  children:
+    pair_a:
+      vars: {serves: qwen3_eagle3_pair}
+      hosts:
+        spark-01: {ansible_host: 10.1.0.11, pair_role: head}
+        spark-02: {ansible_host: 10.1.0.12, pair_role: worker}
+"""
 
 
 def _fleet_file(tmp: Path, fleet: str, version: str) -> Path:
     """The fleet file with the version's image in all.vars, and the lock `specfleet lock` would write (fake pins)."""
-    text = EXAMPLE.read_text() if fleet == "example" else LAB
+    text = EXAMPLE.read_text() if fleet == "example" else LAB if fleet == "lab" else PAIR
     doc = yaml.safe_load(text)
     doc["all"]["vars"]["image"] = IMAGES[version]
     path = tmp / f"{fleet}-{version}" / "fleet.yml"
@@ -60,10 +72,11 @@ def _fleet_file(tmp: Path, fleet: str, version: str) -> Path:
 
 def rendered(tmp: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    for fleet in ("example", "lab"):
-        for version in IMAGES:
+    for fleet, versions, profiles in (("example", IMAGES, SINGLE), ("lab", IMAGES, SINGLE),
+                                      ("pair", ["1.3.0rc12"], PAIRED)):
+        for version in versions:
             inventory = load_inventory(_fleet_file(tmp, fleet, version))
-            for profile in SINGLE:
+            for profile in profiles:
                 try:
                     plans = build_plans(inventory, profile)
                 except PlanError as exc:  # e.g. the example's draft override under baseline: refused, also pinned
@@ -107,3 +120,6 @@ def test_the_golden_covers_a_mirror_and_each_profile(version):
     for profile in SINGLE:
         assert want[f"lab/{version}/{profile}/spark-02"]["release_id"].startswith("r-")
         assert f"example/{version}/{profile}/spark-01" in want or want[f"example/{version}/{profile}"]["refused"]
+    for profile in PAIRED if version == "1.3.0rc12" else []:
+        assert "mpirun" in want[f"pair/{version}/{profile}/spark-01"]["files"][
+            "/var/lib/specfleet/current/specfleet-trtllm.service"]
