@@ -32,7 +32,7 @@ class PairFileError(ValueError):
     """A value from a host that cannot go into a file (the deploy names the host and refuses)."""
 
 
-def _address(address_with_prefix: str) -> str:
+def link_ip(address_with_prefix: str) -> str:
     """`192.168.100.10/24` -> `192.168.100.10`: the name SSH knows a link address by."""
     return address_with_prefix.split("/")[0]
 
@@ -52,7 +52,7 @@ def authorized_key(public_key: str, head_link_addresses: list[str], gate_command
         raise PairFileError("the pair's MPI public key is not one ssh-ed25519 key (ssh-keygen -t ed25519 prints one)")
     if '"' in gate_command or "\n" in gate_command:
         raise PairFileError("the pair gate's command may hold no double quote or newline")
-    sources = ",".join(_address(a) for a in head_link_addresses)
+    sources = ",".join(link_ip(a) for a in head_link_addresses)
     return f'restrict,from="{sources}",command="{gate_command}" {key.group(1)} specfleet-{pair}\n'
 
 
@@ -80,7 +80,7 @@ def known_hosts(host_public_key: str, link_addresses: list[str], port: int = 22)
     key = HOST_KEY.match(host_public_key.strip())
     if not key:
         raise PairFileError("the worker's SSH host key is not one ssh-ed25519 key (/etc/ssh/ssh_host_ed25519_key.pub)")
-    names = [_address(a) if port == 22 else f"[{_address(a)}]:{port}" for a in link_addresses]
+    names = [link_ip(a) if port == 22 else f"[{link_ip(a)}]:{port}" for a in link_addresses]
     return f"{','.join(names)} {key.group(1)}\n"
 
 
@@ -91,7 +91,7 @@ def pair_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
     (`IFNAME ADDRESS`)."""
     link = (NETPLAN_FILE, lay.netplan_staged, lay.pair_link_tool)
     if s.pair_role == "head":
-        pings = tuple(f"{ifname} {_address(a)}" for ifname, a in zip(s.pair_link_interfaces,
+        pings = tuple(f"{ifname} {link_ip(a)}" for ifname, a in zip(s.pair_link_interfaces,
                                                                      s.pair_peer_link_addresses))
         return {"files": link + (lay.pair_dir, lay.pair_known_hosts, lay.pair_agent), "stats": (lay.pair_key,),
                 "keys": (lay.pair_key_pub,), "pings": pings}

@@ -17,6 +17,7 @@ From NVIDIA's "Run on Two Sparks" (`mpirun ... trtllm-llmapi-launch trtllm-serve
 from __future__ import annotations
 
 from .host.layout import PAIR_AGENT
+from .pair_files import link_ip
 from .settings import Settings
 
 LAUNCHER = "trtllm-llmapi-launch"  # TensorRT-LLM's per-rank launcher (tensorrt_llm/llmapi/trtllm-llmapi-launch)
@@ -24,16 +25,12 @@ LAUNCHER = "trtllm-llmapi-launch"  # TensorRT-LLM's per-rank launcher (tensorrt_
 RANK_COMMAND = ["bash", "-c", 'exec 7>/dev/null; export BASH_XTRACEFD=7; exec "$0" "$@"', LAUNCHER]
 
 
-def _ip(address_with_prefix: str) -> str:
-    return address_with_prefix.split("/")[0]
-
-
 def mpirun_argv(s: Settings, serve: list[str]) -> list[str]:
     """The head's launch: `mpirun ... trtllm-llmapi-launch trtllm-serve SERVE...` (SERVE: render.serve_args)."""
     assert s.pair_role == "head" and s.pair_link_addresses and s.pair_peer_link_addresses
     subnets = ",".join(s.pair_link_subnets)
     return ["mpirun", "--allow-run-as-root", "-np", "2",
-            "-H", f"{_ip(s.pair_link_addresses[0])}:1,{_ip(s.pair_peer_link_addresses[0])}:1",
+            "-H", f"{link_ip(s.pair_link_addresses[0])}:1,{link_ip(s.pair_peer_link_addresses[0])}:1",
             "--mca", "plm_rsh_agent", PAIR_AGENT, "--mca", "plm_rsh_no_tree_spawn", "1",
             "--mca", "btl_tcp_if_include", subnets, "--mca", "oob_tcp_if_include", subnets,
             *RANK_COMMAND, "trtllm-serve", *serve]

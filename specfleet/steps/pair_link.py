@@ -21,7 +21,7 @@ from pyinfra.operations import files, python, server
 
 from ..facts import HostStatus
 from ..host.layout import NETPLAN_FILE
-from ..pair_files import netplan
+from ..pair_files import link_ip, netplan
 from ..plan import HostPlan
 from .jobs import run_on_host, wait_for_peer
 from .pair import program
@@ -161,7 +161,7 @@ def _apply(state, host) -> bool:
                          "not checked")
             return False
     for ifname, address in zip(s.pair_link_interfaces, s.pair_peer_link_addresses):
-        peer = address.split("/")[0]
+        peer = link_ip(address)
         if not _run(state, host, ["ping", "-n", "-q", "-c", "3", "-W", "2", "-I", ifname, peer],
                     f"ping {peer} ({s.pair_peer}) over {ifname}"):
             return False
