@@ -37,6 +37,18 @@ def link_ip(address_with_prefix: str) -> str:
     return address_with_prefix.split("/")[0]
 
 
+def pair_record(s: Settings, worker_release: str | None) -> dict:
+    """The `pair` section of a pair host's release.json, what its host tool switches by (host/pair_switch.py): the
+    head's names the worker (link address, SSH port and login of the pair agent) and the worker's release; the
+    head's release id covers all of it (its unit holds the address, port and login; plan.Rendered the release)."""
+    if s.pair_role == "worker":
+        return {"role": "worker", "name": s.pair, "head": s.pair_peer}
+    assert s.pair_role == "head" and s.pair_peer_link_addresses and worker_release
+    return {"role": "head", "name": s.pair,
+            "worker": {"host": s.pair_peer, "address": link_ip(s.pair_peer_link_addresses[0]),
+                       "port": s.pair_ssh_port, "login": PAIR_USER, "release": worker_release}}
+
+
 def netplan(s: Settings) -> str:
     """The pair link's netplan file (root 0600, as netplan wants it): each link interface with its address."""
     ethernets = {ifname: {"dhcp4": False, "dhcp6": False, "addresses": [address]}

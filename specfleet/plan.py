@@ -23,6 +23,7 @@ from .hub import ModelPin, resolve_pins
 from .inventory import Inventory, InventoryError, load_inventory
 from .lockfile import pins_from_lock
 from .mirror_files import advertised_url
+from .pair_files import pair_record
 from .problems import Problem
 from .project import project_dir, use_project
 from .render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
@@ -55,6 +56,7 @@ class HostPlan:
     mirror_down: bool = False  # set by `specfleet rollout` when the mirror failed its warm-up phase
     # why this run leaves the host alone (a gateway host, or a Spark that serves another profile); None: it does not
     skip: str | None = None
+    pair_worker: HostPlan | None = None  # a pair's head: its worker's plan (the head's release covers the worker's)
     # Values derived from (settings, pins), computed once. pyinfra hands out a shallow copy of host data on every
     # access, so the memo is a dict that all those copies share.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -69,15 +71,17 @@ class HostPlan:
 
     def derived(self, name: str, compute):
         """`compute(self)`, once per (settings, pins): recomputed only when either is replaced."""
+        worker = self.pair_worker.release_id if self.pair_worker else None
         hit = self._memo.get(name)
-        if hit is None or hit[0] is not self.settings or hit[1] is not self.pins:
-            hit = self._memo[name] = (self.settings, self.pins, compute(self))
-        return hit[2]
+        if hit is None or hit[0] is not self.settings or hit[1] is not self.pins or hit[2] != worker:
+            hit = self._memo[name] = (self.settings, self.pins, worker, compute(self))
+        return hit[3]
 
     @property
     def rendered(self) -> "Rendered":
         """The release's files and id: the steps read them many times a run."""
-        return self.derived("rendered", lambda plan: Rendered.of(plan.settings, plan.pins))
+        return self.derived("rendered", lambda plan: Rendered.of(
+            plan.settings, plan.pins, plan.pair_worker.release_id if plan.pair_worker else None))
 
     @property
     def release_id(self) -> str:
@@ -105,6 +109,7 @@ class HostPlan:
             "config_sha256": hashlib.sha256(self.rendered.config.encode()).hexdigest(),
             "rendering": RENDERING,
             "trtllm_version": s.trtllm_version,
+            **({"pair": pair_record(s, self.pair_worker.release_id if self.pair_worker else None)} if s.pair else {}),
         }
 
     def files(self, redact: bool = True) -> dict[str, str]:
@@ -121,13 +126,16 @@ class Rendered:
     release_id: str
 
     @classmethod
-    def of(cls, s: Settings, pins: dict[str, ModelPin]) -> "Rendered":
+    def of(cls, s: Settings, pins: dict[str, ModelPin], pair_worker_release: str | None = None) -> "Rendered":
+        """`pair_worker_release`: a pair's head's worker's release id, which the head's id covers."""
         config, unit, smoke = config_yaml(s), unit_text(s), smoke_request(s)
         material = {
             "config": config, "unit": unit, "smoke": smoke,
             "models": {role: [p.repo, p.commit] for role, p in sorted(pins.items())},
             "tiktoken": s.tiktoken_sha256 if s.profile["tiktoken"] else None,
         }
+        if pair_worker_release:
+            material["pair_worker_release"] = pair_worker_release
         digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
         return cls(config, unit, smoke, f"r-{digest[:12]}")
 
@@ -216,6 +224,9 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0], is_mirror=h in mirrors,
                          is_gateway=h in gateways, skip=gateway_fleet.skipped(inventory, h, s.serves, profile))
              for h, s in fleet.items()}
+    for plan in plans.values():  # a pair serves one release, the head's: its id covers the worker's
+        if plan.settings.pair_role == "head" and plans[plan.settings.pair_peer].settings.profile:
+            plan.pair_worker = plans[plan.settings.pair_peer]
     first = next((h for h in inventory.hosts if h in mirrors), None)
     if first is not None:
         url = advertised_url(plans[first].settings, plans[first].connection)

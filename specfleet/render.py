@@ -11,7 +11,7 @@ import re
 import jinja2
 import yaml
 
-from .host.layout import CONFIG_FILE, DRAFT_LINK, PAIR_MOUNT, PAIR_USER, SMOKE_FILE, Layout
+from .host.layout import CONFIG_FILE, DRAFT_LINK, PAIR_AGENT_ENV, PAIR_MOUNT, PAIR_USER, SMOKE_FILE, Layout
 from .pair_launch import mpirun_argv
 from .settings import Settings
 
@@ -57,8 +57,9 @@ def docker_run_args(s: Settings) -> list[str]:
     if s.profile and s.profile["tiktoken"]:
         args += ["-v", f"{layout.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
     if s.pair_role == "head":  # the MPI key, the worker's pinned host key and the rsh agent (host/pair_agent.sh)
-        args += ["-v", f"{layout.pair_dir}:{PAIR_MOUNT}:ro", "-e", f"SPECFLEET_PAIR_USER={PAIR_USER}",
-                 "-e", f"SPECFLEET_PAIR_PORT={s.pair_ssh_port}"]
+        args += ["-v", f"{layout.pair_dir}:{PAIR_MOUNT}:ro"]
+        for key, value in zip(PAIR_AGENT_ENV, (PAIR_USER, s.pair_ssh_port)):
+            args += ["-e", f"{key}={value}"]
     return args
 
 

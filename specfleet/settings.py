@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from . import gateway_fleet, grammars, pair_fleet
+from .host.layout import RELEASE_ID
 from .inventory import Inventory
 from .llm_options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, image_version, schema_for_image, show
 from .problems import Problem, error_key, error_message, llm_error_message
@@ -134,7 +135,7 @@ class Settings(BaseModel):
     health_interval_sec: PosInt
     smoke_timeout_sec: PosInt
     keep_releases: Annotated[int, Field(ge=2, le=100)]
-    rollback_to: Annotated[str, Field(pattern=r"^r-[0-9a-f]{12}$")] | None
+    rollback_to: Annotated[str, Field(pattern=f"^{RELEASE_ID}$")] | None
     purge_models: bool
 
     # Derived from the above: the merged TRT-LLM options (profile deep-merged with the var).

@@ -16,6 +16,8 @@ LAYOUT_FILE = "layout.py"  # this module's installed name, next to the host tool
 LIB_FILE = "hostlib.py"  # the host tool's helpers, installed next to it
 STATE_FILE = "release_state.py"  # THE reader of the release state, installed next to it (and shipped by probes)
 DRAIN_FILE = "drain.py"  # the drain before a restart behind gateways, installed next to it
+READINESS_FILE = "readiness.py"  # the readiness gate (/health, then the smoke completion), installed next to it
+PAIR_SWITCH_FILE = "pair_switch.py"  # a pair's switch over both hosts, driven by the head, installed next to it
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
@@ -30,13 +32,16 @@ PAIR_KEY_FILE = "mpi_key"  # the pair's MPI key (ed25519, generated on the head,
 PAIR_KNOWN_HOSTS_FILE = "known_hosts"  # the worker's host key pinned at its link addresses (pair_files.known_hosts)
 PAIR_AGENT_FILE = "pair-agent"  # mpirun's rsh agent (host/pair_agent.sh), which uses the two files beside it
 PAIR_AGENT = f"{PAIR_MOUNT}/{PAIR_AGENT_FILE}"  # the agent as the head's container runs it (plm_rsh_agent)
+PAIR_AGENT_ENV = ("SPECFLEET_PAIR_USER", "SPECFLEET_PAIR_PORT")  # the agent's login and port (host/pair_agent.sh)
 PAIR_LINK_UNIT = "specfleet-pair-link"  # transient unit of a link change awaiting its confirmation
 NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: applied, awaiting accept/reject
 # Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
                  LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py", DRAIN_FILE: "drain.py",
-                 AGENT_TOOL: "gateway_agent.py"}
-MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE, DRAIN_FILE)  # installed as modules (0644), not programs
+                 READINESS_FILE: "readiness.py", PAIR_SWITCH_FILE: "pair_switch.py", AGENT_TOOL: "gateway_agent.py"}
+MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE, DRAIN_FILE, READINESS_FILE, PAIR_SWITCH_FILE)  # modules (0644)
+RELEASE_ID = r"r-[0-9a-f]{12}"  # THE form of a release id (plan.Rendered: r- and 12 hex digits of a content hash)
+PAIR_WORKER_FLAG = "--pair-worker"  # `activate ID --pair-worker`: the worker's side of its head's switch
 
 JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
 MIRROR_UNIT = "specfleet-hub-mirror"  # the Hub mirror's units: olah; -proxy.socket / -proxy.service in front of it
@@ -136,6 +141,12 @@ class Layout:
     def pair_link_argv(self, *args: str) -> list[str]:
         """THE link tool's command line: `<data_dir>/bin/pair-link --data-dir <data_dir> ARGS...`."""
         return [self.pair_link_tool, "--data-dir", self.data_dir, *args]
+
+    @staticmethod
+    def pair_worker_words(rid: str) -> list[str]:
+        """THE command the head's switch asks the worker's pair gate for (over the MPI key), which the gate runs as
+        the host tool beside it: `specfleet-host activate ID --pair-worker`."""
+        return [HOST_TOOL, "activate", rid, PAIR_WORKER_FLAG]
 
     def pair_gate_argv(self) -> list[str]:
         """THE pair gate's command line on the worker (sudo runs it as root, with exactly these arguments)."""

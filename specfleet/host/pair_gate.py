@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The pair gate: what the head's MPI key may run on the worker. It is the key's forced command
 (`command=` in the worker's authorized_keys, pair_files.authorized_key), so sshd runs it whatever the head asked,
-with the asked command in $SSH_ORIGINAL_COMMAND. It lets one thing through, OpenMPI's launch of its daemon:
-
-    orted [--daemonize|--tree-spawn] (-mca|--mca KEY "VALUE")...
-
-and runs it in the worker's serving container (`docker exec -i CONTAINER orted ...`, an argv, no shell). Anything
-else (`id`, a shell, a second command, an MCA parameter outside LAUNCH_PARAMS, an rsh agent other than the pair's)
-is refused with one line on stderr and exit 126, and nothing runs.
+with the asked command in $SSH_ORIGINAL_COMMAND. It lets two things through:
+- OpenMPI's launch of its daemon, `orted [--daemonize|--tree-spawn] (-mca|--mca KEY "VALUE")...`, run in the
+  worker's serving container (`docker exec -i CONTAINER orted ...`, an argv, no shell);
+- the head's switch of the pair (host/pair_switch.py), `specfleet-host activate ID --pair-worker` with ID a release
+  id (layout.RELEASE_ID), run as the host tool beside this gate: it activates only a release already staged on the
+  worker and marked a worker's, and (re)starts nothing but the worker's container.
+Anything else (`id`, a shell, a second command, an MCA parameter outside LAUNCH_PARAMS, an rsh agent other than
+the pair's, another host tool command or option) is refused with one line on stderr and exit 126, and nothing runs.
 
 The launch line is OpenMPI's, not ours: mpirun's rsh launcher (plm rsh) runs `<plm_rsh_agent> HOST orted ...`, which
 the pair's agent on the head passes to ssh, and sshd hands it here as one string for a POSIX shell (values in
@@ -31,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # installed next to the host tool and layout.py
-from layout import PAIR_GATE_TOOL  # noqa: E402
+from layout import HOST_TOOL, PAIR_GATE_TOOL, RELEASE_ID, Layout  # noqa: E402
 
 ORTED = "orted"
 FLAGS = {"--daemonize", "--tree-spawn"}  # orted's flags in 4.1.4's launch line (no tree spawn: --daemonize)
@@ -59,16 +60,26 @@ class Refused(ValueError):
 def launch_argv(asked: str | None, container: str, agent: str) -> list[str]:
     """The command that runs the asked launch in `container`, or Refused (why)."""
     if not asked or not asked.strip():
-        raise Refused("no command (this key only launches the pair's MPI daemon)")
+        raise Refused("no command (this key only launches the pair's MPI daemon or switches the pair)")
     if len(asked) > MAX_LINE:
         raise Refused(f"a command of {len(asked)} characters (at most {MAX_LINE})")
     try:
         words = shlex.split(asked, comments=False, posix=True)
     except ValueError as e:
         raise Refused(f"not one command ({e})") from None
+    if words[0] == HOST_TOOL:
+        return _switch_argv(words)
     if words[0] != ORTED:
         raise Refused(f"{words[0]!r} is not {ORTED} (this key only launches the pair's MPI daemon)")
     return ["docker", "exec", "-i", container, ORTED, *_orted_args(words[1:], agent)]
+
+
+def _switch_argv(words: list[str]) -> list[str]:
+    """The head's switch: exactly Layout.pair_worker_words(ID), run as the host tool installed beside the gate."""
+    rid = words[2] if len(words) == 4 else ""
+    if not re.fullmatch(RELEASE_ID, rid) or words != Layout.pair_worker_words(rid):
+        raise Refused(f"{HOST_TOOL}: only `{' '.join(Layout.pair_worker_words('ID'))}` (ID a release id)")
+    return [str(Path(__file__).resolve().parent / HOST_TOOL), *words[1:]]
 
 
 def _orted_args(words: list[str], agent: str) -> list[str]:

@@ -4,13 +4,17 @@
 Runs with the host's system python3 (stdlib only). Every subcommand prints plain lines for the operator
 and exits non-zero with one clear line on failure.
 
-  activate ID [--revert] [--timeout S]
+  activate ID [--revert] [--timeout S] [--prune N]
                      make release ID current and prove it serves: refs/main, unit (daemon-reload only if
-                     it changed), `current` link, enable; restart unless the unit already serves ID; then
+                     it changed), `current` link, enable; restart unless the unit already serves ID (a pair's
+                     head switches its worker first: pair_switch.py); then
                      the readiness gate (/health 200 within the release's timeout, then a non-empty smoke
                      completion). With --revert, a failed restart or gate switches back to `previous` and
                      gates that, and still exits 1. The outcome is recorded in <data_dir>/gate.json: a
-                     release that has not passed its gate is not converged.
+                     release that has not passed its gate is not converged. --prune N: once it passed, prune.
+  activate ID --pair-worker
+                     a pair worker's side of its head's switch (pair_switch.py): install ID, (re)start its
+                     container unless it runs ID, wait until it runs; one JSON line. Its pair gate runs it.
   gate               re-run the readiness gate of the current release (no restart, no revert).
   job start KEY [--env K=V]... -- ARGV...
                      run ARGV detached from the SSH session as a transient systemd unit
@@ -36,17 +40,27 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules (layout.MODULES) are installed next to it
 import drain  # noqa: E402
+import pair_switch  # noqa: E402
+import readiness  # noqa: E402
 import release_state  # noqa: E402
 from hostlib import Fail, Progress, atomic_write, now_iso, poll_until, prune_unused, read_json, say, sh, tail  # noqa: E402
-from layout import CONFIG_FILE, DRAFT_LINK, JOB_UNIT_PREFIX, RECORD_FILE, SMOKE_FILE, UNIT_DIR, Layout, cache_folder  # noqa: E402
+from layout import (  # noqa: E402
+    CONFIG_FILE,
+    DRAFT_LINK,
+    JOB_UNIT_PREFIX,
+    PAIR_WORKER_FLAG,
+    RECORD_FILE,
+    SMOKE_FILE,
+    UNIT_DIR,
+    Layout,
+    cache_folder,
+)
 
 JOB_KEEP = 20  # finished job directories kept for their logs
 
@@ -108,7 +122,7 @@ class Host:
         if "draft" in rec["models"] and not (rdir / DRAFT_LINK).is_dir():
             raise Fail(f"release {rec['id']} is incomplete: its draft model dir is missing")
 
-    def _install(self, rec: dict) -> None:
+    def install(self, rec: dict) -> None:
         """Point refs, unit and `current` at the release."""
         rid, service = rec["id"], rec["service"]
         old = self.current()
@@ -133,7 +147,7 @@ class Host:
             sh("systemctl", "enable", f"{service}.service")
             say(f"{service} enabled at boot")
 
-    def _restart_needed(self, rec: dict) -> bool:
+    def restart_needed(self, rec: dict) -> bool:
         """Whether activating `rec` (re)starts the server: another release, another unit, or not running."""
         service = rec["service"]
         unit_dst = self.unit_dir / f"{service}.service"
@@ -143,11 +157,24 @@ class Host:
                           check=False).stdout.strip() == "true")
         return self.current() != rec["id"] or not unit_dst.is_file() or unit_dst.read_text() != unit_new or not running
 
+    def _start(self, rec: dict) -> None:
+        sh("systemctl", "reset-failed", f"{rec['service']}.service", check=False)
+        sh("systemctl", "restart", f"{rec['service']}.service")
+
+    def _restart(self, rec: dict) -> None:
+        """(Re)start the release's server; a pair's head stops its launch, switches its worker, then starts it."""
+        if pair_switch.role(rec) == "head":
+            sh("systemctl", "stop", f"{rec['service']}.service")
+            pair_switch.switch_worker(self.layout, rec, say)
+        self._start(rec)
+
     def activate(self, rid: str, revert: bool, timeout: int | None = None, skip_gateways: tuple = ()) -> None:
         rec = self.record(rid)
+        if pair_switch.role(rec) == "worker":
+            raise Fail(f"release {rid} is a pair worker's: its head's switch activates it ({PAIR_WORKER_FLAG})")
         self.check_complete(rec)
         old, before = self.current(), self.gate_state()
-        restart = self._restart_needed(rec)
+        restart = self.restart_needed(rec)
         since = time.time()
         self.set_gate(rid, "running")  # from here the readiness agent tells the gateways `down`
         # behind gateways and serving: out of every gateway's pool, requests in flight done (drain.py)
@@ -158,18 +185,20 @@ class Host:
             raise Fail(f"{refused}; not restarting (it serves {old or 'nothing'} as before)")
         restarted_at = None
         try:
-            self._install(rec)
+            self.install(rec)
             if restart:
                 self.progress(kind="gate", release=rid, phase="restart", elapsed=0,
                               timeout=timeout or rec["gate"]["health_timeout_sec"], unit="restarting")
-                sh("systemctl", "reset-failed", f"{rec['service']}.service", check=False)
                 restarted_at = time.time()
-                sh("systemctl", "restart", f"{rec['service']}.service")
+                self._restart(rec)
                 say(f"switched {old or '(none)'} -> {rid}; restarted {rec['service']}")
                 image_id = sh("docker", "image", "inspect", "--format", "{{.Id}}", rec["image"],
                               check=False).stdout.strip()
                 if image_id:
                     atomic_write(self.releases / rid / "image-id", image_id + "\n")
+            elif pair_switch.role(rec) == "head" and pair_switch.switch_worker(self.layout, rec, say):
+                restarted_at = time.time()  # its rank's container started again: the launch starts with it
+                self._start(rec)
             else:
                 say(f"{rid} is already serving; gating it again")
             elapsed, text = self._gate_once(rec, timeout)
@@ -184,7 +213,7 @@ class Host:
         rid = rec["id"]
         self.set_gate(rid, "failed", detail=str(exc))
         say(f"readiness gate FAILED for {rid}: {exc}", f"last journal lines of {rec['service']}:",
-            journal_tail(rec["service"]), err=True)
+            readiness.journal_tail(rec["service"]), err=True)
         prev = self.previous()
         if not (revert and prev and prev != rid):
             raise Fail(f"{rid} failed its readiness gate: {exc}")
@@ -193,9 +222,8 @@ class Host:
             prev_rec = self.record(prev)
             self.check_complete(prev_rec)
             self.set_gate(prev, "running")
-            self._install(prev_rec)
-            sh("systemctl", "reset-failed", f"{prev_rec['service']}.service", check=False)
-            sh("systemctl", "restart", f"{prev_rec['service']}.service")
+            self.install(prev_rec)
+            self._restart(prev_rec)
             self._gate_once(prev_rec, timeout)
         except Fail as exc2:
             self.set_gate(prev, "failed", detail=str(exc2))
@@ -219,47 +247,7 @@ class Host:
         say(f"{rid} ready after {elapsed:.1f}s")
 
     def _gate_once(self, rec: dict, timeout: int | None) -> tuple[float, str]:
-        gate, url, service = rec["gate"], rec["url"], rec["service"]
-        limit = timeout or gate["health_timeout_sec"]
-        start = time.monotonic()
-        deadline = start + limit
-        restarts0 = n_restarts(service)
-        last = "no answer yet"
-        while True:
-            state = sh("systemctl", "is-active", service, check=False).stdout.strip()
-            self.progress(kind="gate", release=rec["id"], phase="health", elapsed=round(time.monotonic() - start, 1),
-                          timeout=limit, unit=state, last=last)
-            if state == "failed" or n_restarts(service) > restarts0:
-                raise Fail(f"{service} exited while starting (state {state}); the server refused to start")
-            if state == "inactive":
-                raise Fail(f"{service} is not running")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-                    if resp.status == 200:
-                        break
-                    last = f"/health answered {resp.status}"
-            except urllib.error.HTTPError as exc:
-                last = f"/health answered {exc.code}"
-            except (urllib.error.URLError, OSError) as exc:
-                last = f"/health: {getattr(exc, 'reason', exc)}"
-            if time.monotonic() > deadline:
-                raise Fail(f"/health not 200 within {limit}s (last: {last})")
-            time.sleep(gate["health_interval_sec"])
-        self.progress(kind="gate", release=rec["id"], phase="smoke", elapsed=round(time.monotonic() - start, 1),
-                      timeout=limit, unit="active", last="/health 200")
-        body = (self.releases / rec["id"] / SMOKE_FILE).read_bytes()
-        req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=gate["smoke_timeout_sec"]) as resp:
-                answer = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            raise Fail(f"smoke completion answered HTTP {exc.code}: {exc.read()[:200]!r}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise Fail(f"smoke completion failed: {exc}") from None
-        text = ((answer.get("choices") or [{}])[0].get("text") or "").strip()
-        if not text:
-            raise Fail("smoke completion returned empty text")
-        return time.monotonic() - start, text
+        return readiness.gate_once(rec, self.releases / rec["id"], timeout, self.progress)
 
     # ---- jobs: host-side work detached from the SSH session -------------------------------------
     def _job_dir(self, jid: str) -> Path:
@@ -422,16 +410,6 @@ class Host:
         say(f"released the lock held by {holder}")
 
 
-def n_restarts(service: str) -> int:
-    out = sh("systemctl", "show", "-p", "NRestarts", "--value", service, check=False).stdout.strip()
-    return int(out) if out.isdigit() else 0
-
-
-def journal_tail(service: str, lines: int = 30) -> str:
-    out = sh("journalctl", "-u", service, "-n", str(lines), "--no-pager", "-o", "cat", check=False)
-    return out.stdout.rstrip() or "(journal empty)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="specfleet-host", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -440,7 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     act = sub.add_parser("activate")
     act.add_argument("release")
     act.add_argument("--revert", action="store_true")
+    act.add_argument(PAIR_WORKER_FLAG, action="store_true", help="a pair worker's side of its head's switch")
     act.add_argument("--timeout", type=int, help="override the release's health_timeout_sec")
+    act.add_argument("--prune", type=int, metavar="N", help="once the gate passed: prune --keep N")
     act.add_argument("--skip-gateway", action="append", default=[], metavar="ADDRESS",
                      help="a gateway (its address) the drain does not wait for: it is down (rollout --without-gateway)")
     sub.add_parser("gate")
@@ -469,8 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     host = Host(args.data_dir)
     try:
-        if args.cmd == "activate":
+        if args.cmd == "activate" and args.pair_worker:
+            print(json.dumps(pair_switch.hold(host, args.release)))
+        elif args.cmd == "activate":
             host.activate(args.release, args.revert, args.timeout, tuple(args.skip_gateway))
+            if args.prune:
+                host.prune(args.prune)
         elif args.cmd == "gate":
             host.gate()
         elif args.cmd == "job" and args.job_cmd == "start":

@@ -18,9 +18,9 @@ def test_a_noop_converge_renders_each_host_once_and_compiles_no_template_twice(m
     renders, compiles = [], []
     real_of, real_compile = plan_mod.Rendered.of.__func__, jinja2.Environment.compile
 
-    def counting_of(cls, s, pins):
+    def counting_of(cls, s, pins, pair_worker_release=None):
         renders.append(s.host)
-        return real_of(cls, s, pins)
+        return real_of(cls, s, pins, pair_worker_release)
 
     def counting_compile(env, source, name=None, filename=None, raw=False, defer_init=False):
         compiles.append(name)

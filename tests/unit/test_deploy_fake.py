@@ -36,12 +36,12 @@ def test_fresh_host_gets_everything_in_order():
     for needle in ("docker pull nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6", "fetch-model --repo openai/gpt-oss-120b",
                    "--ignore 'original/*' --ignore 'metal/*'", "fetch-model --repo nvidia/gpt-oss-120b-Eagle3-long-context",
                    "--link-dir /var/lib/specfleet/drafts/nvidia--gpt-oss-120b-Eagle3-long-context/",
-                   "o200k_base.tiktoken", f"activate {plan.release_id} --revert", "usermod -a -G docker nvidia"):
+                   "o200k_base.tiktoken", f"activate {plan.release_id} --revert --prune 5", "usermod -a -G docker nvidia"):
         assert needle in text, needle
     assert "/etc/passwd" not in text  # the status read says who is missing from docker: no Users fact
     order = [next(i for i, c in enumerate(cmds) if n in c)
              for n in ("Take the run lock", "mkdir /var/lib/specfleet/lock", "fetch-model --repo openai",
-                       f"activate {plan.release_id}", " prune --keep", "rm -rf /var/lib/specfleet/lock")
+                       f"activate {plan.release_id}", "rm -rf /var/lib/specfleet/lock")
              if n != "Take the run lock"]
     assert order == sorted(order)
 

@@ -301,3 +301,18 @@ def test_poll_until_gives_the_last_read_after_the_wait():
                        sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert value == {"state": "running", "n": 41} and reads[-1] == 10.0, (value, reads[-3:])
     assert poll_until(read, lambda st: True, 10.0, clock=lambda: now[0], sleep=None)["n"] == 42  # done: no sleep
+
+
+def test_activate_prunes_once_its_gate_passed_and_never_after_a_failed_gate(host, monkeypatch):
+    """`activate ID --revert --prune N` (steps/service.py's one job): old releases go once the gate passed."""
+    _complete_release(host.data, "r-cccccccccccc", "2025-12-01T00:00:00Z")  # older than both
+    monkeypatch.setattr(sfh.Host, "_gate_once", lambda self, rec, timeout: host.h._gate_once(rec, timeout))
+    argv = ["--data-dir", str(host.data), "activate", "r-bbbbbbbbbbbb", "--revert", "--prune", "2"]
+    host.smoke_ok["r-bbbbbbbbbbbb"] = False
+    monkeypatch.setattr(sfh.Host.__init__, "__defaults__", (str(host.h.unit_dir),))  # never /etc/systemd/system
+    assert sfh.main(argv) == 1
+    assert (host.data / "releases" / "r-cccccccccccc").is_dir() and host.h.current() == "r-aaaaaaaaaaaa"
+    host.smoke_ok["r-bbbbbbbbbbbb"] = True
+    assert sfh.main(argv) == 0
+    assert sorted(p.name for p in (host.data / "releases").iterdir()) == ["r-aaaaaaaaaaaa", "r-bbbbbbbbbbbb"]
+    assert host.h.current() == "r-bbbbbbbbbbbb" and host.h.gate_state()["result"] == "passed"

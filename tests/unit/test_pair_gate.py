@@ -82,3 +82,53 @@ def test_a_launch_line_changed_in_one_place_is_refused():
         launch_argv(line.replace(AGENT, "/bin/bash"), "trtllm-serve", AGENT)
     with pytest.raises(Refused):
         launch_argv(line + ' -mca orte_launch_agent "/bin/sh"', "trtllm-serve", AGENT)
+
+
+# ---- the head's switch of the pair (host/pair_switch.py): the gate's second and last command ----------------------
+SWITCH = "specfleet-host activate r-0123456789ab --pair-worker"
+
+
+def _installed_gate(tmp_path: Path) -> Path:
+    """The gate as installed on a worker: <data_dir>/bin/pair-gate beside layout.py and a host tool that records."""
+    bin_dir = tmp_path / "data" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "pair-gate").write_text(GATE.read_text())
+    (bin_dir / "layout.py").write_text((GATE.parent / "layout.py").read_text())
+    (bin_dir / "specfleet-host").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/tool.argv\n')
+    (bin_dir / "specfleet-host").chmod(0o755)
+    return bin_dir / "pair-gate"
+
+
+def _run_installed(gate: Path, asked: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(gate), "--container", "trtllm-serve", "--agent", AGENT],
+                          env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": asked}, capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_the_heads_switch_runs_the_host_tool_beside_the_gate(tmp_path):
+    gate = _installed_gate(tmp_path)
+    result = _run_installed(gate, SWITCH)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "tool.argv").read_text().splitlines() == ["activate", "r-0123456789ab", "--pair-worker"]
+    assert launch_argv(SWITCH, "trtllm-serve", AGENT)[0] == str(GATE.parent / "specfleet-host")
+
+
+@pytest.mark.parametrize("asked", [
+    "specfleet-host activate r-0123456789ab",  # a plain activate: a worker's release is its head's to switch
+    "specfleet-host activate r-0123456789ab --pair-worker --revert",
+    "specfleet-host activate r-0123456789ab --pair-worker; id",
+    "specfleet-host activate 'r-0123456789ab --timeout 1' --pair-worker",
+    "specfleet-host activate r-0123456789AB --pair-worker",
+    "specfleet-host activate ../../r-0123456789ab --pair-worker",
+    "specfleet-host activate r-0123456789ab --revert",  # four words with a release id, but not the switch's
+    "specfleet-host unlock r-0123456789ab --force",
+    "specfleet-host prune --keep 0",
+    "specfleet-host job start k -- /bin/sh",
+    "specfleet-host --data-dir /tmp activate r-0123456789ab --pair-worker",
+    "/var/lib/specfleet/bin/specfleet-host activate r-0123456789ab --pair-worker",
+])
+def test_any_other_host_tool_command_is_refused_and_runs_nothing(tmp_path, asked):
+    gate = _installed_gate(tmp_path)
+    result = _run_installed(gate, asked)
+    assert result.returncode == 126 and result.stderr.startswith("pair-gate: refused: "), result.stderr
+    assert not (tmp_path / "tool.argv").exists()

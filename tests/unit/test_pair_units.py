@@ -64,3 +64,36 @@ def test_real_systemd_parses_both_units_without_warnings(tmp_path):
         path.write_text(unit)
         out = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
         assert not [line for line in (out.stdout + out.stderr).splitlines() if f"{path}:" in line], out.stderr
+
+
+def test_the_heads_release_covers_the_workers_and_names_what_its_switch_needs():
+    """The pair serves one release, the head's: its release.json names the worker's release and how the head's job
+    reaches the worker (host/pair_switch.py), and its id changes when the worker's does, even with its own files
+    unchanged (a change of the worker's unit restarts the pair as one)."""
+    from specfleet.host.layout import PAIR_USER
+    from specfleet.pair_files import link_ip
+
+    plans = _plans()
+    head, worker = plans["spark-1"], plans["spark-2"]
+    assert head.release_record("t")["pair"] == {"role": "head", "name": "pair_a", "worker": {
+        "host": "spark-2", "address": link_ip(worker.settings.pair_link_addresses[0]), "port": 22,
+        "login": PAIR_USER, "release": worker.release_id}}
+    assert worker.release_record("t")["pair"] == {"role": "worker", "name": "pair_a", "head": "spark-1"}
+    head_id, head_unit, worker_id = head.release_id, head.rendered.unit, worker.release_id
+    worker.settings = worker.settings.model_copy(update={"container_env": {"NCCL_DEBUG": "INFO"}})  # the worker's alone
+    assert worker.release_id != worker_id and head.rendered.unit == head_unit
+    assert head.release_id != head_id and head.release_record("t")["pair"]["worker"]["release"] == worker.release_id
+
+
+def test_the_activate_step_starts_the_pairs_one_job_on_the_head_and_none_on_the_worker():
+    """Both hosts serve another release: the head's activate job switches both (host/pair_switch.py), so the
+    worker's converge stages its release and starts nothing; a worker's release refuses a plain activate anyway."""
+    from specfleet.steps.service import activate
+    from tests.unit.fakehost import SPECFLEET_FACT, executed, run_deploy, status_lines
+
+    plans = _plans()
+    state = run_deploy(plans, activate, responses=lambda p: {SPECFLEET_FACT: status_lines(p, current="r-0123456789ab")})
+    assert not state.failed_hosts
+    head, worker = executed(state)["spark-1"], executed(state)["spark-2"]
+    assert [c for c in head if f"activate {plans['spark-1'].release_id} --revert --prune" in c]
+    assert not [c for c in worker if " activate " in c or " prune " in c], worker

@@ -1,0 +1,246 @@
+"""A pair's switch, driven by the head's host job (host/pair_switch.py), on two scratch hosts of this machine:
+the head's host tool in this process (systemctl and docker simulated, the gate's probe stubbed), and the worker's
+installed host programs run for real as a separate process: the head's pair agent here hands its command to the
+worker's installed pair gate, as the worker's sshd would (the agent itself over a real sshd: test_pair_ssh.py),
+and the worker's host tool switches the worker with stand-in systemctl and docker on its PATH. Each test ends with
+what each host serves afterwards: the head's current release and gate, the worker's current release and container.
+
+What a controller killed midway changes: nothing here. The head's job is the one process that drives both hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specfleet.host import specfleet_host as sfh
+from specfleet.host.layout import HOST_PROGRAMS, PAIR_AGENT_FILE, PAIR_GATE_TOOL
+from tests.unit.test_host_tool import FakeSystem, _complete_release
+
+HOST_DIR = Path(sfh.__file__).resolve().parent
+# the worker's host tool writes its unit to /etc/systemd/system: it runs in a mount namespace of its own (root)
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the worker runs in a mount namespace (CI is root)")
+HEAD = ("r-aaaaaaaaaaaa", "r-bbbbbbbbbbbb")  # the head's releases A and B
+WORKER = ("r-0000000000a0", "r-0000000000b0")  # their worker releases
+
+# The worker's systemctl and docker: one JSON state file (unit state, running, the release its unit holds), every
+# call appended to the shared event log the head's calls go to as well, so the test reads one order of events.
+FAKE = textwrap.dedent('''\
+    #!{python}
+    import json, os, sys
+    state_file, log = os.environ["FAKE_STATE"], os.environ["FAKE_LOG"]
+    st = json.load(open(state_file))
+    name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+    with open(log, "a") as f:
+        f.write("worker: " + " ".join([name] + args) + "\\n")
+    out, rc = "", 0
+    if name == "systemctl" and args[0] == "is-active":
+        out = st["active"]
+    elif name == "systemctl" and args[0] == "is-enabled":
+        out = "enabled"
+    elif name == "systemctl" and args[0] == "restart":
+        holds = os.path.basename(os.path.realpath(os.environ["FAKE_DATA"] + "/current"))
+        if holds in st.get("fail", []):
+            st["active"], rc = "failed", 1
+        else:
+            st.update(active="active", holds=holds, starts=st.get("starts", 0) + 1)
+    elif name == "docker" and args[:3] == ["inspect", "--format", "{{{{.State.Running}}}}"]:
+        out = "true" if st["active"] == "active" else "false"
+    json.dump(st, open(state_file, "w"))
+    print(out)
+    sys.exit(rc)
+''')
+
+
+class HeadSystem(FakeSystem):
+    """The head's systemctl/docker (test_host_tool's), its calls in the shared event log."""
+
+    def __init__(self, log: Path):
+        super().__init__()
+        self.log = log
+
+    def sh(self, *cmd, check=True):
+        if cmd[0] in ("systemctl", "docker") and cmd[1] not in ("is-active", "is-enabled", "show", "inspect"):
+            with self.log.open("a") as f:
+                f.write("head: " + " ".join(cmd) + "\n")
+        if cmd[:2] == ("systemctl", "stop"):
+            self.active = "inactive"
+        return super().sh(*cmd, check=check)
+
+
+def _worker_release(data: Path, rid: str, created: str) -> None:
+    _complete_release(data, rid, created)
+    record = json.loads((data / "releases" / rid / "release.json").read_text())
+    record["pair"] = {"role": "worker", "name": "pair_a", "head": "spark-1"}
+    (data / "releases" / rid / "release.json").write_text(json.dumps(record))
+
+
+def _head_release(data: Path, rid: str, created: str, worker_rid: str) -> None:
+    _complete_release(data, rid, created)
+    record = json.loads((data / "releases" / rid / "release.json").read_text())
+    record["pair"] = {"role": "head", "name": "pair_a", "worker": {
+        "host": "spark-2", "address": "192.168.100.11", "port": 22, "login": "specfleet-mpi", "release": worker_rid}}
+    (data / "releases" / rid / "release.json").write_text(json.dumps(record))
+
+
+@pytest.fixture
+def pair(tmp_path, monkeypatch):
+    """Both hosts serving A (head A, worker A, its container up), B staged on both."""
+    head, worker, log = tmp_path / "head", tmp_path / "worker", tmp_path / "events.log"
+    for i, created in enumerate(("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")):
+        _head_release(head, HEAD[i], created, WORKER[i])
+        _worker_release(worker, WORKER[i], created)
+    os.symlink(f"releases/{HEAD[0]}", head / "current")
+    os.symlink(f"releases/{WORKER[0]}", worker / "current")
+    # the worker's installed programs (as steps/tools and steps/pair install them), and its stand-in commands
+    (worker / "bin").mkdir()
+    for name, source in {**HOST_PROGRAMS, PAIR_GATE_TOOL: "pair_gate.py"}.items():
+        (worker / "bin" / name).write_text((HOST_DIR / source).read_text())
+        (worker / "bin" / name).chmod(0o755)
+    fake_bin = tmp_path / "fake-bin"
+    fake_bin.mkdir()
+    for name in ("systemctl", "docker", "journalctl"):
+        (fake_bin / name).write_text(FAKE.format(python=sys.executable))
+        (fake_bin / name).chmod(0o755)
+    state, units = tmp_path / "worker-state.json", tmp_path / "worker-units"
+    units.mkdir()
+    (units / "svc.service").write_text(f"svc.service of {WORKER[0]}\n")  # the worker serves A
+    state.write_text(json.dumps({"active": "active", "holds": WORKER[0]}))
+    # the head's pair agent: what reaches the worker's sshd reaches its gate (as the MPI login's forced command)
+    (head / "pair").mkdir()
+    agent = head / "pair" / PAIR_AGENT_FILE
+    agent.write_text(textwrap.dedent(f'''\
+        #!/bin/sh
+        host=$1; shift
+        echo "agent: $SPECFLEET_PAIR_USER@$host:$SPECFLEET_PAIR_PORT $*" >> {log}
+        export SSH_ORIGINAL_COMMAND="$*" PATH={fake_bin}:/usr/bin:/bin FAKE_STATE={state} FAKE_LOG={log} \\
+            FAKE_DATA={worker}
+        # the worker's unit directory is its own: a mount namespace with a scratch dir over /etc/systemd/system
+        exec unshare --mount --propagation private sh -c \\
+            'mount --bind "$0" /etc/systemd/system && exec "$@"' {units} \\
+            {sys.executable} {worker}/bin/{PAIR_GATE_TOOL} --container svc --agent x
+        '''))
+    agent.chmod(0o755)
+    h = sfh.Host(str(head), unit_dir=str(tmp_path / "units"))
+    system = HeadSystem(log)
+    monkeypatch.setattr(sfh, "sh", system.sh)
+    smoke_ok = {HEAD[0]: True, HEAD[1]: True}
+
+    def gate_once(rec, timeout):
+        if not smoke_ok[rec["id"]]:
+            raise sfh.Fail("smoke completion returned empty text")
+        return 0.1, "text"
+
+    monkeypatch.setattr(h, "_gate_once", gate_once)
+
+    class World:
+        def events(self) -> list[str]:
+            """The agent's calls and every stop and restart, on both hosts, in order."""
+            lines = log.read_text().splitlines() if log.exists() else []
+            return [e for e in lines if e.startswith("agent: ") or e.split()[1:3] in (["systemctl", "stop"],
+                                                                                       ["systemctl", "restart"])]
+
+        def worker_state(self) -> dict:
+            return json.loads(state.read_text())
+
+        def worker_current(self) -> str:
+            return os.path.basename(os.path.realpath(worker / "current"))
+
+        def worker_unit(self) -> str:
+            return (units / "svc.service").read_text()
+
+        def worker_gate(self) -> dict:
+            return json.loads((worker / "gate.json").read_text())
+
+        def fail_worker(self, rid: str) -> None:
+            state.write_text(json.dumps({**self.worker_state(), "fail": [rid]}))
+
+    world = World()
+    world.h, world.system, world.smoke_ok, world.head, world.worker = h, system, smoke_ok, head, worker
+    return world
+
+
+def test_the_heads_job_stops_its_launch_switches_the_worker_then_starts_and_gates(pair):
+    pair.h.activate(HEAD[1], revert=True)
+    assert pair.events() == [
+        "head: systemctl stop svc.service",  # the launch first: the worker's rank ends with it
+        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host activate {WORKER[1]} --pair-worker",
+        "worker: systemctl restart svc.service",
+        "head: systemctl restart svc.service",  # then the launch, into the worker's new container
+    ]
+    assert pair.h.current() == HEAD[1] and pair.h.gate_state()["result"] == "passed"
+    assert pair.worker_current() == WORKER[1] and pair.worker_state() | {"starts": 0} == {
+        "active": "active", "holds": WORKER[1], "starts": 0}
+    assert pair.worker_gate()["release"] == WORKER[1] and pair.worker_gate()["result"] == "passed"
+    assert pair.worker_gate()["role"] == "worker" and pair.worker_unit() == f"svc.service of {WORKER[1]}\n"
+    assert not Path("/etc/systemd/system/svc.service").exists()  # the worker's unit went to its own directory
+
+
+def test_a_worker_that_cannot_start_reverts_both_hosts_to_the_previous_release(pair):
+    pair.fail_worker(WORKER[1])
+    with pytest.raises(sfh.Fail, match=rf"the worker spark-2 did not switch to {WORKER[1]}: .*rolled back to "
+                                       rf"{HEAD[0]}, which is serving"):
+        pair.h.activate(HEAD[1], revert=True)
+    events = pair.events()
+    assert events[-4:] == [
+        "head: systemctl stop svc.service",
+        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host activate {WORKER[0]} --pair-worker",
+        "worker: systemctl restart svc.service",
+        "head: systemctl restart svc.service",
+    ], events
+    assert pair.h.current() == HEAD[0] and pair.h.gate_state() | {"at": None} == {
+        "release": HEAD[0], "result": "passed", "at": None, "detail": f"rolled back: {HEAD[1]} failed its gate",
+        "started": None}
+    assert pair.worker_current() == WORKER[0] and pair.worker_state()["holds"] == WORKER[0]
+    assert pair.worker_state()["active"] == "active"
+
+
+def test_a_failed_gate_on_the_head_switches_the_worker_back_first(pair):
+    pair.smoke_ok[HEAD[1]] = False
+    with pytest.raises(sfh.Fail, match=rf"rolled back to {HEAD[0]}, which is serving"):
+        pair.h.activate(HEAD[1], revert=True)
+    asked = [e.split()[-2] for e in pair.events() if e.startswith("agent: ")]
+    assert asked == [WORKER[1], WORKER[0]]
+    assert pair.h.current() == HEAD[0] and pair.h.gate_state()["result"] == "passed"
+    assert pair.worker_current() == WORKER[0] and pair.worker_state() | {"starts": 0} == {
+        "active": "active", "holds": WORKER[0], "starts": 0}
+
+
+def test_a_worker_container_found_down_is_started_and_the_launch_with_it(pair):
+    """The head serves its release and needs no restart; the worker's container is down (killed, a reboot): the
+    head's job starts it through the worker, then starts its launch again (no stop: it was not serving)."""
+    (pair.h.unit_dir).mkdir()
+    (pair.h.unit_dir / "svc.service").write_text(f"svc.service of {HEAD[0]}\n")
+    (pair.worker.parent / "worker-state.json").write_text(json.dumps(pair.worker_state() | {"active": "inactive"}))
+    pair.h.activate(HEAD[0], revert=True)
+    assert pair.events() == [
+        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host activate {WORKER[0]} --pair-worker",
+        "worker: systemctl restart svc.service",
+        "head: systemctl restart svc.service",
+    ]
+    assert pair.h.gate_state()["result"] == "passed" and pair.worker_state()["active"] == "active"
+
+
+def test_a_pair_already_serving_gates_again_and_restarts_nothing(pair):
+    (pair.h.unit_dir).mkdir()
+    (pair.h.unit_dir / "svc.service").write_text(f"svc.service of {HEAD[0]}\n")
+    pair.h.activate(HEAD[0], revert=True)
+    events = pair.events()
+    assert not [e for e in events if " restart " in e or " stop " in e], events
+    assert pair.h.gate_state()["result"] == "passed" and pair.worker_current() == WORKER[0]
+
+
+def test_a_worker_release_is_only_activated_by_its_heads_switch(pair):
+    worker = sfh.Host(str(pair.worker), unit_dir=str(pair.worker.parent / "worker-units"))
+    with pytest.raises(sfh.Fail, match=r"a pair worker's: its head's switch activates it \(--pair-worker\)"):
+        worker.activate(WORKER[1], revert=True)
+    head_tool = subprocess.run(
+        [sys.executable, str(pair.worker / "bin" / "specfleet-host"), "--data-dir", str(pair.head), "activate",
+         HEAD[1], "--pair-worker"], capture_output=True, text=True, timeout=60)
+    assert head_tool.returncode == 1 and "is not a pair worker's release" in head_tool.stderr
+    assert pair.h.current() == HEAD[0] and pair.worker_current() == WORKER[0]
