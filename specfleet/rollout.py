@@ -15,7 +15,7 @@ from typing import Callable
 from . import runner
 from .gateway_fleet import fleet_address
 from .plan import HostPlan
-from .selection import parse_batches
+from .selection import members, parse_batches
 from .steps import gateway_alive, stage, switch, unlock
 from .steps.mirror import warm_phase
 
@@ -29,6 +29,13 @@ class Outcome:
     new: str = "-"
     result: str = "not touched"
     downtime: float | None = None
+
+
+def units_of(plans: dict[str, HostPlan], targets: list[str]) -> list[list[str]]:
+    """The targets as a batch counts them: a Spark, or a pair (head, worker), which switches as one."""
+    pairs = {h: plans[h].settings.pair_peer for h in targets
+             if plans[h].settings.pair_role == "head" and plans[h].settings.pair_peer in targets}
+    return members(targets, pairs)
 
 
 @dataclass
@@ -54,16 +61,28 @@ class Rollout:
     halted: bool = False
     seconds: float = 0.0
 
+    @property
+    def units(self) -> list[list[str]]:
+        return units_of(self.plans, self.targets)
+
+    def unit_of(self, h: str) -> list[str]:
+        return next(u for u in self.units if h in u)
+
     def fail(self, h: str, result: str) -> None:
+        """A failure counts once per unit: its first host's (a pair's head); its other host says it went with it."""
+        unit = self.unit_of(h)
         self.outcomes[h].result = result
-        self.failures.add(h)
+        for other in unit:
+            if other != h and self.outcomes[other].result in ("not touched", self.outcomes[h].result):
+                self.outcomes[other].result = f"with its pair's {h}: {result}"
+        self.failures.add(unit[0])
 
 
 def run(r: Rollout) -> None:
     """Lock, warm the mirror, stage, switch in batches, unlock. Refused (r.refused, nothing done) when another run
     holds a lock on a targeted host."""
     r.outcomes = {h: Outcome(h, new=r.plans[h].release_id) for h in r.targets}
-    r.log(f"{r.id}: {r.profile} to {len(r.targets)} host(s); batches {parse_batches(r.batches, len(r.targets))}; "
+    r.log(f"{r.id}: {r.profile} to {len(r.targets)} host(s); batches {parse_batches(r.batches, len(r.units))}; "
           f"halt when failures > {r.tolerated}")
     start = time.monotonic()
     if _gateways_down(r):
@@ -137,29 +156,35 @@ def _stage(r: Rollout, staging: list[str]) -> None:
 
 
 def _switch_batches(r: Rollout, ready: list[str]) -> None:
-    """2. Switch batch by batch in inventory order; halt once failures exceed the tolerance."""
-    sizes = parse_batches(r.batches, len(ready)) if ready else []
+    """2. Switch batch by batch in inventory order, a pair as one member of its batch (both hosts run the switch; the
+    head's job switches both); halt once failures exceed the tolerance."""
+    units = [u for u in r.units if u[0] in ready and not set(u) & r.failures]
+    sizes = parse_batches(r.batches, len(units)) if units else []
     done = 0
     r.halted = len(r.failures) > r.tolerated
     if r.halted:
         r.log(f"halting before any switch: {len(r.failures)} failure(s) > --max-fail {r.tolerated}")
         return
     for index, size in enumerate(sizes, 1):
-        batch = ready[done:done + size]
+        batch_units = units[done:done + size]
         done += size
-        r.log(f"batch {index}/{len(sizes)}: switching {', '.join(batch)}")
+        batch = [h for u in batch_units for h in u]
+        r.log(f"batch {index}/{len(sizes)}: switching {', '.join('+'.join(u) for u in batch_units)}")
         batch_failed = runner.run_on(r.plans, batch, switch, r.health_timeout, _skipped_addresses(r))
         after = runner.read_statuses(r.plans, batch)
-        for h in batch:
-            _record_switch(r, h, h in batch_failed, after.get(h, {}))
+        for u in batch_units:
+            _record_switch(r, u, bool(set(u) & batch_failed), after)
         if len(r.failures) > r.tolerated:
             r.halted = True
             r.log(f"halting: {len(r.failures)} failure(s) > --max-fail {r.tolerated}; not touched: "
-                  f"{', '.join(ready[done:]) or 'none'}")
+                  f"{', '.join('+'.join(u) for u in units[done:]) or 'none'}")
             return
 
 
-def _record_switch(r: Rollout, h: str, failed: bool, info: dict) -> None:
+def _record_switch(r: Rollout, unit: list[str], failed: bool, after: dict) -> None:
+    """A member's outcome from its first host's status (a pair's head: its gate is the pair's); a pair's worker is
+    recorded with it."""
+    h, info = unit[0], after.get(unit[0], {})
     o = r.outcomes[h]
     gate = info.get("gate") or {}
     if failed:
@@ -174,18 +199,22 @@ def _record_switch(r: Rollout, h: str, failed: bool, info: dict) -> None:
         o.result = "switched" if o.old != o.new else "already current"
         if gate.get("release") == o.new and o.old != o.new:
             o.downtime = gate.get("downtime_s")
-    r.log(f"  {h}: {o.result}" + (f" (switch downtime {o.downtime:.1f}s)" if o.downtime is not None else ""))
+    for other in unit[1:]:
+        r.outcomes[other].result = f"with its pair's {h}: {o.result}"
+    r.log(f"  {'+'.join(unit)}: {o.result}"
+          + (f" (switch downtime {o.downtime:.1f}s)" if o.downtime is not None else ""))
 
 
 def summary(r: Rollout) -> tuple[list[str], int]:
     """3. The summary table and result line, and the exit code (0 success, 1 halted, 3 partial)."""
     lines = [f"\nrollout {r.id} ({r.profile}) in {r.seconds:.1f}s"]
-    width = max(len(h) for h in r.targets)
+    names = {u[0]: "+".join(u) for u in r.units}  # a pair: one row, its head's releases (the pair's)
+    width = max(len(n) for n in names.values())
     lines.append(f"{'host'.ljust(width)}  {'old release':14}    {'new release':14}  {'downtime':>9}  result")
-    for h in r.targets:
+    for h, name in names.items():
         o = r.outcomes[h]
         down = f"{o.downtime:.1f}s" if o.downtime is not None else "-"
-        lines.append(f"{h.ljust(width)}  {o.old:14} -> {o.new:14}  {down:>9}  {o.result}")
+        lines.append(f"{name.ljust(width)}  {o.old:14} -> {o.new:14}  {down:>9}  {o.result}")
     if r.halted:
         return lines + ["result: HALTED (exit 1)"], EXIT_HALTED
     if r.failures:

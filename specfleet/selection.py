@@ -35,6 +35,20 @@ def parse_batches(spec: str, n_hosts: int) -> list[int]:
     return out
 
 
+def members(targets: list[str], pairs: dict[str, str]) -> list[list[str]]:
+    """What a rollout batch counts, in the targets' order: a single Spark `[host]`, or a two-Spark pair `[head, worker]`
+    (it switches as one: its head's job drives both). `pairs`: head -> worker, for the targets' pairs."""
+    worker_of = {w: h for h, w in pairs.items()}
+    out, seen = [], set()
+    for h in targets:
+        head = worker_of.get(h, h)
+        if head in seen:
+            continue
+        seen.add(head)
+        out.append([head, pairs[head]] if head in pairs else [h])
+    return out
+
+
 def whole_model_batches(spec: str, targets: list[str], peers: dict[str, tuple[str, list[str]]]) -> list[str]:
     """Behind gateways: a problem line per planned batch that would switch every Spark of a model at once, leaving
     the gateways none to send its requests to. `peers`: target -> (its model, every Spark of that model). A model

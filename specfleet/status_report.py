@@ -59,6 +59,49 @@ def rows(hosts: list[str], found: dict[str, dict]) -> list[dict]:
     return out
 
 
+def pair_rows(rs: list[dict], found: dict[str, dict], pairs: dict[str, str]) -> list[dict]:
+    """A two-Spark pair as ONE row, its head's, with both hosts (`hosts`): healthy when the head is (its release,
+    unit, /health, gate) and its worker holds the worker release the head's release names, unit active, its side
+    passed. `pairs`: head -> worker. A worker whose head is not in `rs` keeps a row of its own, judged as a worker."""
+    by_host = {r["host"]: r for r in rs}
+    heads = {w: h for h, w in pairs.items() if h in by_host}
+    out = []
+    for r in rs:
+        if r["host"] in heads:
+            continue  # in its head's row
+        worker = pairs.get(r["host"]) or (r["host"] if r["host"] in pairs.values() else None)
+        if worker is None:
+            out.append(r)
+            continue
+        wanted = ((found.get(r["host"]) or {}).get("pair") or {}).get("worker", {}).get("release")
+        problem = worker_problem(found.get(worker), worker, wanted)
+        row = {**r, "hosts": [r["host"]] if worker == r["host"] else [r["host"], worker],
+               "worker": {k: (by_host.get(worker) or {}).get(k) for k in ("host", "reachable", "release", "unit",
+                                                                            "gate", "gate_release")}}
+        if worker == r["host"]:  # a worker alone: its own side is all there is to judge
+            row.update(healthy=problem is None, problem=problem)
+        elif r["healthy"] and problem:
+            row.update(healthy=False, problem=problem)
+        out.append(row)
+    return out
+
+
+def worker_problem(info: dict | None, worker: str, wanted: str | None) -> str | None:
+    """Why a pair's worker does not hold its side (None: it does): reachable, unit active, the head's release's worker
+    release (`wanted`, when the head names one), its side passed (gate.json role worker)."""
+    if not info or info.get("error"):
+        return f"worker {worker} unreachable" if not info else f"worker {worker}: status not read: {info['error']}"
+    gate = info.get("gate") or {}
+    for bad, why in ((info.get("unit") != "active", f"unit {info.get('unit')}"),
+                     (wanted is not None and info.get("release") != wanted,
+                      f"holds {info.get('release') or 'no release'}, not {wanted}"),
+                     (gate.get("release") != info.get("release") or gate.get("result") != "passed",
+                      f"its side {gate.get('result') or 'never started'}")):
+        if bad:
+            return f"worker {worker}: {why}"
+    return None
+
+
 def table(rs: list[dict]) -> list[str]:
     head = ("host", "state", "release", "profile", "unit", "health", "gate", "gate at", "uptime", "tok/s", "acc.len",
             "mem used", "disk free")
@@ -66,8 +109,8 @@ def table(rs: list[dict]) -> list[str]:
     for r in rs:
         mem = r["memory"] or {}
         used = _gb(mem.get("used_bytes")) + (" gpu" if mem.get("source") == "nvidia-smi" else "") if mem else "-"
-        lines.append((r["host"], "ok" if r["healthy"] else f"BAD: {r['problem']}", r["release"] or "-",
-                      r["profile"] or "-",
+        lines.append(("+".join(r.get("hosts") or [r["host"]]), "ok" if r["healthy"] else f"BAD: {r['problem']}",
+                      r["release"] or "-", r["profile"] or "-",
                       r["unit"] or "-", str(r["health"] if r["health"] is not None else "-"), r["gate"] or "-",
                       r["gate_at"] or "-", _dur(r["uptime_s"]),
                       f"{r['tokens_per_s']:.1f}" if r["tokens_per_s"] else "-",

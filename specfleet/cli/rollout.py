@@ -51,12 +51,13 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
                    if not (plans[h].is_mirror or plans[h].skip)]
         if not targets:
             raise PlanError([f"--limit {limit}: matches no serving host of the inventory"])
-        parse_batches(batches, len(targets))
-        peers = {h: (plans[h].settings.profile["target"]["repo"], plans[h].settings.model_peers) for h in targets
+        leaders = [unit[0] for unit in engine.units_of(plans, targets)]  # a pair counts once: its head
+        parse_batches(batches, len(leaders))
+        peers = {h: (plans[h].settings.profile["target"]["repo"], plans[h].settings.model_peers) for h in leaders
                  if plans[h].settings.gateways}
-        if whole := whole_model_batches(batches, targets, peers):
+        if whole := whole_model_batches(batches, leaders, peers):
             raise PlanError(whole)
-        tolerated = parse_max_fail(max_fail, len(targets))
+        tolerated = parse_max_fail(max_fail, len(leaders))
         gateways = [h for h in inventory.hosts if plans[h].is_gateway]
         for g in without_gateways:
             if g not in gateways:
@@ -85,11 +86,16 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed).")
 def releases(inventory_file: str, limit: str | None) -> None:
-    """List each host's releases (newest first); * marks the current one, with its readiness gate result."""
+    """List each host's releases (newest first); * marks the current one, with its readiness gate result. A two-Spark
+    pair is listed once, under its head: the pair's releases are the head's, each naming its worker's release."""
     inventory, plans = fleet_plans_or_exit(inventory_file)
     hosts = select(inventory.hosts, inventory.groups, limit)
     statuses = runner.read_statuses(plans, hosts)
+    workers = {plans[h].settings.pair_peer: h for h in hosts
+               if plans[h].settings.pair_role == "head" and plans[h].settings.pair_peer in hosts}
     for h in hosts:
+        if h in workers:
+            continue  # under its head
         info = statuses.get(h)
         if not info:
             click.echo(f"{h}: unreachable or no specfleet release yet")
@@ -103,5 +109,17 @@ def releases(inventory_file: str, limit: str | None) -> None:
             gated = f"  gate {gate.get('result')} {gate.get('at', '')}" if gate.get("release") == rec["id"] else ""
             if mark == "*" and not gated:
                 gated = "  gate not passed"
+            worker = ((rec.get("pair") or {}).get("worker") or {}).get("release")
             click.echo(f"  {mark} {rec['id']}  {rec.get('created', '?')}  {rec.get('profile')}  "
-                       f"{rec.get('image')}  {models}{gated}")
+                       f"{rec.get('image')}  {models}{gated}" + (f"  worker {worker}" if worker else ""))
+        for w in [w for w, head in workers.items() if head == h]:
+            click.echo("  " + _worker_line(w, statuses.get(w)))
+
+
+def _worker_line(worker: str, info: dict | None) -> str:
+    """A pair's worker under its head in `releases`: the release it holds and its side's result."""
+    if not info:
+        return f"worker {worker}: unreachable or no specfleet release yet"
+    gate = info.get("gate") or {}
+    side = gate.get("result") if gate.get("release") == info.get("current") else "not started"
+    return f"worker {worker}: holds {info.get('current') or '-'} (its side {side}), service {info.get('active') or '-'}"

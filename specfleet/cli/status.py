@@ -12,7 +12,7 @@ import click
 from ..plan import PlanError, fleet_plans
 from ..selection import select
 from ..status import follow_journal, read_gateways, read_overviews, ssh_argv
-from ..status_report import gateway_rows, gateway_table, pools, rows, table
+from ..status_report import gateway_rows, gateway_table, pair_rows, pools, rows, table
 from .invalid import invalid_input
 
 EXIT_OK, EXIT_UNHEALTHY = 0, 1
@@ -37,7 +37,9 @@ def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool)
             raise PlanError([f"--limit {limit}: matches no host of the inventory"])
     gateways = [h for h in hosts if plans[h].is_gateway]
     sparks = [h for h in hosts if h not in gateways]
-    rs = rows(sparks, read_overviews(plans, sparks, metrics))
+    overviews = read_overviews(plans, sparks, metrics)
+    pairs = {h: p.settings.pair_peer for h, p in plans.items() if p.settings.pair_role == "head"}
+    rs = pair_rows(rows(sparks, overviews), overviews, pairs)  # a pair: one row, both hosts
     found = read_gateways(plans, gateways) if gateways else {}
     pool, grs = pools(found, sparks), gateway_rows(found)
     for r in rs:

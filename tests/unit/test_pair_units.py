@@ -97,3 +97,26 @@ def test_the_activate_step_starts_the_pairs_one_job_on_the_head_and_none_on_the_
     head, worker = executed(state)["spark-1"], executed(state)["spark-2"]
     assert [c for c in head if f"activate {plans['spark-1'].release_id} --revert --prune" in c]
     assert not [c for c in worker if " activate " in c or " prune " in c], worker
+
+
+def test_releases_lists_a_pair_once_under_its_head_with_its_workers_release(fleet_file, monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from specfleet import runner
+    from specfleet.cli import main
+    from tests.unit.test_pair_fleet import _fleet
+
+    fleet_file(_fleet(pair_more="      vars: {serves: qwen3_eagle3_pair}\n"), lock=False)
+    (tmp_path / "inventory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    head_rec = {"id": "r-h", "created": "2026-11-25T00:00:00Z", "profile": "qwen3_eagle3_pair", "image": "img",
+                "models": {}, "pair": {"role": "head", "worker": {"host": "spark-2", "release": "r-w"}}}
+    statuses = {"spark-1": {"current": "r-h", "active": "active", "releases": [head_rec],
+                            "gate": {"release": "r-h", "result": "passed", "at": "t"}},
+                "spark-2": {"current": "r-w", "active": "active", "releases": [{"id": "r-w", "models": {}}],
+                            "gate": {"release": "r-w", "result": "passed", "role": "worker"}}}
+    monkeypatch.setattr(runner, "read_statuses", lambda plans, hosts: {h: statuses[h] for h in hosts})
+    out = CliRunner().invoke(main, ["releases", "inventory.py"]).output.splitlines()
+    assert [line.split(":")[0] for line in out if not line.startswith(" ")] == ["spark-1"], out
+    assert out[1].split()[:2] == ["*", "r-h"] and out[1].endswith("worker r-w"), out
+    assert out[2] == "  worker spark-2: holds r-w (its side passed), service active", out

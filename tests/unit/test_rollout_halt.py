@@ -13,13 +13,20 @@ OLD = "r-000000000000"
 
 def _run(monkeypatch, switch_fails: set[str], tolerated: int = 0):
     plans = make_plans({h: {} for h in ("spark-01", "spark-02", "spark-03")}, "eagle3")
+    switched, r, lines, code = _rollout(monkeypatch, plans, "eagle3", switch_fails, tolerated=tolerated)
+    return switched, r, "\n".join(lines), code
+
+
+def _rollout(monkeypatch, plans, profile: str, switch_fails: set[str], stage_fails=frozenset(), tolerated: int = 0):
+    """Roll `profile` out on `plans` with --batches 1,1; the hosts in `switch_fails` fail their switch (reverted:
+    the old release serves), those in `stage_fails` their stage."""
     switched: list[list[str]] = []
 
     def run_on(plans, hosts, fn, *args):
         if fn.__name__ == "switch":
             switched.append(list(hosts))
             return set(hosts) & switch_fails
-        return set()
+        return set(hosts) & stage_fails if fn.__name__ == "stage" else set()
 
     def read_statuses(plans, hosts):
         done = {h for batch in switched for h in batch} - switch_fails  # a failed gate reverted: old release serves
@@ -28,10 +35,10 @@ def _run(monkeypatch, switch_fails: set[str], tolerated: int = 0):
     monkeypatch.setattr(runner, "run_on", run_on)
     monkeypatch.setattr(runner, "read_statuses", read_statuses)
     monkeypatch.setattr(runner, "lock_hosts", lambda plans, hosts, rid, *k: (list(hosts), set(), {}))
-    r = rollout.Rollout("eagle3", plans, [], list(plans), "1,1", tolerated, log=lambda line: None)
+    r = rollout.Rollout(profile, plans, [], list(plans), "1,1", tolerated, log=lambda line: None)
     rollout.run(r)
     lines, code = rollout.summary(r)
-    return switched, r, "\n".join(lines), code
+    return switched, r, lines, code
 
 
 def test_a_canary_that_fails_its_gate_halts_the_rollout(monkeypatch):
@@ -78,3 +85,37 @@ def test_a_rollout_while_another_run_holds_a_hosts_lock_is_refused_and_releases_
     unlocks = [c for c in done[1][2] if "rm -rf /var/lib/specfleet/lock" in c]
     assert len(unlocks) == 3 and all(f"rollout {r.id} " in c and c.startswith("if grep") for c in unlocks), unlocks
     assert not any("activate" in c or "stage" in c for _, _, cmds in done for c in cmds)
+
+
+def _pairs_run(monkeypatch, switch_fails: set[str], stage_fails=frozenset(), tolerated: int = 0):
+    """Two pairs (pair_a: spark-1 head, spark-2 worker; pair_b: spark-3, spark-4), rolled out 1,1."""
+    host = {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"}
+    plans = make_plans({"spark-1": {**host, "pair_role": "head"}, "spark-2": {**host, "pair_role": "worker"},
+                        "spark-3": {**host, "pair_role": "head"}, "spark-4": {**host, "pair_role": "worker"}},
+                       "qwen3_eagle3_pair", groups={"pair_a": ["spark-1", "spark-2"], "pair_b": ["spark-3", "spark-4"]})
+    return _rollout(monkeypatch, plans, "qwen3_eagle3_pair", switch_fails, stage_fails, tolerated)
+
+
+def test_a_pair_is_one_member_of_its_batch_and_one_row(monkeypatch):
+    switched, r, lines, code = _pairs_run(monkeypatch, set())
+    assert switched == [["spark-1", "spark-2"], ["spark-3", "spark-4"]]  # --batches 1,1: one pair per batch
+    assert code == rollout.EXIT_OK
+    rows = [line.split()[0] for line in lines[2:-1]]
+    assert rows == ["spark-1+spark-2", "spark-3+spark-4"], lines
+
+
+def test_a_pair_whose_head_fails_its_gate_halts_as_one_failure(monkeypatch):
+    switched, r, lines, code = _pairs_run(monkeypatch, {"spark-1"})
+    assert switched == [["spark-1", "spark-2"]] and code == rollout.EXIT_HALTED
+    assert r.failures == {"spark-1"}  # one member failed, not two hosts
+    assert r.outcomes["spark-1"].result == "failed its gate; rolled back (serving the old release)"
+    assert r.outcomes["spark-2"].result.startswith("with its pair's spark-1: failed its gate")
+    assert r.outcomes["spark-3"].result == "not touched"
+
+
+def test_a_worker_that_fails_to_stage_keeps_its_pair_from_switching(monkeypatch):
+    switched, r, lines, code = _pairs_run(monkeypatch, set(), stage_fails={"spark-2"}, tolerated=1)
+    assert switched == [["spark-3", "spark-4"]] and code == rollout.EXIT_PARTIAL
+    assert r.failures == {"spark-1"}
+    assert r.outcomes["spark-2"].result == "failed to stage (still serving its old release)"
+    assert r.outcomes["spark-1"].result.startswith("with its pair's spark-2: failed to stage")

@@ -212,3 +212,41 @@ def test_status_shows_each_spark_in_each_gateway_pool_and_a_row_per_gateway(flee
     rows = {x["host"]: x for x in json.loads(r.output)}
     assert rows["gw-1"]["problem"] == "no ready Spark for model_1_openai_gpt-oss-120b"
     assert rows["spark-01"]["pool"] == {"gw-1": "down"} and rows["spark-01"]["healthy"]
+
+
+def test_a_pair_is_one_row_with_both_hosts_healthy_only_when_the_worker_holds_its_side(fleet_file, monkeypatch,
+                                                                                        tmp_path):
+    from tests.unit.test_pair_fleet import _fleet
+
+    fleet_file(_fleet(pair_more="      vars: {serves: qwen3_eagle3_pair}\n"), lock=False)
+    (tmp_path / "inventory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    head = {**GOOD, "release": "r-h", "gate": {"release": "r-h", "result": "passed"},
+            "pair": {"role": "head", "worker": {"host": "spark-2", "release": "r-w"}}}
+    worker = {**GOOD, "release": "r-w", "health": None, "gate": {"release": "r-w", "result": "passed", "role": "worker"},
+              "pair": {"role": "worker", "head": "spark-1"}}
+    answers = {"spark-1": head, "spark-2": worker}
+    monkeypatch.setattr(runner, "run_on", _fake_run_on(answers))
+
+    def status_of(*more):
+        r = CliRunner().invoke(main, ["status", "inventory.py", *more])
+        return r.exit_code, r.output.splitlines()
+
+    code, lines = status_of()
+    assert code == 0 and len(lines) == 3, lines  # the header, ONE row, the --metrics hint
+    assert lines[1].split()[:3] == ["spark-1+spark-2", "ok", "r-h"]
+    for broken, problem in (({"unit": "inactive"}, "worker spark-2: unit inactive"),
+                            ({"release": "r-x", "gate": {"release": "r-x", "result": "passed"}},
+                             "worker spark-2: holds r-x, not r-w"),
+                            ({"gate": {"release": "r-w", "result": "failed"}}, "worker spark-2: its side failed")):
+        answers["spark-2"] = {**worker, **broken}
+        code, lines = status_of()
+        assert code == 1 and lines[1].startswith("spark-1+spark-2  BAD: " + problem), (problem, lines)
+    answers["spark-2"] = None
+    code, lines = status_of("--json")
+    rows = json.loads("\n".join(lines))
+    assert code == 1 and [r["hosts"] for r in rows] == [["spark-1", "spark-2"]]
+    assert rows[0]["problem"] == "worker spark-2 unreachable"
+    answers["spark-2"] = worker  # the worker alone (--limit): judged as a worker, not by /health
+    code, lines = status_of("--limit", "spark-2")
+    assert code == 0 and lines[1].split()[:2] == ["spark-2", "ok"], lines

@@ -124,7 +124,8 @@ def overview(state, data, svc, want_metrics, releases, config_file):
     """`state` is release_state.read() of the host."""
     out = {"service": svc}
     cur, rec = state.get("current"), state.get("record") or {}
-    out.update(release=cur, profile=rec.get("profile"), image=rec.get("image"), url=rec.get("url"))
+    out.update(release=cur, profile=rec.get("profile"), image=rec.get("image"), url=rec.get("url"),
+               pair=rec.get("pair"))
     svc = rec.get("service") or svc
     out["unit"] = sh("systemctl", "is-active", svc) or "unknown"
     out["gate"], out["lock"] = state.get("gate") or {}, state.get("lock")
