@@ -1,14 +1,15 @@
-"""A two-Spark pair as files (pure): the link's netplan, the worker's authorized_keys entry for the pair's MPI
-key and its sudoers rule for the gate, and the head's known_hosts pinning the worker, rendered from a pair host's
-settings, and what the status read reports of them (pair_reads). The paths are host/layout.py's; steps/pair.py
-writes the MPI trust; the deploy that applies the link (confirming or reverting it) and starts the pair is not built
-yet (issue 19, points 2 and 4).
+"""A two-Spark pair as files (pure): the link's netplan, the worker's authorized_keys entries for the head's two
+keys and its sudoers rule for the gate, the head's known_hosts pinning the worker, and the `pair` section of a pair
+host's release.json, rendered from a pair host's settings, and what the status read reports of them (pair_reads).
+The paths are host/layout.py's; steps/pair.py writes the trust, steps/pair_link.py applies the link.
 
 The netplan follows NVIDIA's connect-two-sparks (2026-07-22): static addresses, one subnet per logical interface,
 no DHCP. The MTU is left at the driver's default: NVIDIA's own netplan does not set one (a peer's jumbo frames are
-a tuning, not the contract). The MPI key may log in from the head's link addresses only, without a terminal, agent
-or forwarding (`restrict`), and runs the pair's gate whatever the head asks (`command=`): the gate lets the launch
-through and nothing else."""
+a tuning, not the contract). Both head keys may log in from the head's link addresses only, without a terminal,
+agent or forwarding (`restrict`), and each runs the pair's gate whatever the head asks (`command=`): the MPI key's
+gate lets OpenMPI's launch through and nothing else; the switch key's (`--switch`) the head's switch of the pair and
+nothing else. The MPI key is mounted into the head's serving container (mpirun's rsh agent uses it); the switch key
+never is, so nothing running in a container can switch the worker."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def pair_record(s: Settings, worker_release: str | None) -> dict:
     """The `pair` section of a pair host's release.json, what its host tool switches by (host/pair_switch.py): the
     head's names the worker (link address, SSH port and login of the pair agent) and the worker's release; the
     head's release id covers all of it (its unit holds the address, port and login; plan.Rendered the release)."""
-    if s.pair_role == "worker":
-        return {"role": "worker", "name": s.pair, "head": s.pair_peer}
+    if s.pair_role == "worker":  # its side of the switch prunes (no job of its own): keep_releases as the head's
+        return {"role": "worker", "name": s.pair, "head": s.pair_peer, "keep_releases": s.keep_releases}
     assert s.pair_role == "head" and s.pair_peer_link_addresses and worker_release
     return {"role": "head", "name": s.pair,
             "worker": {"host": s.pair_peer, "address": link_ip(s.pair_peer_link_addresses[0]),
@@ -56,9 +57,15 @@ def netplan(s: Settings) -> str:
     return NETPLAN_HEADER + yaml.safe_dump({"network": {"version": 2, "ethernets": ethernets}}, sort_keys=False)
 
 
+def authorized_keys(mpi_key: str, switch_key: str, head_link_addresses: list[str], lay: Layout, pair: str) -> str:
+    """The worker's authorized_keys: the head's MPI key forced to the launch's gate, its switch key to the switch's."""
+    return (authorized_key(mpi_key, head_link_addresses, gate_command(lay), pair)
+            + authorized_key(switch_key, head_link_addresses, gate_command(lay, switch=True), f"{pair}-switch"))
+
+
 def authorized_key(public_key: str, head_link_addresses: list[str], gate_command: str, pair: str) -> str:
-    """The worker's authorized_keys line for the head's MPI key. `public_key` is read from the head: it must be one
-    ed25519 key and nothing else (no options of its own, no second line)."""
+    """The worker's authorized_keys line for one of the head's keys. `public_key` is read from the head: it must be
+    one ed25519 key and nothing else (no options of its own, no second line)."""
     key = PUBLIC_KEY.match(public_key.strip())
     if not key:
         raise PairFileError("the pair's MPI public key is not one ssh-ed25519 key (ssh-keygen -t ed25519 prints one)")
@@ -68,19 +75,20 @@ def authorized_key(public_key: str, head_link_addresses: list[str], gate_command
     return f'restrict,from="{sources}",command="{gate_command}" {key.group(1)} specfleet-{pair}\n'
 
 
-def gate_command(lay: Layout) -> str:
-    """The MPI key's forced command on the worker: sudo, without a prompt, runs the pair gate as root."""
-    return " ".join(["sudo", "-n", *lay.pair_gate_argv()])
+def gate_command(lay: Layout, switch: bool = False) -> str:
+    """A head key's forced command on the worker: sudo, without a prompt, runs the pair gate as root (the MPI key's
+    for the launch; `switch`: the switch key's)."""
+    return " ".join(["sudo", "-n", *lay.pair_gate_argv(switch)])
 
 
 def sudoers(lay: Layout) -> str:
     """The worker's sudoers drop-in (root 0440): PAIR_USER may run the gate with exactly its arguments, keeping
     $SSH_ORIGINAL_COMMAND (sudo resets the environment otherwise); the rest of sudo stays closed to it."""
-    argv = lay.pair_gate_argv()
-    bad = [w for w in argv if not SUDOERS_WORD.fullmatch(w)]
+    commands = [lay.pair_gate_argv(), lay.pair_gate_argv(switch=True)]
+    bad = [w for argv in commands for w in argv if not SUDOERS_WORD.fullmatch(w)]
     if bad:
         raise PairFileError(f"{bad[0]!r} cannot go into a sudoers rule (letters, digits, / . _ - only)")
-    return (SUDOERS_HEADER + f"Cmnd_Alias SPECFLEET_PAIR_GATE = {' '.join(argv)}\n"
+    return (SUDOERS_HEADER + f"Cmnd_Alias SPECFLEET_PAIR_GATE = {', '.join(' '.join(argv) for argv in commands)}\n"
             'Defaults!SPECFLEET_PAIR_GATE env_keep += "SSH_ORIGINAL_COMMAND"\n'
             f"{PAIR_USER} ALL=(root) NOPASSWD: SPECFLEET_PAIR_GATE\n")
 
@@ -105,8 +113,9 @@ def pair_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
     if s.pair_role == "head":
         pings = tuple(f"{ifname} {link_ip(a)}" for ifname, a in zip(s.pair_link_interfaces,
                                                                      s.pair_peer_link_addresses))
-        return {"files": link + (lay.pair_dir, lay.pair_known_hosts, lay.pair_agent), "stats": (lay.pair_key,),
-                "keys": (lay.pair_key_pub,), "pings": pings}
+        return {"files": link + (lay.pair_dir, lay.pair_known_hosts, lay.pair_agent, lay.pair_switch_dir),
+                "stats": (lay.pair_key, lay.pair_switch_key), "keys": (lay.pair_key_pub, lay.pair_switch_key_pub),
+                "pings": pings}
     return {"files": link + (lay.pair_dir, PAIR_HOME, lay.pair_ssh_dir, lay.pair_authorized_keys, SUDOERS_FILE,
                              lay.sudoers_staged, lay.pair_gate),
             "users": (PAIR_USER,), "keys": (HOST_KEY_FILE,)}

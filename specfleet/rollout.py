@@ -38,6 +38,12 @@ def units_of(plans: dict[str, HostPlan], targets: list[str]) -> list[list[str]]:
     return members(targets, pairs)
 
 
+def lone_pair_hosts(plans: dict[str, HostPlan], targets: list[str]) -> list[str]:
+    """A problem line per target whose pair's other host is not a target: a pair rolls out as one."""
+    return [f"{h}: {s.pair}: --limit names {h} without its pair's {s.pair_peer} (a pair rolls out as one: name both, "
+            f"or the group {s.pair})" for h in targets if (s := plans[h].settings).pair and s.pair_peer not in targets]
+
+
 @dataclass
 class Rollout:
     """One rollout: what it was asked (plans, mirror hosts, targets in inventory order, batches, tolerance) and,
@@ -172,8 +178,8 @@ def _switch_batches(r: Rollout, ready: list[str]) -> None:
         r.log(f"batch {index}/{len(sizes)}: switching {', '.join('+'.join(u) for u in batch_units)}")
         batch_failed = runner.run_on(r.plans, batch, switch, r.health_timeout, _skipped_addresses(r))
         after = runner.read_statuses(r.plans, batch)
-        for u in batch_units:
-            _record_switch(r, u, bool(set(u) & batch_failed), after)
+        for u in batch_units:  # a pair by its head: the head's job switched both, and its gate is the pair's
+            _record_switch(r, u, u[0] in batch_failed, after)
         if len(r.failures) > r.tolerated:
             r.halted = True
             r.log(f"halting: {len(r.failures)} failure(s) > --max-fail {r.tolerated}; not touched: "
@@ -218,6 +224,6 @@ def summary(r: Rollout) -> tuple[list[str], int]:
     if r.halted:
         return lines + ["result: HALTED (exit 1)"], EXIT_HALTED
     if r.failures:
-        lines.append(f"result: PARTIAL, {len(r.failures)} host(s) failed within --max-fail {r.tolerated} (exit 3)")
+        lines.append(f"result: PARTIAL, {len(r.failures)} member(s) failed within --max-fail {r.tolerated} (exit 3)")
         return lines, EXIT_PARTIAL
     return lines + ["result: SUCCESS (exit 0)"], EXIT_OK

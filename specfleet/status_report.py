@@ -76,8 +76,8 @@ def pair_rows(rs: list[dict], found: dict[str, dict], pairs: dict[str, str]) -> 
         wanted = ((found.get(r["host"]) or {}).get("pair") or {}).get("worker", {}).get("release")
         problem = worker_problem(found.get(worker), worker, wanted)
         row = {**r, "hosts": [r["host"]] if worker == r["host"] else [r["host"], worker],
-               "worker": {k: (by_host.get(worker) or {}).get(k) for k in ("host", "reachable", "release", "unit",
-                                                                            "gate", "gate_release")}}
+               "worker": {k: (by_host.get(worker) or rows([worker], found)[0]).get(k)
+                          for k in ("host", "reachable", "release", "unit", "gate", "gate_release")}}
         if worker == r["host"]:  # a worker alone: its own side is all there is to judge
             row.update(healthy=problem is None, problem=problem)
         elif r["healthy"] and problem:

@@ -51,13 +51,7 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
                    if not (plans[h].is_mirror or plans[h].skip)]
         if not targets:
             raise PlanError([f"--limit {limit}: matches no serving host of the inventory"])
-        leaders = [unit[0] for unit in engine.units_of(plans, targets)]  # a pair counts once: its head
-        parse_batches(batches, len(leaders))
-        peers = {h: (plans[h].settings.profile["target"]["repo"], plans[h].settings.model_peers) for h in leaders
-                 if plans[h].settings.gateways}
-        if whole := whole_model_batches(batches, leaders, peers):
-            raise PlanError(whole)
-        tolerated = parse_max_fail(max_fail, len(leaders))
+        tolerated = _batches_checked(plans, targets, batches, max_fail)
         gateways = [h for h in inventory.hosts if plans[h].is_gateway]
         for g in without_gateways:
             if g not in gateways:
@@ -80,6 +74,20 @@ def rollout(inventory_file: str, deploy_file: str, batches: str, max_fail: str, 
     click.echo("\n".join(lines))
     if code:
         sys.exit(code)
+
+
+def _batches_checked(plans, targets: list[str], batches: str, max_fail: str) -> int:
+    """The failures tolerated, once the batches are sound: a pair named whole and counted once (its head), no batch
+    that switches every Spark of a model behind gateways at once (PlanError or ValueError otherwise)."""
+    if lone := engine.lone_pair_hosts(plans, targets):
+        raise PlanError(lone)
+    leaders = [unit[0] for unit in engine.units_of(plans, targets)]
+    parse_batches(batches, len(leaders))
+    peers = {h: (plans[h].settings.profile["target"]["repo"], plans[h].settings.model_peers) for h in leaders
+             if plans[h].settings.gateways}
+    if whole := whole_model_batches(batches, leaders, peers):
+        raise PlanError(whole)
+    return parse_max_fail(max_fail, len(leaders))
 
 
 @click.command()

@@ -37,8 +37,9 @@ def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool)
             raise PlanError([f"--limit {limit}: matches no host of the inventory"])
     gateways = [h for h in hosts if plans[h].is_gateway]
     sparks = [h for h in hosts if h not in gateways]
-    overviews = read_overviews(plans, sparks, metrics)
     pairs = {h: p.settings.pair_peer for h, p in plans.items() if p.settings.pair_role == "head"}
+    peers = [pairs[h] for h in sparks if h in pairs and pairs[h] not in sparks]  # a head's row needs its worker
+    overviews = read_overviews(plans, sparks + peers, metrics)
     rs = pair_rows(rows(sparks, overviews), overviews, pairs)  # a pair: one row, both hosts
     found = read_gateways(plans, gateways) if gateways else {}
     pool, grs = pools(found, sparks), gateway_rows(found)

@@ -33,6 +33,8 @@ PAIR_KNOWN_HOSTS_FILE = "known_hosts"  # the worker's host key pinned at its lin
 PAIR_AGENT_FILE = "pair-agent"  # mpirun's rsh agent (host/pair_agent.sh), which uses the two files beside it
 PAIR_AGENT = f"{PAIR_MOUNT}/{PAIR_AGENT_FILE}"  # the agent as the head's container runs it (plm_rsh_agent)
 PAIR_AGENT_ENV = ("SPECFLEET_PAIR_USER", "SPECFLEET_PAIR_PORT")  # the agent's login and port (host/pair_agent.sh)
+PAIR_SWITCH_KEY_ENV = "SPECFLEET_PAIR_KEY"  # the agent's key instead of the MPI key: the head's switch key
+PAIR_SWITCH_FLAG = "--switch"  # the pair gate of the head's switch key: the switch's command only
 PAIR_LINK_UNIT = "specfleet-pair-link"  # transient unit of a link change awaiting its confirmation
 NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: applied, awaiting accept/reject
 # Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
@@ -129,11 +131,17 @@ class Layout:
     link_confirm = property(lambda self: f"{self.pair_dir}/link.confirm")  # the controller's confirmation
     link_log = property(lambda self: f"{self.pair_dir}/link.log")  # netplan try's output of the last change
     pair_gate = property(lambda self: f"{self.data_dir}/bin/{PAIR_GATE_TOOL}")
+    pair_switch_lock = property(lambda self: f"{self.data_dir}/.pair-switch.lock")  # one worker switch at a time
     pair_link_tool = property(lambda self: f"{self.data_dir}/bin/{PAIR_LINK_TOOL}")
     pair_key = property(lambda self: f"{self.pair_dir}/{PAIR_KEY_FILE}")
     pair_known_hosts = property(lambda self: f"{self.pair_dir}/{PAIR_KNOWN_HOSTS_FILE}")
     pair_agent = property(lambda self: f"{self.pair_dir}/{PAIR_AGENT_FILE}")
     pair_key_pub = property(lambda self: f"{self.pair_key}.pub")  # its public half, which the worker authorizes
+    # the head's switch key (ed25519, root 0600), for its host job's switch of the worker: outside pair_dir, so no
+    # container ever sees it (the MPI key's gate runs orted; this key's runs the switch)
+    pair_switch_dir = property(lambda self: f"{self.data_dir}/pair-switch")
+    pair_switch_key = property(lambda self: f"{self.pair_switch_dir}/switch_key")
+    pair_switch_key_pub = property(lambda self: f"{self.pair_switch_key}.pub")
     pair_ssh_dir = property(lambda self: f"{PAIR_HOME}/.ssh")  # the worker's, root-owned
     pair_authorized_keys = property(lambda self: f"{PAIR_HOME}/.ssh/authorized_keys")  # the head's key, restricted
     sudoers_staged = property(lambda self: f"{SUDOERS_FILE}.new")  # checked by visudo first (sudo skips names with .)
@@ -148,8 +156,11 @@ class Layout:
         the host tool beside it: `specfleet-host activate ID --pair-worker`."""
         return [HOST_TOOL, "activate", rid, PAIR_WORKER_FLAG]
 
-    def pair_gate_argv(self) -> list[str]:
-        """THE pair gate's command line on the worker (sudo runs it as root, with exactly these arguments)."""
+    def pair_gate_argv(self, switch: bool = False) -> list[str]:
+        """THE pair gate's command lines on the worker (sudo runs them as root, with exactly these arguments): the
+        MPI key's (OpenMPI's launch of orted in the container) and, `switch`, the switch key's (the head's switch)."""
+        if switch:
+            return [self.pair_gate, PAIR_SWITCH_FLAG]
         return [self.pair_gate, "--container", self.service_name, "--agent", PAIR_AGENT]
 
     def repo_dir(self, repo: str) -> str:

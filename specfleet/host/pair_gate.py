@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """The pair gate: what the head's MPI key may run on the worker. It is the key's forced command
 (`command=` in the worker's authorized_keys, pair_files.authorized_key), so sshd runs it whatever the head asked,
-with the asked command in $SSH_ORIGINAL_COMMAND. It lets two things through:
-- OpenMPI's launch of its daemon, `orted [--daemonize|--tree-spawn] (-mca|--mca KEY "VALUE")...`, run in the
-  worker's serving container (`docker exec -i CONTAINER orted ...`, an argv, no shell);
-- the head's switch of the pair (host/pair_switch.py), `specfleet-host activate ID --pair-worker` with ID a release
-  id (layout.RELEASE_ID), run as the host tool beside this gate: it activates only a release already staged on the
-  worker and marked a worker's, and (re)starts nothing but the worker's container.
+with the asked command in $SSH_ORIGINAL_COMMAND. Each of the head's two keys has its own gate line:
+- the MPI key's (`--container C --agent A`) lets OpenMPI's launch of its daemon through, `orted [--daemonize|
+  --tree-spawn] (-mca|--mca KEY "VALUE")...`, run in the worker's serving container (`docker exec -i CONTAINER
+  orted ...`, an argv, no shell);
+- the switch key's (`--switch`) lets the head's switch of the pair through (host/pair_switch.py), `specfleet-host
+  activate ID --pair-worker` with ID a release id (layout.RELEASE_ID), run as the host tool beside this gate: it
+  activates only a release already staged on the worker and marked a worker's, and (re)starts nothing but the
+  worker's container. The switch key stays on the head's host: no container sees it.
 Anything else (`id`, a shell, a second command, an MCA parameter outside LAUNCH_PARAMS, an rsh agent other than
-the pair's, another host tool command or option) is refused with one line on stderr and exit 126, and nothing runs.
+the pair's, the other key's command, another host tool command or option) is refused with one line on stderr and
+exit 126, and nothing runs.
 
 The launch line is OpenMPI's, not ours: mpirun's rsh launcher (plm rsh) runs `<plm_rsh_agent> HOST orted ...`, which
 the pair's agent on the head passes to ssh, and sshd hands it here as one string for a POSIX shell (values in
@@ -16,9 +19,10 @@ double quotes). Read from Debian's openmpi-bin 4.1.4 (bookworm, the stand-in's b
 lines are tests/unit/pair_launch_lines.txt. mpirun sends the program to run (trtllm-serve) and its environment
 (-x HF_TOKEN ...) to orted over its own TCP connection, never on this line.
 
-What the key can still do, by design: start orted in the serving container, which then runs what the head's mpirun
-sends it. That is MPI's contract. The key lives on the head only (root, 0600), logs in only from the head's link
-addresses (`from=`), and reaches no shell, no file and no command on the worker host.
+What the MPI key can still do, by design: start orted in the serving container, which then runs what the head's
+mpirun sends it. That is MPI's contract. It lives on the head only (root, 0600, and read-only in the head's
+container), logs in only from the head's link addresses (`from=`), and reaches no shell, no file and no command on
+the worker host. The switch key can switch the worker among the worker releases staged on it, nothing more.
 
 Stdlib only; installed on the worker next to the host tool."""
 
@@ -32,7 +36,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # installed next to the host tool and layout.py
-from layout import HOST_TOOL, PAIR_GATE_TOOL, RELEASE_ID, Layout  # noqa: E402
+from layout import HOST_TOOL, PAIR_GATE_TOOL, PAIR_SWITCH_FLAG, RELEASE_ID, Layout  # noqa: E402
 
 ORTED = "orted"
 FLAGS = {"--daemonize", "--tree-spawn"}  # orted's flags in 4.1.4's launch line (no tree spawn: --daemonize)
@@ -57,18 +61,28 @@ class Refused(ValueError):
     """The asked command is not a pair launch."""
 
 
-def launch_argv(asked: str | None, container: str, agent: str) -> list[str]:
-    """The command that runs the asked launch in `container`, or Refused (why)."""
+def switch_argv(asked: str | None) -> list[str]:
+    """The switch key's gate: the command that runs the asked switch, or Refused (why)."""
+    words = _words(asked, "switches the pair")
+    if words[0] != HOST_TOOL:
+        raise Refused(f"{words[0]!r} is not {HOST_TOOL} (this key only switches the pair)")
+    return _switch_argv(words)
+
+
+def _words(asked: str | None, what: str) -> list[str]:
     if not asked or not asked.strip():
-        raise Refused("no command (this key only launches the pair's MPI daemon or switches the pair)")
+        raise Refused(f"no command (this key only {what})")
     if len(asked) > MAX_LINE:
         raise Refused(f"a command of {len(asked)} characters (at most {MAX_LINE})")
     try:
-        words = shlex.split(asked, comments=False, posix=True)
+        return shlex.split(asked, comments=False, posix=True)
     except ValueError as e:
         raise Refused(f"not one command ({e})") from None
-    if words[0] == HOST_TOOL:
-        return _switch_argv(words)
+
+
+def launch_argv(asked: str | None, container: str, agent: str) -> list[str]:
+    """The MPI key's gate: the command that runs the asked launch in `container`, or Refused (why)."""
+    words = _words(asked, "launches the pair's MPI daemon")
     if words[0] != ORTED:
         raise Refused(f"{words[0]!r} is not {ORTED} (this key only launches the pair's MPI daemon)")
     return ["docker", "exec", "-i", container, ORTED, *_orted_args(words[1:], agent)]
@@ -108,11 +122,15 @@ def _orted_args(words: list[str], agent: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PAIR_GATE_TOOL, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--container", required=True, help="the worker's serving container")
-    ap.add_argument("--agent", required=True, help="the rsh agent path the head's launch passes (plm_rsh_agent)")
+    ap.add_argument("--container", help="the worker's serving container (the MPI key's gate)")
+    ap.add_argument("--agent", help="the rsh agent path the head's launch passes (plm_rsh_agent)")
+    ap.add_argument(PAIR_SWITCH_FLAG, action="store_true", help="the switch key's gate: the head's switch only")
     args = ap.parse_args(argv)
+    if not args.switch and not (args.container and args.agent):
+        ap.error(f"--container and --agent (the MPI key's gate), or {PAIR_SWITCH_FLAG}")
+    asked = os.environ.get("SSH_ORIGINAL_COMMAND")
     try:
-        command = launch_argv(os.environ.get("SSH_ORIGINAL_COMMAND"), args.container, args.agent)
+        command = switch_argv(asked) if args.switch else launch_argv(asked, args.container, args.agent)
     except Refused as e:
         print(f"{PAIR_GATE_TOOL}: refused: {e}", file=sys.stderr)
         return 126

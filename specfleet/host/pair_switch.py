@@ -4,27 +4,35 @@ worker's own release, which the head's release id covers (plan.Rendered). So the
 activates it also switches the worker, and a controller that dies midway changes nothing:
 
 1. the head stops its launch (mpirun): the worker's rank, an orted in the worker's container, ends with it;
-2. it asks the worker, over the pair's MPI key through the pair agent (the worker's host key pinned), for
-   `specfleet-host activate ID --pair-worker` (Layout.pair_worker_words), the second and last command the worker's
-   pair gate lets through. The worker installs its release, (re)starts its container (the rank holder) unless it
-   already runs it, waits until it runs, and answers with one JSON line;
+2. it asks the worker, with the head's switch key through the pair agent (the worker's host key pinned), for
+   `specfleet-host activate ID --pair-worker` (Layout.pair_worker_words), the one command the switch key's gate
+   lets through (the switch key stays on the head's host: the serving container has only the MPI key). The worker
+   takes its switch lock, installs its release, (re)starts its container (the rank holder) unless it already runs
+   it, waits until it runs, prunes, and answers with one JSON line;
 3. the head starts its launch, and the readiness gate runs on the head (/health, the smoke completion: both ranks).
 
 A failed step or gate reverts the same way (the head's `previous` release names its own worker release): the
-worker is switched back first, then the head. Start order: worker, then head; stop order: head, then worker."""
+worker is switched back first, then the head. Start order: worker, then head; stop order: head, then worker. A
+worker found down while the head needs no restart (its container killed, a reboot: the world had ended with its
+rank) is started, then the head's launch again. A head whose previous release is not a pair's reverts alone."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import time
 
-from hostlib import Fail, sh
-from layout import PAIR_AGENT_ENV
+from hostlib import Fail, say, sh
+from layout import PAIR_AGENT_ENV, PAIR_SWITCH_KEY_ENV
 
-WORKER_ANSWER_SEC = 300  # how long the head waits for the worker's side (it bounds its own wait by HOLD_SEC)
 HOLD_SEC = 120  # how long the worker waits for its container to run after a (re)start
+LOCK_SEC = 60  # how long a worker's switch waits for another one still running (the head's previous ask)
+# how long the head waits for the worker's answer: the worker's lock wait, its unit's stop (TimeoutStopSec=90) and
+# start (TimeoutStartSec=120), its own wait, and the SSH connection, with a margin
+WORKER_ANSWER_SEC = LOCK_SEC + 90 + 120 + HOLD_SEC + 30
 
 
 def role(rec: dict) -> str | None:
@@ -35,15 +43,22 @@ def role(rec: dict) -> str | None:
 def switch_worker(layout, rec: dict, say) -> bool:
     """Ask the worker to activate the worker release of the head's release `rec`; whether it (re)started its
     container. Fail, naming the worker, when it refuses, fails or does not answer."""
-    worker = rec["pair"]["worker"]
-    name, rid = worker["host"], worker["release"]
-    argv = [layout.pair_agent, worker["address"], *layout.pair_worker_words(rid)]
-    env = {**os.environ, **dict(zip(PAIR_AGENT_ENV, (worker["login"], str(worker["port"]))))}
+    try:
+        worker = rec["pair"]["worker"]
+        name, rid, address, login, port = (worker[k] for k in ("host", "release", "address", "login", "port"))
+    except (KeyError, TypeError):
+        raise Fail(f"release {rec['id']}'s release.json names no complete pair worker (host, release, address, "
+                   "login, port)") from None
+    argv = [layout.pair_agent, address, *layout.pair_worker_words(rid)]
+    env = {**os.environ, **dict(zip(PAIR_AGENT_ENV, (login, str(port)))), PAIR_SWITCH_KEY_ENV: layout.pair_switch_key}
     say(f"asking the worker {name} to activate {rid}")
     try:
-        proc = subprocess.run(argv, env=env, text=True, capture_output=True, timeout=WORKER_ANSWER_SEC)
+        proc = subprocess.run(argv, env=env, text=True, capture_output=True, timeout=WORKER_ANSWER_SEC,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise Fail(f"the worker {name} did not answer within {WORKER_ANSWER_SEC}s (switching to {rid})") from None
+    except OSError as exc:
+        raise Fail(f"cannot run the pair agent {layout.pair_agent}: {exc}") from None
     lines = proc.stdout.strip().splitlines()
     for line in lines[:-1]:
         say(f"  {name}: {line}")
@@ -65,19 +80,51 @@ def hold(host, rid: str) -> dict:
     if role(rec) != "worker":
         raise Fail(f"release {rid} is not a pair worker's release (--pair-worker activates only those)")
     host.check_complete(rec)
-    restart = host.restart_needed(rec)
-    host.set_gate(rid, "running", role="worker")
-    try:
-        host.install(rec)
-        if restart:
-            sh("systemctl", "reset-failed", f"{rec['service']}.service", check=False)
-            sh("systemctl", "restart", f"{rec['service']}.service")
-        wait_running(rec["service"], HOLD_SEC)
-    except Fail as exc:
-        host.set_gate(rid, "failed", role="worker", detail=str(exc))
-        raise
-    host.set_gate(rid, "passed", role="worker")
+    with _one_switch_at_a_time(host.layout):
+        restart = host.restart_needed(rec)
+        host.set_gate(rid, "running", role="worker")
+        try:
+            host.install(rec)
+            if restart:
+                sh("systemctl", "reset-failed", f"{rec['service']}.service", check=False)
+                sh("systemctl", "restart", f"{rec['service']}.service")
+            wait_running(rec["service"], HOLD_SEC)
+        except Exception as exc:  # recorded whatever it was: the head reads a failed side, never a running one
+            host.set_gate(rid, "failed", role="worker", detail=str(exc))
+            raise exc if isinstance(exc, Fail) else Fail(f"{type(exc).__name__}: {exc}") from None
+        host.set_gate(rid, "passed", role="worker")
+    keep = rec["pair"].get("keep_releases")
+    if keep:  # the worker's converge starts no job: its side of the switch prunes, as the head's job does
+        prune_quietly(host, keep)
     return {"release": rid, "restarted": restart}
+
+
+def prune_quietly(host, keep: int) -> None:
+    """Prune beyond `keep` releases after a passed switch; a failure is a warning, never a failed switch."""
+    try:
+        host.prune(keep)
+    except (OSError, Fail) as exc:
+        say(f"warning: pruning beyond {keep} releases failed ({exc}); the next switch tries again", err=True)
+
+
+@contextlib.contextmanager
+def _one_switch_at_a_time(layout):
+    """An exclusive lock on the worker's switch: a head that gave up waiting and reverts asks again while the first
+    ask may still run on the worker; the second waits for it (LOCK_SEC at most) instead of racing it."""
+    with open(layout.pair_switch_lock, "a") as fh:
+        deadline = time.monotonic() + LOCK_SEC
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Fail(f"another switch of this worker still runs after {LOCK_SEC}s") from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def wait_running(service: str, limit: float, every: float = 1.0) -> None:

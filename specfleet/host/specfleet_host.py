@@ -197,7 +197,9 @@ class Host:
                 if image_id:
                     atomic_write(self.releases / rid / "image-id", image_id + "\n")
             elif pair_switch.role(rec) == "head" and pair_switch.switch_worker(self.layout, rec, say):
-                restarted_at = time.time()  # its rank's container started again: the launch starts with it
+                # the worker's container was down (its rank with it, so the launch had ended: nothing to drain) or
+                # not its release: it started again, and the launch starts again with it
+                restarted_at = time.time()
                 self._start(rec)
             else:
                 say(f"{rid} is already serving; gating it again")
@@ -454,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "activate":
             host.activate(args.release, args.revert, args.timeout, tuple(args.skip_gateway))
             if args.prune:
-                host.prune(args.prune)
+                pair_switch.prune_quietly(host, args.prune)
         elif args.cmd == "gate":
             host.gate()
         elif args.cmd == "job" and args.job_cmd == "start":

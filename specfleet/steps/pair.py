@@ -1,7 +1,8 @@
-"""A two-Spark pair's MPI trust (issue 19, point 3): the head's MPI key, the worker's login that lets that key run
-the pair gate and nothing else, and the head's pin of the worker's host key (pair_files renders the files).
+"""A two-Spark pair's trust (issue 19, point 3): the head's two keys (the MPI key, which its serving container
+mounts for mpirun, and the switch key, which no container sees), the worker's login that lets each key run its own
+line of the pair gate and nothing else, and the head's pin of the worker's host key (pair_files renders the files).
 
-Two public values cross between the hosts: the head's public key (into the worker's authorized_keys) and the
+Two kinds of public values cross between the hosts: the head's public keys (into the worker's authorized_keys) and the
 worker's ed25519 host key (into the head's known_hosts). Each comes from its own host's one status read, which the
 other host's steps read too (state.host_status with `on`: through that host's connection, still once per run). A
 head without a key generates it in the run, in ONE operation called from one place for both hosts (_exchange): in a
@@ -24,7 +25,7 @@ from pyinfra.operations import files, python, server
 
 from ..facts import HostStatus
 from ..host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
-from ..pair_files import authorized_key, gate_command, known_hosts, public_key, sudoers
+from ..pair_files import authorized_keys, known_hosts, public_key, sudoers
 from ..plan import HostPlan
 from .jobs import run_on_host, wait_for_peer, write_root_file
 from .state import Want, current_plan, host_status, pair_peer, sha256
@@ -51,18 +52,22 @@ class Trust:
         out += [f"create {path}" for path in self.dirs] + [f"write {path}" for path in self.writes]
         out += [f"write {SUDOERS_FILE} (checked by visudo first)"] if self.sudoers is not None else []
         if self.exchange and plan.settings.pair_role == "head":
-            out.append(f"generate the pair's MPI key {self.exchange}")
+            out.append(f"generate the pair's MPI key {self.exchange} and its switch key {plan.paths.pair_switch_key}")
         elif self.exchange:
-            out.append(f"write {self.exchange} (the MPI key {plan.settings.pair_peer} generates)")
+            out.append(f"write {self.exchange} (the MPI and switch keys {plan.settings.pair_peer} generates)")
         return out
 
 
-def head_key(plan: HostPlan, st: HostStatus) -> str | None:
-    """The head's MPI public key as its status read reports it (None: no usable key, the run generates one)."""
+def head_key(plan: HostPlan, st: HostStatus) -> tuple[str, str] | None:
+    """The head's MPI and switch public keys as its status read reports them (None: not both usable, the run
+    generates both)."""
     lay = plan.paths
-    found = st.stats.get(lay.pair_key)
-    usable = found is not None and found[:4] == KEY_FILE and found[4].isdigit() and int(found[4]) > 0
-    return public_key(st.pubkeys.get(lay.pair_key_pub)) if usable else None
+    keys = []
+    for private, public in ((lay.pair_key, lay.pair_key_pub), (lay.pair_switch_key, lay.pair_switch_key_pub)):
+        found = st.stats.get(private)
+        usable = found is not None and found[:4] == KEY_FILE and found[4].isdigit() and int(found[4]) > 0
+        keys.append(public_key(st.pubkeys.get(public)) if usable else None)
+    return (keys[0], keys[1]) if all(keys) else None
 
 
 def worker_host_key(st: HostStatus) -> str | None:
@@ -118,7 +123,8 @@ def trust(plan: HostPlan) -> Trust | None:
     if key is None:
         t.exchange = lay.pair_authorized_keys
     else:
-        _write(t, st, lay.pair_authorized_keys, "644", _authorized(plan, key), f"Authorize {s.pair_peer}'s MPI key")
+        _write(t, st, lay.pair_authorized_keys, "644", _authorized(plan, key),
+               f"Authorize {s.pair_peer}'s MPI and switch keys")
     return t
 
 
@@ -155,12 +161,22 @@ def pair_trust() -> None:
             host.op_hash_order[-1]
 
 
-def _authorized(plan: HostPlan, key: str) -> str:
+def _authorized(plan: HostPlan, keys: tuple[str, str]) -> str:
     s = plan.settings
-    return authorized_key(key, s.pair_peer_link_addresses, gate_command(plan.paths), s.pair)
+    return authorized_keys(*keys, s.pair_peer_link_addresses, plan.paths, s.pair)
 
 
 KEY_WAIT_SEC = 120  # how long the worker waits for the head's new key (ssh-keygen takes a moment; SSH may lag)
+
+
+def _keygen(lay, pair: str) -> str:
+    """The head's two keys, generated afresh (root 0600), their public halves printed: the MPI key in the pair
+    directory (the serving container's), the switch key in a directory of its own (no container's)."""
+    steps = [f"umask 077 && mkdir -p {shlex.quote(lay.pair_switch_dir)}"]
+    for key, comment in ((lay.pair_key, f"specfleet-{pair}"), (lay.pair_switch_key, f"specfleet-{pair}-switch")):
+        key, comment = shlex.quote(key), shlex.quote(comment)
+        steps.append(f"rm -f {key} {key}.pub && ssh-keygen -q -t ed25519 -N '' -C {comment} -f {key}")
+    return " && ".join(steps) + f" && cat {shlex.quote(lay.pair_key_pub)} {shlex.quote(lay.pair_switch_key_pub)}"
 
 
 def _exchange(state, host) -> bool:
@@ -169,15 +185,14 @@ def _exchange(state, host) -> bool:
     s, lay = plan.settings, plan.paths
     ex = _EXCHANGE[state][s.pair]
     if s.pair_role == "head":
-        key, comment = shlex.quote(lay.pair_key), shlex.quote(f"specfleet-{s.pair}")
         ok, out, err = False, [], ["no output"]
-        try:  # the key (or "") is published whatever happens: the worker waits for it
-            ok, out, err = run_on_host(state, host, f"umask 077 && rm -f {key} {key}.pub && ssh-keygen -q -t "
-                                                    f"ed25519 -N '' -C {comment} -f {key} && cat {key}.pub")
+        try:  # the keys (or "") are published whatever happens: the worker waits for them
+            ok, out, err = run_on_host(state, host, _keygen(lay, s.pair))
         finally:
-            ex["key"] = public_key(out[-1] if ok and out else None) or ""
+            keys = [public_key(line) for line in (out[-2:] if ok and len(out) >= 2 else [])]
+            ex["key"] = (keys[0], keys[1]) if len(keys) == 2 and all(keys) else ""
         if not ex["key"]:
-            logger.error(f"{host.print_prefix}the pair's MPI key was not generated: {(err or out or ['?'])[-1]}")
+            logger.error(f"{host.print_prefix}the pair's keys were not generated: {(err or out or ['?'])[-1]}")
         return bool(ex["key"])
     head = next((h for h in state.inventory if h.name in ex["ops"] and h is not host), None)
     why = wait_for_peer(state, host, head, lambda: "key" in ex, KEY_WAIT_SEC)
@@ -200,9 +215,11 @@ def remove_pair_trust(plan: HostPlan) -> None:
     if not s.pair:
         return
     if s.pair_role == "head":
-        gone = [p for p in (lay.pair_key, lay.pair_key_pub, lay.pair_known_hosts, lay.pair_agent)
-                if p in st.files or p in st.stats or p in st.pubkeys]
+        gone = [p for p in (lay.pair_key, lay.pair_key_pub, lay.pair_known_hosts, lay.pair_agent, lay.pair_switch_key,
+                            lay.pair_switch_key_pub) if p in st.files or p in st.stats or p in st.pubkeys]
         steps = [f"rm -f {' '.join(map(shlex.quote, gone))}"] if gone else []
+        if lay.pair_switch_dir in st.files:
+            steps.append(f"rm -rf {shlex.quote(lay.pair_switch_dir)}")
     else:
         gone = [p for p in (lay.pair_authorized_keys, SUDOERS_FILE, lay.sudoers_staged, lay.pair_gate) if p in st.files]
         steps = [f"rm -f {' '.join(map(shlex.quote, gone))}"] if gone else []

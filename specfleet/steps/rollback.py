@@ -19,6 +19,9 @@ def rollback():
         logger.info(f"[{host.name}] skipped: a {'gateway' if plan.is_gateway else 'hub_mirror'} host serves no model")
         return
     s, layout = plan.settings, plan.paths
+    if s.pair_role == "worker":  # its head's switch returns it, to the worker release the head's release names
+        logger.info(f"[{host.name}] skipped: the worker of {s.pair}; its head {s.pair_peer} switches both back")
+        return
     st = host_status(plan)
     target = s.rollback_to or st.previous
     if not target:

@@ -65,6 +65,9 @@ def _what_changed(plan, old: dict) -> str:
                        else f"{role} model {b['repo']} {str(a.get('commit'))[:12]} -> {b['commit'][:12]}")
     if old.get("image") != new["image"]:
         out.append(f"image {old.get('image')} -> {new['image']}")
+    old_worker, new_worker = (((r.get("pair") or {}).get("worker") or {}).get("release") for r in (old, new))
+    if old_worker != new_worker and old_worker and new_worker:
+        out.append(f"the pair's worker release {old_worker} -> {new_worker}")
     if not out:
         out.append("unit, smoke request or encodings")
     return f" ({'; '.join(out)})"

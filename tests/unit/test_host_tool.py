@@ -121,6 +121,7 @@ def host(tmp_path, monkeypatch):
     h = sfh.Host(str(data), unit_dir=str(tmp_path / "units"))
     system = FakeSystem()
     monkeypatch.setattr(sfh, "sh", system.sh)
+    monkeypatch.setattr(sfh.readiness, "sh", system.sh)  # the journal's tail after a failed gate
     smoke_ok = {"r-aaaaaaaaaaaa": True, "r-bbbbbbbbbbbb": True}
 
     def gate_once(rec, timeout):

@@ -108,7 +108,7 @@ LAYERS = {
     "specfleet.host.gateway_agent": "host",  # the readiness agent the gateways ask (agent-check): up or down
     "specfleet.host.release_state": "host",  # THE reader of the release state (installed, and shipped by probes)
     "specfleet.host.pair_link": "host",  # a pair host's link: netplan try, confirmed by the controller or reverted
-    "specfleet.host.pair_gate": "host",  # the worker's forced command for the head's MPI key: the launch only
+    "specfleet.host.pair_gate": "host",  # the worker's forced command for the head's keys: the launch, or the switch
     "specfleet.host.readiness": "host",  # the readiness gate's probe: unit active, /health 200, the smoke completion
     "specfleet.host.pair_switch": "host",  # a pair's switch over both hosts, driven by the head's host job
     "specfleet.host.drain": "host",  # a Spark drains itself before a restart behind gateways (acks, requests in flight)

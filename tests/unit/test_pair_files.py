@@ -73,10 +73,11 @@ def test_the_sudoers_rule_lets_the_pair_login_run_the_gate_with_its_arguments_on
     text = sudoers(lay)
     assert text.splitlines()[1:] == [
         "Cmnd_Alias SPECFLEET_PAIR_GATE = /var/lib/specfleet/bin/pair-gate --container specfleet-trtllm "
-        "--agent /opt/specfleet-pair/pair-agent",
+        "--agent /opt/specfleet-pair/pair-agent, /var/lib/specfleet/bin/pair-gate --switch",
         'Defaults!SPECFLEET_PAIR_GATE env_keep += "SSH_ORIGINAL_COMMAND"',
         f"{PAIR_USER} ALL=(root) NOPASSWD: SPECFLEET_PAIR_GATE"]
     assert gate_command(lay) == "sudo -n " + " ".join(lay.pair_gate_argv())
+    assert gate_command(lay, switch=True) == "sudo -n /var/lib/specfleet/bin/pair-gate --switch"
     (tmp_path / "specfleet-pair").write_text(text)
     (tmp_path / "specfleet-pair").chmod(0o440)
     # sudo's own parser (visudo -c) accepts it; a rule with a stray word does not

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.host.pair_gate import Refused, launch_argv
+from specfleet.host.pair_gate import Refused, launch_argv, switch_argv
 
 GATE = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "pair_gate.py"
 LINES = [line for line in (Path(__file__).parent / "pair_launch_lines.txt").read_text().splitlines()
@@ -99,18 +99,30 @@ def _installed_gate(tmp_path: Path) -> Path:
     return bin_dir / "pair-gate"
 
 
-def _run_installed(gate: Path, asked: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(gate), "--container", "trtllm-serve", "--agent", AGENT],
+def _run_installed(gate: Path, asked: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(gate), *(args or ("--switch",))],
                           env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": asked}, capture_output=True,
                           text=True, timeout=30)
 
 
-def test_the_heads_switch_runs_the_host_tool_beside_the_gate(tmp_path):
+def test_the_switch_keys_gate_runs_the_heads_switch_as_the_host_tool_beside_it(tmp_path):
     gate = _installed_gate(tmp_path)
     result = _run_installed(gate, SWITCH)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "tool.argv").read_text().splitlines() == ["activate", "r-0123456789ab", "--pair-worker"]
-    assert launch_argv(SWITCH, "trtllm-serve", AGENT)[0] == str(GATE.parent / "specfleet-host")
+    assert switch_argv(SWITCH)[0] == str(GATE.parent / "specfleet-host")
+
+
+def test_each_keys_gate_refuses_the_other_keys_command(tmp_path):
+    """The MPI key (in the head's container) cannot switch the worker; the switch key cannot launch orted."""
+    gate = _installed_gate(tmp_path)
+    mpi = _run_installed(gate, SWITCH, "--container", "trtllm-serve", "--agent", AGENT)
+    assert mpi.returncode == 126 and "'specfleet-host' is not orted" in mpi.stderr, mpi.stderr
+    switch = _run_installed(gate, LINES[1])
+    assert switch.returncode == 126 and "'orted' is not specfleet-host" in switch.stderr, switch.stderr
+    assert not (tmp_path / "tool.argv").exists() and not (tmp_path / "docker.argv").exists()
+    neither = _run_installed(gate, SWITCH, "--container", "trtllm-serve")
+    assert neither.returncode == 2 and "--switch" in neither.stderr  # a gate line of neither kind: a usage error
 
 
 @pytest.mark.parametrize("asked", [

@@ -43,11 +43,20 @@ def worker(tmp_path):
     (tmp_path / "bin" / "docker").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/docker.argv\n')
     (tmp_path / "bin" / "docker").chmod(0o755)
     gate = f"env PATH={tmp_path}/bin:/usr/bin:/bin {sys.executable} {GATE} --container trtllm-serve --agent {AGENT}"
+    # the switch key's gate, installed as on a worker: beside layout.py and a host tool that records its argv
+    switch_pub = _keygen(tmp_path / "switch_key")
+    (tmp_path / "installed").mkdir()
+    for name, text in (("pair-gate", GATE.read_text()), ("layout.py", (GATE.parent / "layout.py").read_text()),
+                       ("specfleet-host", f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/tool.argv\n')):
+        (tmp_path / "installed" / name).write_text(text)
+    (tmp_path / "installed" / "specfleet-host").chmod(0o755)
+    switch_gate = f"env PATH=/usr/bin:/bin {sys.executable} {tmp_path}/installed/pair-gate --switch"
     (tmp_path / "known_hosts").write_text(known_hosts(host_pub, ["127.0.0.1/32"], port))
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
 
     def start(sources: list[str]) -> subprocess.Popen:
-        (tmp_path / "authorized_keys").write_text(authorized_key(pair_pub, sources, gate, "pair_a"))
+        (tmp_path / "authorized_keys").write_text(authorized_key(pair_pub, sources, gate, "pair_a")
+                                                  + authorized_key(switch_pub, sources, switch_gate, "pair_a-switch"))
         (tmp_path / "sshd_config").write_text("\n".join([
             f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {tmp_path}/host_key",
             f"AuthorizedKeysFile {tmp_path}/authorized_keys", "StrictModes no", "UsePAM no",
@@ -67,8 +76,9 @@ def worker(tmp_path):
         p.wait(10)
 
 
-def _ssh(tmp_path: Path, port: int, command: str, known_hosts: str = "known_hosts") -> subprocess.CompletedProcess:
-    argv = ["ssh", "-F", "/dev/null", "-i", str(tmp_path / "pair_key"), "-o", "IdentitiesOnly=yes",
+def _ssh(tmp_path: Path, port: int, command: str, known_hosts: str = "known_hosts",
+         key: str = "pair_key") -> subprocess.CompletedProcess:
+    argv = ["ssh", "-F", "/dev/null", "-i", str(tmp_path / key), "-o", "IdentitiesOnly=yes",
             "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={tmp_path / known_hosts}",
             "-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null",
             "-p", str(port), f"{getpass.getuser()}@127.0.0.1", command]
@@ -84,6 +94,23 @@ def test_the_key_runs_the_launch_and_ssh_worker_id_is_refused(worker):
     launched = _ssh(tmp_path, port, LINES[1])
     assert launched.returncode == 0, launched.stderr
     assert (tmp_path / "docker.argv").read_text().splitlines()[:4] == ["exec", "-i", "trtllm-serve", "orted"]
+
+
+def test_the_switch_key_runs_the_switch_only_and_the_mpi_key_cannot_switch(worker):
+    """Each key reaches its own gate line: the MPI key (the head's container has it) cannot switch the worker, the
+    switch key (the head's host only) cannot launch orted, and the switch reaches the host tool as its argv."""
+    tmp_path, port, start = worker
+    start(["127.0.0.1/32"])
+    switch = "specfleet-host activate r-0123456789ab --pair-worker"
+    by_mpi_key = _ssh(tmp_path, port, switch)
+    assert by_mpi_key.returncode == 126 and "'specfleet-host' is not orted" in by_mpi_key.stderr
+    assert not (tmp_path / "tool.argv").exists()
+    launch = _ssh(tmp_path, port, LINES[1], key="switch_key")
+    assert launch.returncode == 126 and "'orted' is not specfleet-host" in launch.stderr
+    assert not (tmp_path / "docker.argv").exists()
+    switched = _ssh(tmp_path, port, switch, key="switch_key")
+    assert switched.returncode == 0, switched.stderr
+    assert (tmp_path / "tool.argv").read_text().splitlines() == ["activate", "r-0123456789ab", "--pair-worker"]
 
 
 def test_the_key_is_refused_from_another_address_and_by_an_unpinned_host(worker):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.host import specfleet_host as sfh
-from specfleet.host.layout import HOST_PROGRAMS, PAIR_AGENT_FILE, PAIR_GATE_TOOL
+from specfleet.host.layout import HOST_PROGRAMS, PAIR_AGENT_FILE, PAIR_GATE_TOOL, PAIR_SWITCH_KEY_ENV, Layout
 from tests.unit.test_host_tool import FakeSystem, _complete_release
 
 HOST_DIR = Path(sfh.__file__).resolve().parent
@@ -76,7 +76,7 @@ class HeadSystem(FakeSystem):
 def _worker_release(data: Path, rid: str, created: str) -> None:
     _complete_release(data, rid, created)
     record = json.loads((data / "releases" / rid / "release.json").read_text())
-    record["pair"] = {"role": "worker", "name": "pair_a", "head": "spark-1"}
+    record["pair"] = {"role": "worker", "name": "pair_a", "head": "spark-1", "keep_releases": 2}
     (data / "releases" / rid / "release.json").write_text(json.dumps(record))
 
 
@@ -111,24 +111,33 @@ def pair(tmp_path, monkeypatch):
     units.mkdir()
     (units / "svc.service").write_text(f"svc.service of {WORKER[0]}\n")  # the worker serves A
     state.write_text(json.dumps({"active": "active", "holds": WORKER[0]}))
-    # the head's pair agent: what reaches the worker's sshd reaches its gate (as the MPI login's forced command)
+    # what runs on the worker runs with its stand-in commands, and its unit directory is its own: a mount
+    # namespace with a scratch dir over /etc/systemd/system (this machine's is never written)
+    on_worker = tmp_path / "on-worker"
+    on_worker.write_text(textwrap.dedent(f'''\
+        #!/bin/sh
+        export PATH={fake_bin}:/usr/bin:/bin FAKE_STATE={state} FAKE_LOG={log} FAKE_DATA={worker}
+        exec unshare --mount --propagation private sh -c 'mount --bind "$0" /etc/systemd/system && exec "$@"' \\
+            {units} "$@"
+        '''))
+    on_worker.chmod(0o755)
+    # the head's pair agent: what reaches the worker's sshd reaches the gate line of the key it came with, as the
+    # worker's authorized_keys maps them (pair_files.authorized_keys): the switch key's, or else the MPI key's
     (head / "pair").mkdir()
     agent = head / "pair" / PAIR_AGENT_FILE
     agent.write_text(textwrap.dedent(f'''\
         #!/bin/sh
         host=$1; shift
         echo "agent: $SPECFLEET_PAIR_USER@$host:$SPECFLEET_PAIR_PORT $*" >> {log}
-        export SSH_ORIGINAL_COMMAND="$*" PATH={fake_bin}:/usr/bin:/bin FAKE_STATE={state} FAKE_LOG={log} \\
-            FAKE_DATA={worker}
-        # the worker's unit directory is its own: a mount namespace with a scratch dir over /etc/systemd/system
-        exec unshare --mount --propagation private sh -c \\
-            'mount --bind "$0" /etc/systemd/system && exec "$@"' {units} \\
-            {sys.executable} {worker}/bin/{PAIR_GATE_TOOL} --container svc --agent x
+        gate="--container svc --agent x"
+        [ "${{{PAIR_SWITCH_KEY_ENV}:-}}" = "{Layout(str(head)).pair_switch_key}" ] && gate="--switch"
+        SSH_ORIGINAL_COMMAND="$*" exec {on_worker} {sys.executable} {worker}/bin/{PAIR_GATE_TOOL} $gate
         '''))
     agent.chmod(0o755)
     h = sfh.Host(str(head), unit_dir=str(tmp_path / "units"))
     system = HeadSystem(log)
     monkeypatch.setattr(sfh, "sh", system.sh)
+    monkeypatch.setattr(sfh.readiness, "sh", system.sh)
     smoke_ok = {HEAD[0]: True, HEAD[1]: True}
 
     def gate_once(rec, timeout):
@@ -162,6 +171,7 @@ def pair(tmp_path, monkeypatch):
 
     world = World()
     world.h, world.system, world.smoke_ok, world.head, world.worker = h, system, smoke_ok, head, worker
+    world.on_worker = on_worker
     return world
 
 
@@ -239,8 +249,39 @@ def test_a_worker_release_is_only_activated_by_its_heads_switch(pair):
     worker = sfh.Host(str(pair.worker), unit_dir=str(pair.worker.parent / "worker-units"))
     with pytest.raises(sfh.Fail, match=r"a pair worker's: its head's switch activates it \(--pair-worker\)"):
         worker.activate(WORKER[1], revert=True)
-    head_tool = subprocess.run(
-        [sys.executable, str(pair.worker / "bin" / "specfleet-host"), "--data-dir", str(pair.head), "activate",
-         HEAD[1], "--pair-worker"], capture_output=True, text=True, timeout=60)
+    head_tool = subprocess.run(  # on the worker's stand-ins, so a regression could not reach this machine's systemd
+        [str(pair.on_worker), sys.executable, str(pair.worker / "bin" / "specfleet-host"), "--data-dir",
+         str(pair.head), "activate", HEAD[1], "--pair-worker"], capture_output=True, text=True, timeout=60)
     assert head_tool.returncode == 1 and "is not a pair worker's release" in head_tool.stderr
     assert pair.h.current() == HEAD[0] and pair.worker_current() == WORKER[0]
+
+
+def test_a_passed_worker_side_prunes_the_workers_old_releases(pair):
+    """The worker's converge starts no job, so its side of the switch prunes (keep_releases from its release)."""
+    _worker_release(pair.worker, "r-0000000000c0", "2025-12-01T00:00:00Z")  # older than A and B
+    pair.h.activate(HEAD[1], revert=True)
+    assert sorted(p.name for p in (pair.worker / "releases").iterdir()) == sorted(WORKER)
+    assert pair.worker_current() == WORKER[1]
+
+
+def test_an_agent_that_cannot_run_fails_the_switch_with_a_line_and_never_leaves_the_gate_running(pair):
+    (pair.head / "pair" / PAIR_AGENT_FILE).unlink()  # e.g. the trust step failed, or a cleanup ran
+    with pytest.raises(sfh.Fail, match=r"cannot run the pair agent .*rollback to r-aaaaaaaaaaaa ALSO failed: "
+                                       r"cannot run the pair agent"):
+        pair.h.activate(HEAD[1], revert=True)
+    assert pair.h.gate_state()["result"] == "failed"  # said, not left `running` for the gateways
+    assert pair.worker_current() == WORKER[0] and pair.worker_state()["active"] == "active"  # untouched
+
+
+def test_a_second_switch_of_the_worker_waits_for_the_first_and_gives_up_with_a_line(pair, monkeypatch):
+    """A head that gave up waiting reverts and asks again while its first ask still runs on the worker: the second
+    waits on the worker's switch lock instead of racing it (here it is held, and the wait bounded to 1 s)."""
+    import fcntl
+
+    worker = sfh.Host(str(pair.worker), unit_dir=str(pair.worker.parent / "worker-units"))
+    monkeypatch.setattr(sfh.pair_switch, "LOCK_SEC", 1)
+    with open(Layout(str(pair.worker)).pair_switch_lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(sfh.Fail, match="another switch of this worker still runs after 1s"):
+            sfh.pair_switch.hold(worker, WORKER[1])
+    assert pair.worker_current() == WORKER[0] and not (pair.worker / "gate.json").exists()

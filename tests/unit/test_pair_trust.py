@@ -22,9 +22,16 @@ from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, executed, make_plan
 
 HEAD_PUB = "ssh-ed25519 " + "A" * 68  # the head's MPI key, as an earlier run generated it
 NEW_PUB = "ssh-ed25519 " + "C" * 68  # the key the head generates in this run
+SWITCH_PUB = "ssh-ed25519 " + "D" * 68  # the head's switch key, as an earlier run generated it
+NEW_SWITCH = "ssh-ed25519 " + "E" * 68  # the switch key the head generates in this run
 WORKER_HOST_KEY = "ssh-ed25519 " + "B" * 68  # the worker's sshd host key
 HEAD_LINK = '"192.168.100.10,192.168.101.10"'
 GATE = "sudo -n /var/lib/specfleet/bin/pair-gate --container specfleet-trtllm --agent /opt/specfleet-pair/pair-agent"
+SWITCH_GATE = "sudo -n /var/lib/specfleet/bin/pair-gate --switch"
+
+
+def _switch_line(key: str) -> str:
+    return f'restrict,from={HEAD_LINK},command="{SWITCH_GATE}" {key} specfleet-pair_a-switch\n'
 
 
 def _plans(limit=("spark-1", "spark-2")):
@@ -53,18 +60,20 @@ def _converged_trust(plan) -> list[str]:
 
 
 def _trust_lines(plan) -> list[str]:
-    from specfleet.pair_files import authorized_key, gate_command, known_hosts, sudoers
+    from specfleet.pair_files import authorized_keys, known_hosts, sudoers
     from specfleet.steps.pair import program
     from specfleet.steps.state import sha256
 
     s, lay = plan.settings, plan.paths
     if s.pair_role == "head":
         pin = known_hosts(WORKER_HOST_KEY, s.pair_peer_link_addresses, 22)
-        return [f"stat\tfile|600|root|root|411\t{lay.pair_key}",
+        return [f"stat\tfile|600|root|root|411\t{lay.pair_key}", f"stat\tfile|600|root|root|411\t{lay.pair_switch_key}",
                 f"file\tfile|644|root|root|{sha256(pin)}\t{lay.pair_known_hosts}",
                 f"file\tfile|755|root|root|{sha256(program('pair_agent.sh'))}\t{lay.pair_agent}",
-                f"pubkey\t{lay.pair_key_pub}\t{HEAD_PUB} root@spark-1"]
-    auth = authorized_key(HEAD_PUB, s.pair_peer_link_addresses, gate_command(lay), s.pair)
+                f"file\tdir|700|root|root\t{lay.pair_switch_dir}",
+                f"pubkey\t{lay.pair_key_pub}\t{HEAD_PUB} root@spark-1",
+                f"pubkey\t{lay.pair_switch_key_pub}\t{SWITCH_PUB} specfleet-pair_a-switch"]
+    auth = authorized_keys(HEAD_PUB, SWITCH_PUB, s.pair_peer_link_addresses, lay, s.pair)
     return [f"file\tdir|755|root|root\t{PAIR_HOME}", f"file\tdir|755|root|root\t{lay.pair_ssh_dir}",
             f"file\tfile|644|root|root|{sha256(auth)}\t{lay.pair_authorized_keys}",
             f"file\tfile|440|root|root|{sha256(sudoers(lay))}\t{SUDOERS_FILE}",
@@ -84,7 +93,7 @@ def _responses(fresh=(), drop=(), extra=None):
         link += [f"link\t{i}\tup\t" for i in plan.settings.pair_link_interfaces]
         lines = [line for line in status_lines(plan) + link + trust if not any(re.search(d, line) for d in drop)]
         refused = {"exit 1": {"success": False, "stderr": "refused"}}  # first: a refusal may name ssh-keygen
-        return {**refused, SPECFLEET_FACT: lines, "ssh-keygen": f"{NEW_PUB} specfleet-pair_a", **(extra or {})}
+        return {**refused, SPECFLEET_FACT: lines, "ssh-keygen": [f"{NEW_PUB} specfleet-pair_a", f"{NEW_SWITCH} specfleet-pair_a-switch"], **(extra or {})}
     return answer
 
 
@@ -120,7 +129,8 @@ def test_a_fresh_pair_gets_a_key_generated_on_the_head_and_authorized_on_the_wor
     # the worker authorizes exactly the key the head printed in this run, from the head's link addresses only,
     # forced to the gate
     assert uploads[("spark-2", lay.pair_authorized_keys)] == (
-        f'restrict,from={HEAD_LINK},command="{GATE}" {NEW_PUB} specfleet-pair_a\n')
+        f'restrict,from={HEAD_LINK},command="{GATE}" {NEW_PUB} specfleet-pair_a\n'
+        f'restrict,from={HEAD_LINK},command="{SWITCH_GATE}" {NEW_SWITCH} specfleet-pair_a-switch\n')
     # the head pins the worker's host key (read from the worker's status) at the worker's link addresses
     assert uploads[("spark-1", lay.pair_known_hosts)] == f"192.168.100.11,192.168.101.11 {WORKER_HOST_KEY}\n"
     head, worker = executed(state)["spark-1"], executed(state)["spark-2"]
@@ -148,7 +158,7 @@ def test_a_key_already_on_the_head_is_authorized_from_its_status_read(uploads):
     lay = plans["spark-2"].paths
     state = run_deploy(plans, pair_trust, responses=_responses(drop=(re.escape(lay.pair_authorized_keys),)))
     assert changed_ops(state)["spark-1"] == []
-    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {HEAD_PUB} specfleet-pair_a\n")
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {HEAD_PUB} specfleet-pair_a\n" + _switch_line(SWITCH_PUB))
     assert not [c for c in executed(state)["spark-1"] if "ssh-keygen" in c]
 
 
@@ -157,9 +167,10 @@ def test_a_public_key_without_its_private_half_is_replaced_and_the_new_one_autho
     lay = plans["spark-1"].paths
     state = run_deploy(plans, pair_trust, responses=_responses(drop=(re.escape(lay.pair_key) + "$",)))
     assert len([c for c in executed(state)["spark-1"] if "ssh-keygen -q -t ed25519" in c]) == 1
-    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n")
-    assert _trust_changes(plans) == {"spark-1": [f"generate the pair's MPI key {lay.pair_key}"],
-                                     "spark-2": [f"write {lay.pair_authorized_keys} (the MPI key spark-1 generates)"]}
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n" + _switch_line(NEW_SWITCH))
+    assert _trust_changes(plans) == {
+        "spark-1": [f"generate the pair's MPI key {lay.pair_key} and its switch key {lay.pair_switch_key}"],
+        "spark-2": [f"write {lay.pair_authorized_keys} (the MPI and switch keys spark-1 generates)"]}
 
 
 def test_the_worker_waits_for_a_slow_key_generation_on_the_head(uploads, monkeypatch):
@@ -177,7 +188,7 @@ def test_the_worker_waits_for_a_slow_key_generation_on_the_head(uploads, monkeyp
     lay = plans["spark-1"].paths
     state = run_deploy(plans, pair_trust, responses=_responses(drop=(re.escape(lay.pair_key) + "$",)))
     assert not state.failed_hosts
-    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n")
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n" + _switch_line(NEW_SWITCH))
 
 
 def test_under_the_python_api_a_worker_ahead_of_the_head_fails_and_the_next_run_authorizes(uploads):
@@ -192,7 +203,7 @@ def test_under_the_python_api_a_worker_ahead_of_the_head_fails_and_the_next_run_
     assert ("spark-2", lay.pair_authorized_keys) not in uploads
     assert len([c for c in executed(state)["spark-1"] if "ssh-keygen -q" in c]) == 1
     run_deploy(plans, pair_trust, responses=_responses(drop=(re.escape(lay.pair_authorized_keys),)))
-    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {HEAD_PUB} specfleet-pair_a\n")
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {HEAD_PUB} specfleet-pair_a\n" + _switch_line(SWITCH_PUB))
 
 
 def test_a_failed_key_generation_authorizes_nothing_and_leaves_the_workers_key(uploads):
@@ -243,7 +254,8 @@ def test_cleanup_removes_the_trust_it_finds_and_nothing_on_a_clean_pair():
     lay = plans["spark-1"].paths
     state = run_deploy(plans, remove_pair_trust_deploy, responses=_responses())
     (head,), (worker,) = (executed(state)[h][1:] for h in ("spark-1", "spark-2"))  # after the status read
-    assert head == f"rm -f {lay.pair_key} {lay.pair_key_pub} {lay.pair_known_hosts} {lay.pair_agent}"
+    assert head == (f"rm -f {lay.pair_key} {lay.pair_key_pub} {lay.pair_known_hosts} {lay.pair_agent} "
+                    f"{lay.pair_switch_key} {lay.pair_switch_key_pub} && rm -rf {lay.pair_switch_dir}")
     # the key loses its authorization first, then its rule, then the login
     assert worker == (f"rm -f {lay.pair_authorized_keys} {SUDOERS_FILE} {lay.pair_gate} && "
                       f"{{ ! id -u {PAIR_USER} >/dev/null 2>&1 || userdel {PAIR_USER}; }} && rm -rf {PAIR_HOME}")
@@ -264,7 +276,7 @@ def test_in_a_cli_run_the_exchange_is_one_operation_even_with_a_head_behind(uplo
     head_behind = (re.escape(lay.pair_key) + "$", re.escape(lay.pair_known_hosts), re.escape(lay.pair_agent))
     state = run_deploy(plans, pair_trust, responses=_responses(drop=head_behind), cli=True)
     assert not state.failed_hosts
-    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n")
+    assert uploads[("spark-2", lay.pair_authorized_keys)].endswith(f" {NEW_PUB} specfleet-pair_a\n" + _switch_line(NEW_SWITCH))
 
 
 def test_with_serial_hosts_the_worker_first_fails_with_a_line_instead_of_waiting(caplog, monkeypatch):

@@ -78,7 +78,7 @@ def test_the_heads_release_covers_the_workers_and_names_what_its_switch_needs():
     assert head.release_record("t")["pair"] == {"role": "head", "name": "pair_a", "worker": {
         "host": "spark-2", "address": link_ip(worker.settings.pair_link_addresses[0]), "port": 22,
         "login": PAIR_USER, "release": worker.release_id}}
-    assert worker.release_record("t")["pair"] == {"role": "worker", "name": "pair_a", "head": "spark-1"}
+    assert worker.release_record("t")["pair"] == {"role": "worker", "name": "pair_a", "head": "spark-1", "keep_releases": 5}
     head_id, head_unit, worker_id = head.release_id, head.rendered.unit, worker.release_id
     worker.settings = worker.settings.model_copy(update={"container_env": {"NCCL_DEBUG": "INFO"}})  # the worker's alone
     assert worker.release_id != worker_id and head.rendered.unit == head_unit
@@ -120,3 +120,33 @@ def test_releases_lists_a_pair_once_under_its_head_with_its_workers_release(flee
     assert [line.split(":")[0] for line in out if not line.startswith(" ")] == ["spark-1"], out
     assert out[1].split()[:2] == ["*", "r-h"] and out[1].endswith("worker r-w"), out
     assert out[2] == "  worker spark-2: holds r-w (its side passed), service active", out
+
+
+def test_a_rollout_refuses_one_host_of_a_pair_before_anything_changes():
+    from specfleet.rollout import lone_pair_hosts
+
+    plans = _plans()
+    assert lone_pair_hosts(plans, ["spark-1", "spark-2"]) == []
+    assert lone_pair_hosts(plans, ["spark-2"]) == [
+        "spark-2: pair_a: --limit names spark-2 without its pair's spark-1 (a pair rolls out as one: name both, "
+        "or the group pair_a)"]
+
+
+def test_rollback_leaves_a_worker_to_its_heads_job_and_a_worker_change_is_named_as_such():
+    from specfleet.steps.rollback import rollback
+    from specfleet.steps.service import _what_changed
+    from tests.unit.fakehost import SPECFLEET_FACT, executed, run_deploy, status_lines
+
+    plans = _plans()
+    old = {p: f"r-00000000000{i}" for i, p in enumerate(plans)}
+    state = run_deploy(plans, rollback, responses=lambda p: {SPECFLEET_FACT: status_lines(
+        p, previous=old[p.settings.host], releases=[p.release_id, old[p.settings.host]])})
+    assert not state.failed_hosts
+    head, worker = executed(state)["spark-1"], executed(state)["spark-2"]
+    assert [c for c in head if f"activate {old['spark-1']} --revert" in c], head
+    assert not [c for c in worker if " activate " in c], worker
+    # the head serves a release whose worker release differs from the plan's: the switch reason says so
+    served = plans["spark-1"].release_record("t") | {"id": "r-0123456789ab"}
+    served["pair"] = {**served["pair"], "worker": {**served["pair"]["worker"], "release": "r-00000000abcd"}}
+    assert f"the pair's worker release r-00000000abcd -> {plans['spark-2'].release_id}" in _what_changed(
+        plans["spark-1"], served)

@@ -59,7 +59,7 @@ def test_within_the_tolerance_the_rollout_goes_on_and_ends_partial(monkeypatch):
 def test_a_rollout_while_another_run_holds_a_hosts_lock_is_refused_and_releases_its_own(monkeypatch):
     """The run lock on @fake hosts (the real lock and unlock steps): spark-02 is held by another controller's rollout,
     so the rollout is refused before any stage, and the locks it took on the others are released again. The lock
-    refusal on VM guests: tests/vm/test_faults.py::test_two_converges_at_once (CI)."""
+    refusal on VM guests: tests/vm/test_faults.py::test_two_converges_at_once (--full)."""
     from tests.unit.fakehost import converged_responses, executed, run_deploy
 
     plans = make_plans({h: {} for h in ("spark-01", "spark-02", "spark-03")}, "eagle3")

@@ -247,6 +247,9 @@ def test_a_pair_is_one_row_with_both_hosts_healthy_only_when_the_worker_holds_it
     rows = json.loads("\n".join(lines))
     assert code == 1 and [r["hosts"] for r in rows] == [["spark-1", "spark-2"]]
     assert rows[0]["problem"] == "worker spark-2 unreachable"
-    answers["spark-2"] = worker  # the worker alone (--limit): judged as a worker, not by /health
+    answers["spark-2"] = worker
+    code, lines = status_of("--limit", "spark-1")  # the head alone: its row still reads its worker
+    assert code == 0 and lines[1].split()[:2] == ["spark-1+spark-2", "ok"], lines
+    # the worker alone (--limit): judged as a worker, not by /health
     code, lines = status_of("--limit", "spark-2")
     assert code == 0 and lines[1].split()[:2] == ["spark-2", "ok"], lines

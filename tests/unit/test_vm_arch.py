@@ -147,7 +147,7 @@ def test_load_standin_image_streams_each_arch_its_own_tar(tmp_path, monkeypatch)
     from tests.vm import lab
     built = []
     monkeypatch.setattr(lab.standin_image, "build_rootfs_tarball",
-                        lambda cache, mode, load_delay_s, arch: built.append(arch) or tmp_path / f"{arch}.tar")
+                        lambda cache, mode, load_delay_s, arch, **kw: built.append(arch) or tmp_path / f"{arch}.tar")
 
     class FakeFleet:
         guests = [guest("x86_64", tmp_path, "spark-1"), guest("arm64", tmp_path, "spark-2"),

@@ -190,6 +190,43 @@ REPOS: dict[str, dict] = {
         ],
         "weights": {"model.safetensors": 2048 * KiB},
     },
+    # the two-Spark pair's (issue 19): the playbook's "Run on Two Sparks" target and its EAGLE-3 head
+    "nvidia/Qwen3-235B-A22B-FP4": {
+        "gated": False,
+        "commits": [
+            {
+                "title": "Upload NVFP4 checkpoint (stand-in)",
+                "date": "2025-07-24T10:02:17.000Z",
+                "add": [
+                    ".gitattributes",
+                    "README.md",
+                    "config.json",
+                    "generation_config.json",
+                    "hf_quant_config.json",
+                    "model-00001-of-00002.safetensors",
+                    "model-00002-of-00002.safetensors",
+                    "model.safetensors.index.json",
+                    "tokenizer.json",
+                    "tokenizer_config.json",
+                ],
+            }
+        ],
+        "weights": {
+            "model-00001-of-00002.safetensors": 1024 * KiB,
+            "model-00002-of-00002.safetensors": 768 * KiB,
+        },
+    },
+    "nvidia/Qwen3-235B-A22B-Eagle3": {
+        "gated": False,
+        "commits": [
+            {
+                "title": "Upload Eagle3 draft model (stand-in)",
+                "date": "2025-08-12T15:40:03.000Z",
+                "add": ["README.md", "config.json", "model.safetensors"],
+            }
+        ],
+        "weights": {"model.safetensors": 512 * KiB},
+    },
 }
 # Note: the brief lists .gitattributes only for gpt-oss-120b, but real repos always have one; Llama repos get one
 # too (it is a few hundred bytes). Eagle3 follows the brief exactly (3 files).

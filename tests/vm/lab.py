@@ -120,14 +120,16 @@ def configure_guest_pip(fleet, index_url: str | None, cert: bool, guests=None) -
     return [g.name for g in guests]
 
 
-def standin_tarball(cache_dir: Path, arch: str = "x86_64", mode: str = "ok", load_delay_s: float = 4.0) -> Path:
-    """The stand-in rootfs tar for guests of `arch` (a guest's arch: x86_64/arm64), built unless cached."""
-    return standin_image.build_rootfs_tarball(cache_dir, mode=mode, load_delay_s=load_delay_s,
-                                              arch=standin_image.debian_arch(arch))
+def standin_tarball(cache_dir: Path, arch: str = "x86_64", mode: str = "ok", load_delay_s: float = 4.0,
+                    version: str = "1.2.0rc6", pair: bool = False) -> Path:
+    """The stand-in rootfs tar for guests of `arch` (a guest's arch: x86_64/arm64), built unless cached. `pair`:
+    a two-Spark pair's (OpenMPI, an SSH client, mpi4py)."""
+    return standin_image.build_rootfs_tarball(cache_dir, mode=mode, load_delay_s=load_delay_s, version=version,
+                                              arch=standin_image.debian_arch(arch), pair=pair)
 
 
 def load_standin_image(fleet, cache_dir: Path, mode: str = "ok", load_delay_s: float = 4.0, tag: str = STANDIN_TAG,
-                       guests=None) -> dict:
+                       guests=None, version: str = "1.2.0rc6", pair: bool = False) -> dict:
     """Build (per guest architecture) and stream the stand-in image into every guest (or `guests`)."""
     guests = list(fleet.guests if guests is None else guests)
     by_arch: dict[str, list] = {}
@@ -135,7 +137,7 @@ def load_standin_image(fleet, cache_dir: Path, mode: str = "ok", load_delay_s: f
         by_arch.setdefault(getattr(g, "arch", None) or "x86_64", []).append(g)
     seconds: dict = {}
     for arch, members in by_arch.items():
-        tarball = standin_tarball(cache_dir, arch, mode=mode, load_delay_s=load_delay_s)
+        tarball = standin_tarball(cache_dir, arch, mode=mode, load_delay_s=load_delay_s, version=version, pair=pair)
         seconds.update(fleet.load_image(tarball, tag, standin_image.docker_import_changes(), guests=members))
     return seconds
 

@@ -138,6 +138,7 @@ def test_docker_down_at_restart_reverts_to_the_previous_release(vm_fleet, lab_in
     assert "restart" in log and "reverting to previous release" in log, log[-2000:]
 
 
+@pytest.mark.full  # CI keeps test_deploy_faults.py::test_a_running_job_with_the_same_key_is_attached_to_not_started_twice
 def test_controller_killed_mid_fetch_rerun_attaches_to_the_running_job(vm_fleet, lab_inventory, hub):
     """SIGKILL the controller while a model fetch runs on the host: the fetch goes on; the re-run attaches to it
     (no second fetch job, no byte fetched twice) and finishes the converge. The Hub stand-in stays slow until
@@ -225,6 +226,7 @@ def test_hub_failing_for_a_while_is_retried(vm_fleet, lab_inventory, hub, status
     assert st["current"] == before["current"] and st["text"]
 
 
+@pytest.mark.full  # CI keeps the real lock step's refusal on @fake hosts (test_rollout_halt.py, the rollout's lock)
 def test_two_converges_at_once_the_second_is_refused(vm_fleet, lab_inventory, hub):
     guest = vm_fleet.guests[0]
     snap = guest.ssh(f"ls -d {DATA}/hf/hub/models--openai--gpt-oss-120b/snapshots/*/").stdout.strip()

@@ -6,17 +6,13 @@ overlaps the guest's own NAT network. Two guests of their own, the session fleet
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import pytest
 
-import specfleet_lab
 from specfleet import defaults
 from specfleet.facts import SpecfleetHost
 from specfleet.pair_fleet import host_problems
 from specfleet_lab.pair_link import IFNAMES
-from tests.vm.conftest import cache_dir, figure, paused_session_fleet
+from tests.vm.conftest import own_guests
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
@@ -25,15 +21,8 @@ SUBNETS = tuple(defaults.pair_link_subnets)  # NVIDIA's connect-two-sparks: one 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory, request):
-    pause = contextlib.ExitStack()
-    pause.enter_context(paused_session_fleet())  # resumed at module teardown, also on failure or SIGTERM
-    request.addfinalizer(pause.close)
-    workdir = tmp_path_factory.mktemp("pair-link")
-    request.addfinalizer(lambda: specfleet_lab.down(workdir))
-    start = time.monotonic()
-    fleet = specfleet_lab.up(count=2, workdir=workdir, cache_dir=cache_dir(), pair_link=True)
-    figure("pair link: boot 2 guests with the stand-in CX-7 link, NICs named", f"{time.monotonic() - start:.1f} s")
-    return fleet.guests
+    return own_guests(tmp_path_factory, request, "pair-link",
+                      "pair link: boot 2 guests with the stand-in CX-7 link, NICs named", pair_link=True).guests
 
 
 def _status(g, links=IFNAMES):
