@@ -117,7 +117,7 @@ def pair_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
                 "stats": (lay.pair_key, lay.pair_switch_key), "keys": (lay.pair_key_pub, lay.pair_switch_key_pub),
                 "pings": pings}
     return {"files": link + (lay.pair_dir, PAIR_HOME, lay.pair_ssh_dir, lay.pair_authorized_keys, SUDOERS_FILE,
-                             lay.sudoers_staged, lay.pair_gate),
+                             lay.sudoers_staged, lay.pair_gate, lay.pair_agent),
             "users": (PAIR_USER,), "keys": (HOST_KEY_FILE,)}
 
 

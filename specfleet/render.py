@@ -11,7 +11,7 @@ import re
 import jinja2
 import yaml
 
-from .host.layout import CONFIG_FILE, DRAFT_LINK, PAIR_AGENT_ENV, PAIR_MOUNT, PAIR_USER, SMOKE_FILE, Layout
+from .host.layout import CONFIG_FILE, DRAFT_LINK, PAIR_AGENT, PAIR_AGENT_ENV, PAIR_MOUNT, PAIR_USER, SMOKE_FILE, Layout
 from .pair_launch import mpirun_argv
 from .settings import Settings
 
@@ -56,6 +56,10 @@ def docker_run_args(s: Settings) -> list[str]:
     args += ["-v", f"{layout.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
     if s.profile and s.profile["tiktoken"]:
         args += ["-v", f"{layout.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
+    if s.pair_role == "worker":  # OpenMPI's orted checks that the rsh agent mpirun forwards exists, even without tree
+        # spawn (4.1.4: "plm_rsh_agent was set to a path that could not be found", then it dies): seen on lab guests.
+        # The worker's copy of the agent, read-only; without the pair's key (never on the worker) it reaches nothing
+        args += ["-v", f"{layout.pair_agent}:{PAIR_AGENT}:ro"]
     if s.pair_role == "head":  # the MPI key, the worker's pinned host key and the rsh agent (host/pair_agent.sh)
         args += ["-v", f"{layout.pair_dir}:{PAIR_MOUNT}:ro"]
         for key, value in zip(PAIR_AGENT_ENV, (PAIR_USER, s.pair_ssh_port)):

@@ -114,6 +114,8 @@ def trust(plan: HostPlan) -> Trust | None:
                    f"Pin {s.pair_peer}'s SSH host key at its link addresses")
         _write(t, st, lay.pair_agent, "755", program("pair_agent.sh"), "Install pair-agent (mpirun's rsh agent)")
         return t
+    # the agent's path must exist in the worker's container too (render.docker_run_args); without a key it is inert
+    _write(t, st, lay.pair_agent, "755", program("pair_agent.sh"), "Install pair-agent (orted checks its path)")
     t.login = st.groups.get(PAIR_USER) is None
     t.dirs = [path for path in (PAIR_HOME, lay.pair_ssh_dir) if not ROOT_DIR.matches(st.files.get(path))]
     _write(t, st, lay.pair_gate, "755", program("pair_gate.py"), "Install pair-gate (the MPI key's forced command)")
@@ -221,7 +223,8 @@ def remove_pair_trust(plan: HostPlan) -> None:
         if lay.pair_switch_dir in st.files:
             steps.append(f"rm -rf {shlex.quote(lay.pair_switch_dir)}")
     else:
-        gone = [p for p in (lay.pair_authorized_keys, SUDOERS_FILE, lay.sudoers_staged, lay.pair_gate) if p in st.files]
+        gone = [p for p in (lay.pair_authorized_keys, SUDOERS_FILE, lay.sudoers_staged, lay.pair_gate, lay.pair_agent)
+                if p in st.files]
         steps = [f"rm -f {' '.join(map(shlex.quote, gone))}"] if gone else []
         if st.groups.get(PAIR_USER) is not None:
             steps.append(f"{{ ! id -u {PAIR_USER} >/dev/null 2>&1 || userdel {PAIR_USER}; }}")

@@ -78,6 +78,7 @@ def _trust_lines(plan) -> list[str]:
             f"file\tfile|644|root|root|{sha256(auth)}\t{lay.pair_authorized_keys}",
             f"file\tfile|440|root|root|{sha256(sudoers(lay))}\t{SUDOERS_FILE}",
             f"file\tfile|755|root|root|{sha256(program('pair_gate.py'))}\t{lay.pair_gate}",
+            f"file\tfile|755|root|root|{sha256(program('pair_agent.sh'))}\t{lay.pair_agent}",
             f"groups\t{PAIR_USER}\t{PAIR_USER}",
             f"pubkey\t{HOST_KEY_FILE}\t{WORKER_HOST_KEY} root@spark-2 (reinstalled 2026-11-01)"]
 
@@ -257,7 +258,7 @@ def test_cleanup_removes_the_trust_it_finds_and_nothing_on_a_clean_pair():
     assert head == (f"rm -f {lay.pair_key} {lay.pair_key_pub} {lay.pair_known_hosts} {lay.pair_agent} "
                     f"{lay.pair_switch_key} {lay.pair_switch_key_pub} && rm -rf {lay.pair_switch_dir}")
     # the key loses its authorization first, then its rule, then the login
-    assert worker == (f"rm -f {lay.pair_authorized_keys} {SUDOERS_FILE} {lay.pair_gate} && "
+    assert worker == (f"rm -f {lay.pair_authorized_keys} {SUDOERS_FILE} {lay.pair_gate} {lay.pair_agent} && "
                       f"{{ ! id -u {PAIR_USER} >/dev/null 2>&1 || userdel {PAIR_USER}; }} && rm -rf {PAIR_HOME}")
     clean = run_deploy(plans, remove_pair_trust_deploy, responses=_responses(fresh=("spark-1", "spark-2")))
     assert changed_ops(clean) == {"spark-1": [], "spark-2": []}

@@ -47,6 +47,11 @@ def test_the_workers_unit_holds_its_container_up_with_the_models_and_no_key():
     argv = exec_line(worker_unit, "ExecStart")
     image = argv.index(worker.image)
     assert argv[image + 1:] == ["sleep", "infinity"]
+    # the worker's own copy of the agent at the path mpirun forwards (orted checks it exists), no key, read-only
+    agent = argv.index(f"/var/lib/specfleet/pair/pair-agent:{PAIR_AGENT}:ro")
+    assert argv[agent - 1] == "-v"
+    argv = argv[:agent - 1] + argv[agent + 1:]
+    image -= 2
     head_argv = exec_line(head_unit, "ExecStart")
     head_docker = head_argv[:head_argv.index(head.image)]
     for flag, value in PAIR_ONLY:  # the head's docker arguments without the pair's mount and environment
