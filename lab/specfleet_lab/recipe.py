@@ -12,7 +12,7 @@ from importlib import resources
 from .arch import ARCHES, DEFAULT_ARCH, parse_arch
 
 #: Bump to force a rebuild of every cached image (changes the recipe hash).
-RECIPE_VERSION = 3  # 2: operator-only SSH (PermitRootLogin no), stand-in NVIDIA container toolkit; 3: netplan.io, ping
+RECIPE_VERSION = 2  # 2: operator-only SSH (PermitRootLogin no), stand-in NVIDIA container toolkit
 
 SUITE = "bookworm"
 MIRRORS = (
@@ -30,9 +30,6 @@ PACKAGES = (
     "python3", "python3-venv", "python3-pip",
     "docker.io", "apparmor", "iptables",
     "curl", "ca-certificates", "iproute2", "procps", "xz-utils",
-    "netplan.io",  # a pair's link is a netplan file applied with `netplan try` (DGX OS has netplan; the guests'
-    # own network stays systemd-networkd's: no /etc/netplan file, so netplan generates nothing for it)
-    "iputils-ping",  # the pair's head pings the worker across the link (DGX OS has ping)
 )
 DPKG_OPTS = (
     "path-exclude=/usr/share/man/*",
