@@ -75,8 +75,9 @@ def pair_rows(rs: list[dict], found: dict[str, dict], pairs: dict[str, str]) -> 
             continue
         wanted = ((found.get(r["host"]) or {}).get("pair") or {}).get("worker", {}).get("release")
         problem = worker_problem(found.get(worker), worker, wanted)
+        worker_row = by_host.get(worker) or rows([worker], found)[0]  # a worker outside the selection: its read
         row = {**r, "hosts": [r["host"]] if worker == r["host"] else [r["host"], worker],
-               "worker": {k: (by_host.get(worker) or rows([worker], found)[0]).get(k)
+               "worker": {k: worker_row.get(k)
                           for k in ("host", "reachable", "release", "unit", "gate", "gate_release")}}
         if worker == r["host"]:  # a worker alone: its own side is all there is to judge
             row.update(healthy=problem is None, problem=problem)

@@ -40,7 +40,7 @@ def role(rec: dict) -> str | None:
     return (rec.get("pair") or {}).get("role")
 
 
-def switch_worker(layout, rec: dict, say) -> bool:
+def switch_worker(layout, rec: dict) -> bool:
     """Ask the worker to activate the worker release of the head's release `rec`; whether it (re)started its
     container. Fail, naming the worker, when it refuses, fails or does not answer."""
     try:

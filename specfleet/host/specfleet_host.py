@@ -165,7 +165,7 @@ class Host:
         """(Re)start the release's server; a pair's head stops its launch, switches its worker, then starts it."""
         if pair_switch.role(rec) == "head":
             sh("systemctl", "stop", f"{rec['service']}.service")
-            pair_switch.switch_worker(self.layout, rec, say)
+            pair_switch.switch_worker(self.layout, rec)
         self._start(rec)
 
     def activate(self, rid: str, revert: bool, timeout: int | None = None, skip_gateways: tuple = ()) -> None:
@@ -196,7 +196,7 @@ class Host:
                               check=False).stdout.strip()
                 if image_id:
                     atomic_write(self.releases / rid / "image-id", image_id + "\n")
-            elif pair_switch.role(rec) == "head" and pair_switch.switch_worker(self.layout, rec, say):
+            elif pair_switch.role(rec) == "head" and pair_switch.switch_worker(self.layout, rec):
                 # the worker's container was down (its rank with it, so the launch had ended: nothing to drain) or
                 # not its release: it started again, and the launch starts again with it
                 restarted_at = time.time()
