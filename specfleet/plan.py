@@ -145,13 +145,6 @@ def inventory_path() -> Path:
     return Path(os.environ.get("SPECFLEET_INVENTORY") or project_dir() / DEFAULT_INVENTORY)
 
 
-# Issue 19 so far: a pair is declared and checked (pair_fleet.py, `specfleet check`, `specfleet lock`); the link, the
-# MPI launch and the pair's units are not built, so a deploy refuses it rather than start each half on its own.
-PAIR_NOT_YET = ("two-Spark serving is declared and checked, but this specfleet cannot start it yet (the pair's link, "
-                "MPI launch and units are not built; allowed: `specfleet check` and `specfleet lock` of the pair, and "
-                "deploys whose hosts skip it through `serves`)")
-
-
 def deploy_constant(deploy_file: str | Path, name: str) -> str | None:
     """A constant a deploy file declares at its top level (read without executing it), e.g. PROFILE or ROLE."""
     tree = ast.parse(Path(deploy_file).read_text(encoding="utf-8"))
@@ -169,12 +162,8 @@ def deploy_profile(deploy_file: str | Path) -> str | None:
 
 def role_problems(plans: dict[str, HostPlan], deploy_files) -> list[str]:
     """What a deploy needs on the controller before anything changes: for ROLE "gateway", each gateway host's API
-    keys and TLS files readable and well-formed (api_keys.gateway_secrets; no line shows a secret); for a profile,
-    no pair among the hosts it would serve on (two-Spark serving is checked, not yet deployable: PAIR_NOT_YET)."""
+    keys and TLS files readable and well-formed (api_keys.gateway_secrets; no line shows a secret)."""
     out = []
-    if any(deploy_profile(f) for f in deploy_files):
-        out += [f"{h}: {plan.settings.pair}: {PAIR_NOT_YET}" for h, plan in plans.items()
-                if plan.settings.pair_role == "head" and plan.settings.pair and not plan.skip]
     if any(deploy_constant(f, "ROLE") == "gateway" for f in deploy_files):
         out += [f"{h}: {problem}" for h, plan in plans.items() if plan.is_gateway
                 for problem in gateway_secrets(plan.settings)[2]]

@@ -68,7 +68,7 @@ def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 
     workdir = resolve(workdir, default_workdir)
     _clear_workdir(workdir)
     timings: dict = {}
-    b = _Bringup(workdir=workdir, arches=arches, images=_images(arches, cache_dir, timings),
+    b = _Bringup(workdir=workdir, arches=arches, images=_images(arches, cache_dir, timings, pair_link),
                  memory_mb=memory_mb, timings=timings)
     _choose_machine(b, cache_dir, accel, smp)
     b.guests = _create_guests(b, new_lan() if lan is True else (lan or None), lan_first)
@@ -101,11 +101,12 @@ def _clear_workdir(workdir: Path) -> None:
         down(workdir)  # stale files of a dead fleet
 
 
-def _images(arches: list, cache_dir, timings: dict) -> dict[str, ImageInfo]:
-    """Build or find each architecture's image once, in the order given; record the image timings."""
+def _images(arches: list, cache_dir, timings: dict, pair: bool = False) -> dict[str, ImageInfo]:
+    """Build or find each architecture's image once, in the order given (`pair`: a pair's, recipe.PAIR_PACKAGES);
+    record the image timings."""
     images: dict[str, ImageInfo] = {}
     for a in dict.fromkeys(arches):  # each architecture once, in the order given
-        images[a] = build_image(cache_dir, arch=a)
+        images[a] = build_image(cache_dir, arch=a, pair=pair)
     first = images[arches[0]]
     timings["image_cached"] = all(i.cached for i in images.values())
     built = sum(i.seconds for i in images.values() if i.built)

@@ -23,7 +23,7 @@ from pathlib import Path
 from .arch import ARCHES, DEFAULT_ARCH, host_arch, parse_arch
 from .errors import VMError
 from .local import default_cache_dir, resolve, run, safe_rmtree, tail
-from .recipe import CUSTOMIZE_HOOK, DISK_SIZE, DPKG_OPTS, MIRRORS, PACKAGES, SUITE, packages, recipe, recipe_hash
+from .recipe import CUSTOMIZE_HOOK, DISK_SIZE, DPKG_OPTS, MIRRORS, SUITE, packages, recipe, recipe_hash
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,14 @@ def _check_emulation(arch: str) -> None:
                       f"apt-get install qemu-user-static binfmt-support (tests/install-deps.sh does both)")
 
 
-def build_image(cache_dir=None, arch: str = DEFAULT_ARCH) -> ImageInfo:
-    """Build (or find in the cache) the guest image of `arch` for the current recipe."""
+def build_image(cache_dir=None, arch: str = DEFAULT_ARCH, pair: bool = False) -> ImageInfo:
+    """Build (or find in the cache) the guest image of `arch` for the current recipe (`pair`: a pair's guests')."""
     t0 = time.monotonic()
     arch = parse_arch(arch)
     cache = resolve(cache_dir, default_cache_dir)
     images = cache / "images"
     images.mkdir(parents=True, exist_ok=True)
-    h = recipe_hash(arch)
+    h = recipe_hash(arch, pair)
     target = images / h
     if _image_complete(target):
         log.info("image cached: %s", target)
@@ -98,14 +98,14 @@ def build_image(cache_dir=None, arch: str = DEFAULT_ARCH) -> ImageInfo:
             log.info("image cached: %s (built concurrently)", target)
             return _image_info(target, h, built=False, seconds=time.monotonic() - t0, arch=arch)
         _check_builder(images, h, target, arch)
-        log.info("building %s guest image %s (Debian %s, %d packages)", arch, h[:12], SUITE, len(PACKAGES))
+        log.info("building %s guest image %s (Debian %s, %d packages)", arch, h[:12], SUITE, len(packages(arch, pair)))
         tmp = Path(tempfile.mkdtemp(prefix=f".build-{h[:16]}-", dir=images))
         try:
-            _build_into(tmp, lock_fd=lockf.fileno(), arch=arch)
+            _build_into(tmp, lock_fd=lockf.fileno(), arch=arch, pair=pair)
             (tmp / "disk.img").chmod(0o444)  # backing file of every overlay: never write it
             tmp.chmod(0o755)  # mkdtemp made it 0700; the private key itself stays 0600
             seconds = time.monotonic() - t0
-            meta = dict(recipe(arch), recipe_hash=h, guest_arch=arch, build_seconds=round(seconds, 1),
+            meta = dict(recipe(arch, pair), recipe_hash=h, guest_arch=arch, build_seconds=round(seconds, 1),
                         built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             (tmp / "recipe.json").write_text(json.dumps(meta, indent=2) + "\n")
             os.rename(tmp, target)  # atomic: a half-built image never has the final name
@@ -141,11 +141,11 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _build_into(tmp: Path, lock_fd: int, arch: str = DEFAULT_ARCH) -> None:
+def _build_into(tmp: Path, lock_fd: int, arch: str = DEFAULT_ARCH, pair: bool = False) -> None:
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "specfleet-vm",
          "-f", tmp / "id_ed25519"], capture_output=True)
     rootfs = tmp / "rootfs"
-    argv = _mmdebstrap_argv(tmp, rootfs, arch)
+    argv = _mmdebstrap_argv(tmp, rootfs, arch, pair)
     t0 = time.monotonic()
     build_log = tmp / "mmdebstrap.log"
     _run_mmdebstrap(argv, build_log, lock_fd)
@@ -162,7 +162,7 @@ def _build_into(tmp: Path, lock_fd: int, arch: str = DEFAULT_ARCH) -> None:
     build_log.unlink()
 
 
-def _mmdebstrap_argv(tmp: Path, rootfs: Path, arch: str) -> list:
+def _mmdebstrap_argv(tmp: Path, rootfs: Path, arch: str, pair: bool = False) -> list:
     """The mmdebstrap command line of the recipe; writes its hooks into `tmp` as files it runs."""
     hook = tmp / "customize.sh"
     hook.write_text(CUSTOMIZE_HOOK)
@@ -176,7 +176,7 @@ def _mmdebstrap_argv(tmp: Path, rootfs: Path, arch: str) -> list:
         extra.append(f"--essential-hook=sh {shlex.quote(str(ehook))} \"$1\"")
     return ["mmdebstrap", "--variant=minbase", "--format=directory",
             f"--architectures={ARCHES[arch].debian}",
-            "--include=" + ",".join(packages(arch)),
+            "--include=" + ",".join(packages(arch, pair)),
             '--aptopt=Acquire::Retries "5"',
             *(f"--dpkgopt={o}" for o in DPKG_OPTS), *extra,
             f"--customize-hook=sh {shlex.quote(str(hook))} \"$1\" "

@@ -31,6 +31,10 @@ PACKAGES = (
     "docker.io", "apparmor", "iptables",
     "curl", "ca-certificates", "iproute2", "procps", "xz-utils",
 )
+#: What a two-Spark pair's guests add (tests/vm/test_pair*.py, `up(pair_link=True)`): DGX OS has both; the deploy
+#: applies the CX-7 link with `netplan try` and its preflight pings across it. An image of its own (its own recipe
+#: hash), so the session fleet's guests boot the image without them.
+PAIR_PACKAGES = ("netplan.io", "iputils-ping")
 DPKG_OPTS = (
     "path-exclude=/usr/share/man/*",
     "path-exclude=/usr/share/doc/*",
@@ -55,32 +59,36 @@ CUSTOMIZE_HOOK = _hook("customize.sh")
 INITRAMFS_HOOK = _hook("initramfs.sh")
 
 
-def packages(arch: str = DEFAULT_ARCH) -> list:
-    """The image's packages for `arch`: PACKAGES with that arch's kernel package."""
+def packages(arch: str = DEFAULT_ARCH, pair: bool = False) -> list:
+    """The image's packages for `arch`: PACKAGES with that arch's kernel package (+ PAIR_PACKAGES for a pair's)."""
     kernel = ARCHES[parse_arch(arch)].kernel_package
-    return [kernel if p == ARCHES[DEFAULT_ARCH].kernel_package else p for p in PACKAGES]
+    return [kernel if p == ARCHES[DEFAULT_ARCH].kernel_package else p
+            for p in PACKAGES + (PAIR_PACKAGES if pair else ())]
 
 
-def recipe(arch: str = DEFAULT_ARCH) -> dict:
+def recipe(arch: str = DEFAULT_ARCH, pair: bool = False) -> dict:
     """Everything that determines the image; its hash keys the cache. The x86_64 recipe has no `arch` key
     (it is the recipe from before arm64 guests existed, so its cached images stay valid); any other
-    architecture's recipe names its Debian arch and adds the initramfs hook its emulated build needs."""
+    architecture's recipe names its Debian arch and adds the initramfs hook its emulated build needs. `pair`: the
+    image of a pair's guests, with PAIR_PACKAGES and a `pair` key (the other images' recipes are unchanged)."""
     arch = parse_arch(arch)
     r = {
         "recipe_version": RECIPE_VERSION,
         "suite": SUITE,
         "variant": "minbase",
         "mirrors": list(MIRRORS),
-        "packages": packages(arch),
+        "packages": packages(arch, pair),
         "dpkg_opts": list(DPKG_OPTS),
         "customize_hook": CUSTOMIZE_HOOK,
         "disk_size": DISK_SIZE,
     }
     if arch != DEFAULT_ARCH:
         r.update(arch=ARCHES[arch].debian, essential_hook=INITRAMFS_HOOK)
+    if pair:
+        r["pair"] = True
     return r
 
 
-def recipe_hash(arch: str = DEFAULT_ARCH) -> str:
-    blob = json.dumps(recipe(arch), sort_keys=True, separators=(",", ":")).encode()
+def recipe_hash(arch: str = DEFAULT_ARCH, pair: bool = False) -> str:
+    blob = json.dumps(recipe(arch, pair), sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()

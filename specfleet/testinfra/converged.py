@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specfleet.host.layout import CONFIG_FILE, DRAFT_LINK
+from specfleet.host.layout import CONFIG_FILE, DRAFT_LINK, NETPLAN_FILE, SUDOERS_FILE
 from specfleet.render import config_yaml, unit_text
 from specfleet.settings import TIKTOKEN_FILES
 
@@ -102,7 +102,14 @@ def test_container_runs_with_the_seed_flags(spark):
     assert any(b.startswith(f"{spark.plan.paths.hf_home}:") for b in binds)
 
 
+def _serving(spark) -> None:
+    """The endpoint checks are the head's: a pair's worker holds its side (below) and serves nothing itself."""
+    if spark.pair_role == "worker":
+        pytest.skip(f"{spark.name} is a pair's worker: the pair serves through its head")
+
+
 def test_port_listening_on_the_configured_address(spark):
+    _serving(spark)
     assert spark.host.socket(f"tcp://{spark.s.serve_host}:{spark.s.serve_port}").is_listening
     if spark.s.serve_host == "127.0.0.1":
         assert not spark.host.socket(f"tcp://0.0.0.0:{spark.s.serve_port}").is_listening
@@ -113,13 +120,45 @@ def _url(spark) -> str:
 
 
 def test_models_endpoint_lists_the_model(spark):
+    _serving(spark)
     out = json.loads(spark.host.check_output(f"curl -fsS -m 30 {_url(spark)}/v1/models"))
     assert [m["id"] for m in out["data"]] == [spark.release["served_model"]]
 
 
 def test_completion_returns_text(spark):
+    _serving(spark)
     body = json.dumps({"model": spark.release["served_model"], "prompt": "Explain speculative decoding in one line.",
                        "max_tokens": 32})
     out = json.loads(spark.host.check_output(
         f"curl -fsS -m 300 {_url(spark)}/v1/completions -H 'Content-Type: application/json' -d '{body}'"))
     assert out["choices"][0]["text"].strip()
+
+
+def test_the_gate_passed_for_the_current_release(spark):
+    """The last switch's readiness gate passed for the release the host holds (a pair's worker: its side)."""
+    assert spark.gate.get("release") == spark.release["id"] and spark.gate.get("result") == "passed", spark.gate
+    assert (spark.gate.get("role") == "worker") == (spark.pair_role == "worker"), spark.gate
+
+
+def test_a_pair_hosts_keys_link_and_login(spark):
+    """A pair's head: both keys root 0600 and the worker's host key pinned; its worker: the head's two keys
+    authorized only behind `restrict,from=...,command=<the gate>`, and the sudoers rule 0440; both: the link's
+    netplan, root 0600."""
+    if spark.pair_role is None:
+        pytest.skip(f"{spark.name} serves alone (no pair)")
+    p = spark.plan.paths
+    with spark.host.sudo():
+        if spark.pair_role == "head":
+            for key in (p.pair_key, p.pair_switch_key):
+                f = spark.host.file(key)
+                assert f.exists and (f.user, f.mode) == ("root", 0o600), key
+            assert spark.host.file(p.pair_switch_dir).mode == 0o700
+            assert spark.host.file(p.pair_known_hosts).content_string.strip()
+        else:
+            lines = spark.host.file(p.pair_authorized_keys).content_string.splitlines()
+            assert len(lines) == 2 and all(ln.startswith('restrict,from="') and ',command="' in ln
+                                           for ln in lines), lines
+            rule = spark.host.file(SUDOERS_FILE)
+            assert (rule.user, rule.mode) == ("root", 0o440)
+        netplan = spark.host.file(NETPLAN_FILE)
+        assert netplan.exists and (netplan.user, netplan.mode) == ("root", 0o600)

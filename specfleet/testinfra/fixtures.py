@@ -32,6 +32,12 @@ class Spark:
     host: testinfra.host.Host
     plan: HostPlan  # built for the profile the host's current release serves
     release: dict
+    gate: dict  # the host's gate.json: the last switch's readiness gate (a pair's worker: its side, role worker)
+
+    @property
+    def pair_role(self) -> str | None:
+        """`head` or `worker` when the current release is a two-Spark pair's, else None."""
+        return (self.release.get("pair") or {}).get("role")
 
     @property
     def s(self):
@@ -60,5 +66,8 @@ def spark(request) -> Spark:
     if not current.exists:
         pytest.fail(f"{name}: no current release ({current.path} missing): converge it first")
     release = json.loads(current.content_string)
+    with host.sudo():
+        gate = host.file(base.paths.gate_file)
+        gate = json.loads(gate.content_string) if gate.exists else {}
     plan = build_plans(_INVENTORY, release["profile"], resolve=True)[name]
-    return Spark(name, host, plan, release)
+    return Spark(name, host, plan, release, gate)

@@ -26,7 +26,7 @@ from tests.unit.fakehost import write_fake_lock
 GOLDEN = Path(__file__).parent / "golden" / "rendered.json"
 EXAMPLE = Path(__file__).parents[2] / "specfleet" / "scaffold" / "inventory" / "example.yml"
 # The single-Spark profiles, on both example fleets; a two-Spark profile on the PAIR fleet (its rules are
-# tests/unit/test_pair_fleet.py's; a deploy still refuses a pair: plan.PAIR_NOT_YET).
+# tests/unit/test_pair_fleet.py's).
 SINGLE = sorted(p for p in PROFILES if nodes(p) == 1)
 PAIRED = sorted(p for p in PROFILES if nodes(p) == 2)
 IMAGES = {"1.2.0rc6": "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6",

@@ -61,3 +61,28 @@ def test_real_gpu_tier_runs_on_a_real_toolkit_and_skips_gpus_false():
     assert _gpu_spark(spark) is spark
     with pytest.raises(pytest.skip.Exception, match="gpus is false"):
         _gpu_spark(_spark(real, gpus=False))
+
+
+def _paired(role, gate):
+    return SimpleNamespace(name="spark-2", pair_role=role, gate=gate, release={"id": "r-000000000002"})
+
+
+@pytest.mark.parametrize("check", [converged.test_port_listening_on_the_configured_address,
+                                   converged.test_models_endpoint_lists_the_model,
+                                   converged.test_completion_returns_text])
+def test_a_pairs_worker_skips_the_endpoint_checks(check):
+    with pytest.raises(pytest.skip.Exception, match="the pair serves through its head"):
+        check(_paired("worker", {}))
+
+
+def test_the_gate_check_wants_the_current_release_passed_and_a_workers_side_as_a_worker():
+    converged.test_the_gate_passed_for_the_current_release(
+        _paired("worker", {"release": "r-000000000002", "result": "passed", "role": "worker"}))
+    converged.test_the_gate_passed_for_the_current_release(
+        _paired(None, {"release": "r-000000000002", "result": "passed"}))
+    for role, gate in (("worker", {"release": "r-000000000001", "result": "passed", "role": "worker"}),
+                       ("worker", {"release": "r-000000000002", "result": "running", "role": "worker"}),
+                       ("worker", {"release": "r-000000000002", "result": "passed"}),
+                       (None, {}), ("head", {"release": "r-000000000002", "result": "passed", "role": "worker"})):
+        with pytest.raises(AssertionError):
+            converged.test_the_gate_passed_for_the_current_release(_paired(role, gate))

@@ -60,6 +60,16 @@ def test_recipe_version_is_in_the_hash(monkeypatch):
     assert recipe.recipe_hash() != h
 
 
+def test_a_pairs_image_adds_netplan_and_ping_and_leaves_the_other_image_alone():
+    """The session fleet's image stays the one it was (same recipe, same hash, same cache entry): only a pair's
+    guests boot the image with recipe.PAIR_PACKAGES."""
+    base, pair = recipe.recipe(), recipe.recipe(pair=True)
+    assert "pair" not in base and not {"netplan.io", "iputils-ping"} & set(base["packages"])
+    assert pair["pair"] is True and pair["packages"] == base["packages"] + ["netplan.io", "iputils-ping"]
+    assert recipe.recipe_hash(pair=True) != recipe.recipe_hash() == recipe.recipe_hash(pair=False)
+    assert "netplan.io" in recipe.packages("arm64", pair=True) and "netplan.io" not in recipe.packages("arm64")
+
+
 @pytest.mark.parametrize("user,cmd,remote", [
     ("root", "id -u", "sudo -n -H sh -c 'id -u'"),
     ("spark", "id -u", "id -u"),
