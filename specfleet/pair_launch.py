@@ -1,7 +1,7 @@
 """THE pair's MPI launch on the head (pure): the `mpirun` command line its container runs, from the head's settings.
 The worker's pair gate (host/pair_gate.py) lets through the daemon launch this produces and nothing else;
 tests/unit/test_pair_launch.py runs this line under Debian's real OpenMPI and hands the line it asks the worker to
-run to the gate. Not yet in a unit: the pair's units are the next part of issue 19 (point 4).
+run to the gate. The head's unit runs it (render.container_command).
 
 From NVIDIA's "Run on Two Sparks" (`mpirun ... trtllm-llmapi-launch trtllm-serve ... --tp_size 2`), with:
 - one rank per node at the link addresses (`-H head:1,worker:1`, the nccl playbook's form), the head's first;

@@ -63,7 +63,8 @@ def up(count: int | None = None, workdir=None, cache_dir=None, memory_mb: int = 
     `lan`: True for a shared guest network of its own (lan.py), or another fleet's `lan` to join, its guests
     numbered from `lan_first`; default: none (each guest behind its own NAT only).
     `pair_link`: the first two guests are a pair, joined by a stand-in CX-7 link of their own (pair_link.py), its
-    interfaces named like a Spark's before `up` returns."""
+    interfaces named like a Spark's before `up` returns; every guest of such a fleet boots the pair's image
+    (recipe.PAIR_PACKAGES)."""
     arches = guest_arches(count, arch)
     workdir = resolve(workdir, default_workdir)
     _clear_workdir(workdir)

@@ -9,6 +9,9 @@ with the asked command in $SSH_ORIGINAL_COMMAND. Each of the head's two keys has
   activate ID --pair-worker` with ID a release id (layout.RELEASE_ID), run as the host tool beside this gate: it
   activates only a release already staged on the worker and marked a worker's, and (re)starts nothing but the
   worker's container. The switch key stays on the head's host: no container sees it.
+The launch waits (CONTAINER_WAIT_SEC at most) for the worker's container to run before it starts orted in it: after
+the container died (and the MPI world with it), both units' restart policies start their side again, and the head's
+relaunch must not depend on which comes back first (a lost race costs a head start, StartLimitBurst allows 3).
 Anything else (`id`, a shell, a second command, an MCA parameter outside LAUNCH_PARAMS, an rsh agent other than
 the pair's, the other key's command, another host tool command or option) is refused with one line on stderr and
 exit 126, and nothing runs.
@@ -32,12 +35,17 @@ import argparse
 import os
 import re
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # installed next to the host tool and layout.py
 from layout import HOST_TOOL, PAIR_GATE_TOOL, PAIR_SWITCH_FLAG, RELEASE_ID, Layout  # noqa: E402
 
+# the worker's container restarting: its unit's RestartSec (30), then `docker run`; well inside the head unit's own
+# RestartSec + the gate's timeout, so a relaunch waits here instead of failing and spending a start
+CONTAINER_WAIT_SEC = 120
 ORTED = "orted"
 FLAGS = {"--daemonize", "--tree-spawn"}  # orted's flags in 4.1.4's launch line (no tree spawn: --daemonize)
 MCA = {"-mca", "--mca"}
@@ -120,6 +128,19 @@ def _orted_args(words: list[str], agent: str) -> list[str]:
     return out
 
 
+def wait_running(container: str, seconds: float = CONTAINER_WAIT_SEC) -> bool:
+    """Whether the worker's container runs, polled each second for `seconds` at most (docker inspect)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", container],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if got.returncode == 0 and got.stdout.strip() == "true":
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PAIR_GATE_TOOL, description=__doc__.split("\n\n")[0])
     ap.add_argument("--container", help="the worker's serving container (the MPI key's gate)")
@@ -134,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     except Refused as e:
         print(f"{PAIR_GATE_TOOL}: refused: {e}", file=sys.stderr)
         return 126
+    if not args.switch and not wait_running(args.container):
+        print(f"{PAIR_GATE_TOOL}: the container {args.container} is not running (waited {CONTAINER_WAIT_SEC}s)",
+              file=sys.stderr)
+        return 1
     os.execvp(command[0], command)
     return 127  # not reached: execvp replaces this process or raises
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from specfleet.host.layout import CONFIG_FILE, DRAFT_LINK, NETPLAN_FILE, SUDOERS_FILE
+from specfleet.host.layout import CONFIG_FILE, DRAFT_LINK, NETPLAN_FILE, PAIR_USER, SUDOERS_FILE
+from specfleet.pair_files import gate_command
 from specfleet.render import config_yaml, unit_text
 from specfleet.settings import TIKTOKEN_FILES
 
@@ -102,14 +103,8 @@ def test_container_runs_with_the_seed_flags(spark):
     assert any(b.startswith(f"{spark.plan.paths.hf_home}:") for b in binds)
 
 
-def _serving(spark) -> None:
-    """The endpoint checks are the head's: a pair's worker holds its side (below) and serves nothing itself."""
-    if spark.pair_role == "worker":
-        pytest.skip(f"{spark.name} is a pair's worker: the pair serves through its head")
-
-
 def test_port_listening_on_the_configured_address(spark):
-    _serving(spark)
+    spark.skip_a_worker()
     assert spark.host.socket(f"tcp://{spark.s.serve_host}:{spark.s.serve_port}").is_listening
     if spark.s.serve_host == "127.0.0.1":
         assert not spark.host.socket(f"tcp://0.0.0.0:{spark.s.serve_port}").is_listening
@@ -120,13 +115,13 @@ def _url(spark) -> str:
 
 
 def test_models_endpoint_lists_the_model(spark):
-    _serving(spark)
+    spark.skip_a_worker()
     out = json.loads(spark.host.check_output(f"curl -fsS -m 30 {_url(spark)}/v1/models"))
     assert [m["id"] for m in out["data"]] == [spark.release["served_model"]]
 
 
 def test_completion_returns_text(spark):
-    _serving(spark)
+    spark.skip_a_worker()
     body = json.dumps({"model": spark.release["served_model"], "prompt": "Explain speculative decoding in one line.",
                        "max_tokens": 32})
     out = json.loads(spark.host.check_output(
@@ -141,9 +136,9 @@ def test_the_gate_passed_for_the_current_release(spark):
 
 
 def test_a_pair_hosts_keys_link_and_login(spark):
-    """A pair's head: both keys root 0600 and the worker's host key pinned; its worker: the head's two keys
-    authorized only behind `restrict,from=...,command=<the gate>`, and the sudoers rule 0440; both: the link's
-    netplan, root 0600."""
+    """A pair's head: both keys root 0600 and the worker's host key pinned; its worker: two keys authorized, behind
+    `restrict,from=...` and each key's gate line (pair_files.gate_command) as its forced command, the MPI login
+    without a password, and the sudoers rule root 0440; both: the link's netplan, root 0600."""
     if spark.pair_role is None:
         pytest.skip(f"{spark.name} serves alone (no pair)")
     p = spark.plan.paths
@@ -156,8 +151,10 @@ def test_a_pair_hosts_keys_link_and_login(spark):
             assert spark.host.file(p.pair_known_hosts).content_string.strip()
         else:
             lines = spark.host.file(p.pair_authorized_keys).content_string.splitlines()
-            assert len(lines) == 2 and all(ln.startswith('restrict,from="') and ',command="' in ln
-                                           for ln in lines), lines
+            assert len(lines) == 2 and all(ln.startswith('restrict,from="') for ln in lines), lines
+            commands = sorted(ln.split(',command="', 1)[1].split('"', 1)[0] for ln in lines)
+            assert commands == sorted([gate_command(p), gate_command(p, switch=True)]), lines
+            assert spark.host.user(PAIR_USER).exists and spark.host.user(PAIR_USER).password in ("*", "!", "!*")
             rule = spark.host.file(SUDOERS_FILE)
             assert (rule.user, rule.mode) == ("root", 0o440)
         netplan = spark.host.file(NETPLAN_FILE)

@@ -39,6 +39,11 @@ class Spark:
         """`head` or `worker` when the current release is a two-Spark pair's, else None."""
         return (self.release.get("pair") or {}).get("role")
 
+    def skip_a_worker(self) -> None:
+        """The endpoint checks are the head's: a pair's worker holds its side (the head's release), serves nothing."""
+        if self.pair_role == "worker":
+            pytest.skip(f"{self.name} is a pair's worker: the pair serves through its head")
+
     @property
     def s(self):
         return self.plan.settings

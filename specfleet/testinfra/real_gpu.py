@@ -29,6 +29,7 @@ def test_nvidia_smi_in_the_container(gpu_spark):
 
 
 def test_train_prompt_at_temperature_zero_answers_276(gpu_spark):
+    gpu_spark.skip_a_worker()
     smoke = json.loads(gpu_spark.host.file(f"{gpu_spark.plan.paths.current}/smoke.json").content_string)
     if "train" not in smoke["prompt"]:
         pytest.skip("this profile's smoke prompt is not the train-distance problem")
@@ -39,6 +40,7 @@ def test_train_prompt_at_temperature_zero_answers_276(gpu_spark):
 
 
 def test_metrics_show_draft_acceptance(gpu_spark):
+    gpu_spark.skip_a_worker()
     if "speculative_config" not in gpu_spark.plan.settings.llm_api_options:
         pytest.skip("no speculation in this profile")
     if not gpu_spark.plan.settings.llm_api_options.get("enable_iter_perf_stats"):

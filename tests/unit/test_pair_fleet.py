@@ -8,7 +8,6 @@ from click.testing import CliRunner
 from specfleet.cli import main
 from specfleet.inventory import load_inventory
 from specfleet.lockfile import fleets_to_lock
-from specfleet.plan import role_problems
 from specfleet.profiles import PROFILES
 from specfleet.render import serve_args
 from specfleet.settings import build_fleet
@@ -163,11 +162,6 @@ def test_without_a_pair_group_lock_and_check_are_as_before(fleet_file):
 
 
 def test_a_deploy_renders_both_hosts_of_a_pair(fleet_file):
-    host = {"pair_role": "head", "image": IMAGE}
-    plans = make_plans({"spark-1": {**host, "ssh_hostname": "10.0.0.11"},
-                        "spark-2": {**host, "pair_role": "worker", "ssh_hostname": "10.0.0.12"}},
-                       "qwen3_eagle3_pair", groups={"pair_a": ["spark-1", "spark-2"]})
-    assert role_problems(plans, [PAIR_DEPLOY]) == []
     fleet_file(_fleet())
     for host, unit_has in (("spark-1", "mpirun"), ("spark-2", "pair-agent")):
         result = CliRunner().invoke(main, ["render", "inventory.py", PAIR_DEPLOY, host])

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from specfleet.host.pair_gate import Refused, launch_argv, switch_argv
+from specfleet.host.pair_gate import Refused, launch_argv, switch_argv, wait_running
 
 GATE = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "pair_gate.py"
 LINES = [line for line in (Path(__file__).parent / "pair_launch_lines.txt").read_text().splitlines()
@@ -17,17 +18,25 @@ LINES = [line for line in (Path(__file__).parent / "pair_launch_lines.txt").read
 AGENT = "/tmp/ompi/rec.sh"  # the recording agent the lines were taken with (their plm_rsh_agent)
 
 
-def _run_gate(tmp_path: Path, asked: str | None) -> subprocess.CompletedProcess:
+def _run_gate(tmp_path: Path, asked: str | None, running: bool = True, wait: bool = False):
     """The gate as sshd runs it, with a `docker` on PATH that records its argv instead of running anything."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "docker").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/docker.argv\n')
+    # inspect: the container runs once tmp_path/running exists (each ask noted in tmp_path/asked)
+    (bin_dir / "docker").write_text(
+        f'#!/bin/sh\nif [ "$1" = inspect ]; then echo >> {tmp_path}/asked; '
+        f'[ -e {tmp_path}/running ] && echo true || echo false; exit 0; fi\n'
+        f'for a in "$@"; do echo "$a"; done > {tmp_path}/docker.argv\n')
     (bin_dir / "docker").chmod(0o755)
+    if running:
+        (tmp_path / "running").touch()
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     if asked is not None:
         env["SSH_ORIGINAL_COMMAND"] = asked
-    return subprocess.run([sys.executable, str(GATE), "--container", "trtllm-serve", "--agent", AGENT],
-                          env=env, capture_output=True, text=True, timeout=30)
+    argv = [sys.executable, str(GATE), "--container", "trtllm-serve", "--agent", AGENT]
+    if not wait:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_openmpis_launch_lines_run_orted_in_the_container_and_nothing_else():
@@ -46,6 +55,35 @@ def test_the_gate_program_execs_docker_with_the_launch(tmp_path):
     assert result.returncode == 0, result.stderr
     argv = (tmp_path / "docker.argv").read_text().splitlines()
     assert argv[:4] == ["exec", "-i", "trtllm-serve", "orted"] and "--daemonize" in argv
+
+
+def test_a_launch_waits_for_the_workers_container_to_run(tmp_path):
+    """The container is down (its unit restarting it after a crash): the launch waits for it, then execs orted in it;
+    nothing runs meanwhile. The test starts the container once the gate has asked twice (a file, no timing)."""
+    gate = _run_gate(tmp_path, LINES[1], running=False, wait=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len((tmp_path / "asked").read_text().splitlines() if (tmp_path / "asked").exists() else []) < 2:
+            assert gate.poll() is None and time.monotonic() < deadline, gate.communicate()
+            time.sleep(0.05)
+        assert not (tmp_path / "docker.argv").exists()  # nothing ran while the container was down
+        (tmp_path / "running").touch()
+        _, err = gate.communicate(timeout=30)
+    finally:
+        gate.kill()
+    assert gate.returncode == 0, err
+    assert (tmp_path / "docker.argv").read_text().splitlines()[:4] == ["exec", "-i", "trtllm-serve", "orted"]
+
+
+def test_wait_running_reads_docker_inspect(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text("#!/bin/sh\necho false\n")
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert wait_running("trtllm-serve", seconds=0) is False
+    (bin_dir / "docker").write_text("#!/bin/sh\necho true\n")
+    assert wait_running("trtllm-serve", seconds=0) is True
 
 
 @pytest.mark.parametrize("asked, why", [

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from specfleet.testinfra import converged, real_gpu
+from specfleet.testinfra.fixtures import Spark
 
 
 class FakeHost:
@@ -64,12 +65,15 @@ def test_real_gpu_tier_runs_on_a_real_toolkit_and_skips_gpus_false():
 
 
 def _paired(role, gate):
-    return SimpleNamespace(name="spark-2", pair_role=role, gate=gate, release={"id": "r-000000000002"})
+    return Spark("spark-2", FakeHost({}), None, {"id": "r-000000000002", **({"pair": {"role": role}} if role else {})},
+                 gate)
 
 
 @pytest.mark.parametrize("check", [converged.test_port_listening_on_the_configured_address,
                                    converged.test_models_endpoint_lists_the_model,
-                                   converged.test_completion_returns_text])
+                                   converged.test_completion_returns_text,
+                                   real_gpu.test_train_prompt_at_temperature_zero_answers_276,
+                                   real_gpu.test_metrics_show_draft_acceptance])
 def test_a_pairs_worker_skips_the_endpoint_checks(check):
     with pytest.raises(pytest.skip.Exception, match="the pair serves through its head"):
         check(_paired("worker", {}))
