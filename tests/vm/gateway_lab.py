@@ -30,16 +30,18 @@ def boot(session_fleet, workdir: Path, cache_dir: Path):
                             lan_first=GATEWAY_LAN_HOST)
 
 
-def inventory(base: Path, gateway_fleet, out: Path, keys_file: Path, **gateway_vars) -> Path:
-    """`base` (the lab's inventory) with the gateway guest in the group `gateway` and every Spark serving eagle3,
+def inventory(base: Path, gateway_fleet, out: Path, keys_file: Path, serves: str = "eagle3", **gateway_vars) -> Path:
+    """`base` (the lab's inventory) with the gateway guest in the group `gateway` and every Spark serving `serves`,
     locked (the base's lock first)."""
     keys_file.write_text(f"lab-client {KEY}\n")
     keys_file.chmod(0o600)
     inv = yaml.safe_load(base.read_text())
     g = gateway_fleet.guests[0]
-    inv["all"]["children"]["vm_fleet"].setdefault("vars", {})["serves"] = "eagle3"
+    inv["all"]["children"]["vm_fleet"].setdefault("vars", {})["serves"] = serves
     inv["all"]["children"]["gateway"] = {
-        "hosts": {GATEWAY: {"ssh_hostname": g.host, "ssh_port": g.port, "fleet_address": g.lan_address}},
+        # its own fleet's key: the same as the Sparks' in the session fleet, not a pair image's (test_pair.py)
+        "hosts": {GATEWAY: {"ssh_hostname": g.host, "ssh_port": g.port, "fleet_address": g.lan_address,
+                            "ssh_key": str(gateway_fleet.key_path)}},
         "vars": {"gateway_api_keys_file": str(keys_file), **gateway_vars}}
     out.write_text(yaml.safe_dump(inv, sort_keys=False))
     Path(f"{out}.lock").write_text(Path(f"{base}.lock").read_text())

@@ -4,7 +4,8 @@ the link's netplan with confirm-or-revert, generates the pair's keys on the head
 fetches the models on both hosts, and the head's host job switches both: the worker's container holds its side, the
 head's runs real OpenMPI (`mpirun ... trtllm-llmapi-launch trtllm-serve`, the pair's stand-in image at 1.3.0rc12)
 whose rank 1 runs in the worker's container through the pair gate. Each test ends with what the pair serves.
-Two guests of their own, the session fleet paused meanwhile: --full."""
+Two guests of their own on a network of their own, the session fleet paused meanwhile; a gateway guest joins them
+last: --full."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import time
 import pytest
 import yaml
 
+import specfleet_lab
 from specfleet.host.layout import NETPLAN_FILE as NETPLAN
 from specfleet.host.layout import PAIR_USER
-from tests.vm import lab
+from tests.vm import gateway_lab, lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure, own_guests
 from tests.vm.hub_standin import STANDIN_TOKEN
+from tests.vm.test_rollout import Gateway, _gateway_curl, _wait_pool
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
@@ -47,8 +50,10 @@ def pair_inventory(fleet, hub_port: int, out):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory, request, hub, wheelhouse):
+    # on a shared guest network of their own too (eth1), which a gateway guest joins at the end of the module
     fleet = own_guests(tmp_path_factory, request, "pair", "pair: boot 2 guests with the stand-in CX-7 link",
-                       pair_link=True)
+                       pair_link=True, lan=True)
+    STATE["fleet"] = fleet
     t0 = time.monotonic()
     n_cas = lab.trust_controller_cas(fleet)
     mirrored = [g for g in fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
@@ -311,6 +316,40 @@ def test_the_controller_killed_mid_switch_the_head_finishes_both(pair):
                   600, 5)
     assert st["head"]["gate"]["result"] == "passed" and st["head"]["release"] != a["head"]["release"], st
     assert st["worker"]["release"] != a["worker"]["release"] and serves(st), st
+    STATE["serving_inventory"] = inv_b
     rerun = lab.run_pyinfra(inv_b, DEPLOY)
     assert rerun.returncode == 0 and rerun.result is not None, rerun.output()[-3000:]
     assert rerun.n_changed == 0, (rerun.changed, rerun.output()[-3000:])
+
+
+def test_behind_a_gateway_only_the_head_is_a_backend_and_answers(pair):
+    """A gateway guest joins the pair's network; the pair serves qwen3_eagle3_pair behind it. After the gateway's
+    converge and the pair's, the gateway's pool holds the head only, UP, and a completion with the clients' key comes
+    through the gateway, served by both ranks; without the key, 401."""
+    head, worker, _ = pair
+    fleet = STATE["fleet"]
+    workdir = fleet.workdir / "gateway"
+    try:
+        t0 = time.monotonic()
+        gw_fleet = gateway_lab.boot(fleet, workdir, cache_dir())
+        gw = gw_fleet.guests[0]
+        # the fleet file the pair serves now: joining a gateway must not switch it (a converge behind gateways
+        # refuses to restart every host of a model at once; that is `specfleet rollout`'s)
+        inv = gateway_lab.inventory(STATE.get("serving_inventory", pair[2]), gw_fleet,
+                                    fleet.workdir / "pair-gateway.yml", fleet.workdir / "api-keys",
+                                    serves="qwen3_eagle3_pair")
+        for deploy in ("gateway", DEPLOY):  # the gateway first (the head's drain waits for it), then the pair joins
+            run = lab.run_pyinfra(inv, deploy)
+            assert run.returncode == 0, run.output()[-4000:]
+        gateway = Gateway(gw, inv, workdir)
+        pool = _wait_pool(gateway, {"spark-1": "UP"})
+        figure("pair: a gateway joins (boot, its converge, the pair's) until the head is UP",
+               f"{time.monotonic() - t0:.1f} s")
+        assert "spark-2" not in pool, pool  # the worker is no backend
+        body = json.dumps({"model": MODEL, "prompt": "Say hello.", "max_tokens": 16})
+        assert _gateway_curl(gateway, "/v1/completions", None, body)[0] == 401
+        code, text = _gateway_curl(gateway, "/v1/completions", gateway_lab.KEY, body)
+        assert code == 200 and json.loads(text)["choices"][0]["text"].strip(), text
+        assert serves(serving(head, worker))
+    finally:
+        specfleet_lab.down(workdir)
