@@ -413,3 +413,31 @@ def prebuild_main(argv: list[str]) -> int:
     result_path.write_text(json.dumps(result) + "\n")
     print(json.dumps(result), flush=True)
     return 0
+
+
+def wait_for(what: str, check, timeout: float = 600, every: float = 0.3):
+    """Poll `check` until it returns something truthy (returned), at most `timeout` s, else fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+FAULT_DOCKER = "/run/specfleet-fault-docker"  # while it exists, docker.service fails its next start once
+
+
+def docker_fails_once(guest) -> None:
+    """Fault: stop docker so that its next start fails exactly once (a drop-in's ExecStartPre and a flag file)."""
+    guest.ssh("mkdir -p /etc/systemd/system/docker.service.d && printf '[Service]\\nExecStartPre=/bin/sh -c "
+              f"\"if [ -e {FAULT_DOCKER} ]; then rm -f {FAULT_DOCKER}; exit 1; fi\"\\n' "
+              "> /etc/systemd/system/docker.service.d/fault.conf && systemctl daemon-reload && "
+              f"touch {FAULT_DOCKER} && systemctl stop docker.socket docker.service")
+
+
+def docker_restored(guest) -> None:
+    """Undo docker_fails_once and start docker."""
+    guest.ssh(f"rm -f /etc/systemd/system/docker.service.d/fault.conf {FAULT_DOCKER}; "
+              "systemctl daemon-reload; systemctl start docker", check=False)

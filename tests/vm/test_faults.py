@@ -41,14 +41,7 @@ def serving(guest) -> dict:
             "text": text}
 
 
-def wait_for(what: str, check, timeout: float = 600, every: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+wait_for = lab.wait_for
 
 
 def converge(inventory, deploy="eagle3", *extra, **kw):
@@ -118,18 +111,14 @@ def test_docker_down_at_restart_reverts_to_the_previous_release(vm_fleet, lab_in
     try:
         plans = {h: p for h, p in build_plans(load_inventory_or_fail(), "eagle3").items() if h == "spark-1"}
         assert run_on(plans, ["spark-1"], stage) == set()
-        guest.ssh("mkdir -p /etc/systemd/system/docker.service.d && printf '[Service]\\nExecStartPre=/bin/sh -c "
-                  "\"if [ -e /run/specfleet-fault-docker ]; then rm -f /run/specfleet-fault-docker; exit 1; fi\"\\n' "
-                  "> /etc/systemd/system/docker.service.d/fault.conf && systemctl daemon-reload && "
-                  "touch /run/specfleet-fault-docker && systemctl stop docker.socket docker.service")
+        lab.docker_fails_once(guest)
         failed = run_on(plans, ["spark-1"], switch)
     finally:
         for k, v in old_env.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-        guest.ssh("rm -f /etc/systemd/system/docker.service.d/fault.conf /run/specfleet-fault-docker; "
-                  "systemctl daemon-reload; systemctl start docker", check=False)
+        lab.docker_restored(guest)
     assert failed == {"spark-1"}
-    assert guest.ssh("test -e /run/specfleet-fault-docker", check=False).returncode != 0, "docker failed to start once"
+    assert guest.ssh(f"test -e {lab.FAULT_DOCKER}", check=False).returncode != 0, "docker failed to start once"
     st = serving(guest)
     assert st["current"] == STATE["B"] and st["active"] == "active" and st["text"], st
     assert st["gate"]["release"] == STATE["B"] and st["gate"]["result"] == "passed"

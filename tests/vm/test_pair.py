@@ -149,15 +149,6 @@ def test_the_mpi_key_cannot_run_a_command_on_the_worker(pair):
 
 
 # ---- point 6: faults, each ending with what the pair serves -------------------------------------------------------
-def wait_for(what: str, check, timeout: float = 600, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def serves(st: dict) -> bool:
     return bool(st["text"]) and not st["text"].startswith("no completion") and st["worker_ranks"] == "1"
 
@@ -194,9 +185,9 @@ def test_the_workers_container_killed_the_pair_recovers_and_says_so(pair):
     restarts = {g.name: n_restarts(g) for g in (head, worker)}
     t0 = time.monotonic()
     worker.ssh("docker kill specfleet-trtllm")
-    wait_for("both units to restart their side (the head's world ended with the worker's rank)",
-             lambda: all(n_restarts(g) > restarts[g.name] for g in (head, worker)), 300, 2)
-    st = wait_for("the pair to serve again", lambda: served(head, worker), 600, 5)
+    lab.wait_for("both units to restart their side (the head's world ended with the worker's rank)",
+                 lambda: all(n_restarts(g) > restarts[g.name] for g in (head, worker)), 300, 2)
+    st = lab.wait_for("the pair to serve again", lambda: served(head, worker), 600, 5)
     figure("pair: worker's container killed -> serving again (restart policies)", f"{time.monotonic() - t0:.1f} s")
     assert st["head"]["release"] == before["head"]["release"] and st["worker"]["active"] == "active", st
     # the head's relaunch waited in the worker's gate for the worker's container instead of failing: one start each
@@ -222,18 +213,14 @@ def test_the_workers_docker_down_at_a_switch_reverts_both(pair):
     try:
         plans = build_plans(load_inventory_or_fail(), DEPLOY)
         assert run_on(plans, both, stage) == set()
-        worker.ssh("mkdir -p /etc/systemd/system/docker.service.d && printf '[Service]\\nExecStartPre=/bin/sh -c "
-                   "\"if [ -e /run/specfleet-fault-docker ]; then rm -f /run/specfleet-fault-docker; exit 1; fi\"\\n' "
-                   "> /etc/systemd/system/docker.service.d/fault.conf && systemctl daemon-reload && "
-                   "touch /run/specfleet-fault-docker && systemctl stop docker.socket docker.service")
+        lab.docker_fails_once(worker)
         failed = run_on(plans, both, switch)
     finally:
         for k, v in old_env.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-        worker.ssh("rm -f /etc/systemd/system/docker.service.d/fault.conf /run/specfleet-fault-docker; "
-                   "systemctl daemon-reload; systemctl start docker", check=False)
+        lab.docker_restored(worker)
     assert failed, "the switch with the worker's docker down cannot succeed"
-    st = wait_for("release A to serve on both", lambda: served(head, worker), 300, 5)
+    st = lab.wait_for("release A to serve on both", lambda: served(head, worker), 300, 5)
     assert st["head"]["release"] == a["head"]["release"] and st["worker"]["release"] == a["worker"]["release"], st
     assert st["head"]["gate"]["result"] == "passed" and "rolled back" in st["head"]["gate"].get("detail", ""), st
     log = head.ssh(f"cat $(ls -d {DATA}/jobs/*/ | tail -n 1)log").stdout
@@ -256,7 +243,7 @@ def test_the_link_down_is_refused_before_anything_changes(pair):
     assert run.returncode != 0, run.output()[-3000:]  # pyinfra prints no JSON result once every host failed
     lines = [ln for ln in run.output().splitlines() if nic in ln and "spark-2" in ln]
     assert lines, run.output()[-3000:]
-    st = wait_for("A to serve", lambda: served(head, worker), 300, 5)
+    st = lab.wait_for("A to serve", lambda: served(head, worker), 300, 5)
     assert (st["head"]["release"], st["worker"]["release"]) == (a["head"]["release"], a["worker"]["release"]), st
     assert started(head, worker) == up_since, "a container was restarted"
 
@@ -298,22 +285,22 @@ def test_the_controller_killed_mid_switch_the_head_finishes_both(pair):
                "'touch /run/sf-held; while [ -e /run/sf-hold ]; do sleep 0.2; done; rm -f /run/sf-held' "
                ">/dev/null 2>&1 < /dev/null &")
     try:
-        wait_for("the test to hold the worker's switch lock",
-                 lambda: worker.ssh("test -e /run/sf-held", check=False).returncode == 0, 60)
+        lab.wait_for("the test to hold the worker's switch lock",
+                     lambda: worker.ssh("test -e /run/sf-held", check=False).returncode == 0, 60, 1)
         proc = lab.start_pyinfra(inv_b, DEPLOY)
-        wait_for("the head's switch to be running",
-                 lambda: '"result": "running"' in head.ssh(f"cat {DATA}/gate.json", check=False).stdout
-                 and head.ssh(f"basename $(readlink {DATA}/current)", check=False).stdout.strip()
-                 not in ("", a["head"]["release"]), 900)
+        lab.wait_for("the head's switch to be running",
+                     lambda: '"result": "running"' in head.ssh(f"cat {DATA}/gate.json", check=False).stdout
+                     and head.ssh(f"basename $(readlink {DATA}/current)", check=False).stdout.strip()
+                     not in ("", a["head"]["release"]), 900, 1)
         os.killpg(proc.pid, signal.SIGKILL)
         assert proc.wait(60) == -signal.SIGKILL, "the controller ended before it was killed"
         # in flight: the worker has not switched (its ask waits for the lock this test holds)
         assert json.loads(lab.guest_release_json(worker)).get("id") == a["worker"]["release"]
     finally:
         worker.ssh("rm -f /run/sf-hold", check=False)
-    st = wait_for("the head's job to finish",
-                  lambda: (s := serving(head, worker))["head"]["gate"].get("result") in ("passed", "failed") and s,
-                  600, 5)
+    st = lab.wait_for("the head's job to finish",
+                      lambda: (s := serving(head, worker))["head"]["gate"].get("result") in ("passed", "failed") and s,
+                      600, 5)
     assert st["head"]["gate"]["result"] == "passed" and st["head"]["release"] != a["head"]["release"], st
     assert st["worker"]["release"] != a["worker"]["release"] and serves(st), st
     STATE["serving_inventory"] = inv_b
