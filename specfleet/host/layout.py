@@ -7,6 +7,8 @@ other program gets its paths from here, as arguments or environment: no host pat
 
 from __future__ import annotations
 
+import base64
+import json
 from dataclasses import dataclass
 
 UNIT_DIR = "/etc/systemd/system"  # where the deploy writes systemd units
@@ -18,6 +20,7 @@ STATE_FILE = "release_state.py"  # THE reader of the release state, installed ne
 DRAIN_FILE = "drain.py"  # the drain before a restart behind gateways, installed next to it
 READINESS_FILE = "readiness.py"  # the readiness gate (/health, then the smoke completion), installed next to it
 PAIR_SWITCH_FILE = "pair_switch.py"  # a pair's switch over both hosts, driven by the head, installed next to it
+STAGE_FILE = "release_stage.py"  # staging a release's files from one bundle, installed next to it
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
@@ -40,10 +43,12 @@ NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: app
 # Installed name in <data_dir>/bin -> the program's file in specfleet/host (the host tool imports the others).
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
                  LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py", DRAIN_FILE: "drain.py",
-                 READINESS_FILE: "readiness.py", PAIR_SWITCH_FILE: "pair_switch.py", AGENT_TOOL: "gateway_agent.py"}
-MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE, DRAIN_FILE, READINESS_FILE, PAIR_SWITCH_FILE)  # modules (0644)
+                 READINESS_FILE: "readiness.py", PAIR_SWITCH_FILE: "pair_switch.py", STAGE_FILE: "release_stage.py",
+                 AGENT_TOOL: "gateway_agent.py"}
+MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE, DRAIN_FILE, READINESS_FILE, PAIR_SWITCH_FILE, STAGE_FILE)  # 0644
 RELEASE_ID = r"r-[0-9a-f]{12}"  # THE form of a release id (plan.Rendered: r- and 12 hex digits of a content hash)
 PAIR_WORKER_FLAG = "--pair-worker"  # `activate ID --pair-worker`: the worker's side of its head's switch
+PAIR_LEAVE_CMD = "leave-pair"  # `leave-pair ID`: a worker whose first pair release ID failed serves alone again
 
 JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
 MIRROR_UNIT = "specfleet-hub-mirror"  # the Hub mirror's units: olah; -proxy.socket / -proxy.service in front of it
@@ -156,6 +161,12 @@ class Layout:
         the host tool beside it: `specfleet-host activate ID --pair-worker`."""
         return [HOST_TOOL, "activate", rid, PAIR_WORKER_FLAG]
 
+    @staticmethod
+    def pair_leave_words(rid: str) -> list[str]:
+        """THE command the head's revert asks the worker for when the pair's release `rid` (the worker's) failed and
+        the head goes back to serving alone: `specfleet-host leave-pair ID` (the worker goes back to its own)."""
+        return [HOST_TOOL, PAIR_LEAVE_CMD, rid]
+
     def pair_gate_argv(self, switch: bool = False) -> list[str]:
         """THE pair gate's command lines on the worker (sudo runs them as root, with exactly these arguments): the
         MPI key's (OpenMPI's launch of orted in the container) and, `switch`, the switch key's (the head's switch)."""
@@ -199,6 +210,12 @@ class Layout:
     def host_tool_argv(self, *args: str) -> list[str]:
         """THE host tool's command line: `<data_dir>/bin/specfleet-host --data-dir <data_dir> ARGS...`."""
         return [self.host_tool, "--data-dir", self.data_dir, *args]
+
+    def stage_argv(self, rid: str, files: dict[str, str], record: str, draft: str | None) -> list[str]:
+        """THE stage command: release `rid`'s files by name, its release.json and its draft link's target as one
+        bundle, base64 of JSON (host/release_stage.py reads it). Release files hold nothing secret."""
+        bundle = json.dumps({"files": files, "record": record, "draft": draft}, sort_keys=True).encode()
+        return self.host_tool_argv("stage", rid, "--bundle", base64.b64encode(bundle).decode())
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ with the asked command in $SSH_ORIGINAL_COMMAND. Each of the head's two keys has
 - the switch key's (`--switch`) lets the head's switch of the pair through (host/pair_switch.py), `specfleet-host
   activate ID --pair-worker` with ID a release id (layout.RELEASE_ID), run as the host tool beside this gate: it
   activates only a release already staged on the worker and marked a worker's, and (re)starts nothing but the
-  worker's container. The switch key stays on the head's host: no container sees it.
+  worker's container; and the head's revert of a failed first pair release, `specfleet-host leave-pair ID` (the
+  worker goes back to the release it served alone before ID, already on it). The switch key stays on the head's
+  host: no container sees it.
 The launch waits (CONTAINER_WAIT_SEC at most) for the worker's container to run before it starts orted in it: after
 the container died (and the MPI world with it), both units' restart policies start their side again, and the head's
 relaunch must not depend on which comes back first (a lost race costs a head start, StartLimitBurst allows 3).
@@ -25,7 +27,8 @@ lines are tests/unit/pair_launch_lines.txt. mpirun sends the program to run (trt
 What the MPI key can still do, by design: start orted in the serving container, which then runs what the head's
 mpirun sends it. That is MPI's contract. It lives on the head only (root, 0600, and read-only in the head's
 container), logs in only from the head's link addresses (`from=`), and reaches no shell, no file and no command on
-the worker host. The switch key can switch the worker among the worker releases staged on it, nothing more.
+the worker host. The switch key can switch the worker among the worker releases staged on it, or back to
+the release it served alone before the pair's first, nothing more.
 
 Stdlib only; installed on the worker next to the host tool."""
 
@@ -97,10 +100,13 @@ def launch_argv(asked: str | None, container: str, agent: str) -> list[str]:
 
 
 def _switch_argv(words: list[str]) -> list[str]:
-    """The head's switch: exactly Layout.pair_worker_words(ID), run as the host tool installed beside the gate."""
-    rid = words[2] if len(words) == 4 else ""
-    if not re.fullmatch(RELEASE_ID, rid) or words != Layout.pair_worker_words(rid):
-        raise Refused(f"{HOST_TOOL}: only `{' '.join(Layout.pair_worker_words('ID'))}` (ID a release id)")
+    """The head's switch: exactly Layout.pair_worker_words(ID), or Layout.pair_leave_words(ID) (the head's revert of
+    a first pair release), run as the host tool installed beside the gate."""
+    rid = words[2] if len(words) in (3, 4) else ""
+    allowed = (Layout.pair_worker_words(rid), Layout.pair_leave_words(rid))
+    if not re.fullmatch(RELEASE_ID, rid) or words not in allowed:
+        forms = " or ".join(f"`{' '.join(f('ID'))}`" for f in (Layout.pair_worker_words, Layout.pair_leave_words))
+        raise Refused(f"{HOST_TOOL}: only {forms} (ID a release id)")
     return [str(Path(__file__).resolve().parent / HOST_TOOL), *words[1:]]
 
 

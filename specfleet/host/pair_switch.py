@@ -14,7 +14,10 @@ activates it also switches the worker, and a controller that dies midway changes
 A failed step or gate reverts the same way (the head's `previous` release names its own worker release): the
 worker is switched back first, then the head. Start order: worker, then head; stop order: head, then worker. A
 worker found down while the head needs no restart (its container killed, a reboot: the world had ended with its
-rank) is started, then the head's launch again. A head whose previous release is not a pair's reverts alone."""
+rank) is started, then the head's launch again. A pair's first release (the head's previous release is a single
+Spark's) reverts the same way, each host to what it served alone: the head stops its launch, asks the worker for
+`specfleet-host leave-pair ID` (`leave`: the worker activates the release it served before, gated as any single
+Spark's), then starts its own previous release and gates it."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import subprocess
 import time
 
 from hostlib import Fail, say, sh
-from layout import PAIR_AGENT_ENV, PAIR_SWITCH_KEY_ENV
+from layout import PAIR_AGENT_ENV, PAIR_LEAVE_CMD, PAIR_SWITCH_KEY_ENV
 
 HOLD_SEC = 120  # how long the worker waits for its container to run after a (re)start
 LOCK_SEC = 60  # how long a worker's switch waits for another one still running (the head's previous ask)
@@ -43,20 +46,60 @@ def role(rec: dict) -> str | None:
 def switch_worker(layout, rec: dict) -> bool:
     """Ask the worker to activate the worker release of the head's release `rec`; whether it (re)started its
     container. Fail, naming the worker, when it refuses, fails or does not answer."""
-    try:
-        worker = rec["pair"]["worker"]
-        name, rid, address, login, port = (worker[k] for k in ("host", "release", "address", "login", "port"))
-    except (KeyError, TypeError):
-        raise Fail(f"release {rec['id']}'s release.json names no complete pair worker (host, release, address, "
-                   "login, port)") from None
-    argv = [layout.pair_agent, address, *layout.pair_worker_words(rid)]
-    env = {**os.environ, **dict(zip(PAIR_AGENT_ENV, (login, str(port)))), PAIR_SWITCH_KEY_ENV: layout.pair_switch_key}
+    name, rid = _worker(rec)
     say(f"asking the worker {name} to activate {rid}")
+    answer = _ask_worker(layout, rec, layout.pair_worker_words(rid), f"did not switch to {rid}")
+    if answer.get("release") != rid:
+        raise Fail(f"the worker {name} did not switch to {rid}: it answered {answer.get('release')!r}")
+    say(f"the worker {name} runs {rid}" + (" (its container started again)" if answer.get("restarted") else ""))
+    return bool(answer.get("restarted"))
+
+
+def leave_worker(layout, rec: dict) -> str | None:
+    """The head's revert of a pair's FIRST release `rec` (its previous release is a single Spark's): ask the worker
+    to serve alone again, as it did before (`leave`). None when it does; else why not (the head's revert goes on:
+    its own release serves again either way, and the failure names the worker)."""
+    name, rid = _worker(rec)
+    say(f"asking the worker {name} to leave the pair ({rid}) and serve its own release again", err=True)
+    try:
+        answer = _ask_worker(layout, rec, layout.pair_leave_words(rid), "did not go back to serving alone")
+    except Fail as exc:
+        return str(exc)
+    say(f"the worker {name} serves {answer.get('release')} alone again", err=True)
+    return None
+
+
+def undo_first_release(layout, rec: dict, prev: dict, run) -> str:
+    """The head's revert from the pair's release `rec` to `prev`: when `prev` is a single Spark's (the pair's first
+    release), stop the launch and send the worker back to serving alone (`run`: the head tool's command runner).
+    What to add to the head's failure line ('' otherwise)."""
+    if role(rec) != "head" or role(prev) == "head":
+        return ""
+    run("systemctl", "stop", f"{rec['service']}.service")  # stop order: the head's launch first
+    left = leave_worker(layout, rec)
+    return f"; {left}" if left else f"; the worker {rec['pair']['worker']['host']} serves alone again"
+
+
+def _worker(rec: dict) -> tuple[str, str]:
+    worker = (rec.get("pair") or {}).get("worker") or {}
+    if not all(worker.get(k) for k in ("host", "release", "address", "login", "port")):
+        raise Fail(f"release {rec['id']}'s release.json names no complete pair worker (host, release, address, "
+                   "login, port)")
+    return worker["host"], worker["release"]
+
+
+def _ask_worker(layout, rec: dict, words: list[str], failed: str) -> dict:
+    """Run `words` on the worker with the head's switch key through the pair agent (its host key pinned); its
+    answer, one JSON line. Fail (`the worker NAME <failed>: why`) when it refuses, fails or does not answer."""
+    worker = rec["pair"]["worker"]
+    name, address, login, port = (worker[k] for k in ("host", "address", "login", "port"))
+    argv = [layout.pair_agent, address, *words]
+    env = {**os.environ, **dict(zip(PAIR_AGENT_ENV, (login, str(port)))), PAIR_SWITCH_KEY_ENV: layout.pair_switch_key}
     try:
         proc = subprocess.run(argv, env=env, text=True, capture_output=True, timeout=WORKER_ANSWER_SEC,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise Fail(f"the worker {name} did not answer within {WORKER_ANSWER_SEC}s (switching to {rid})") from None
+        raise Fail(f"the worker {name} {failed}: no answer within {WORKER_ANSWER_SEC}s") from None
     except OSError as exc:
         raise Fail(f"cannot run the pair agent {layout.pair_agent}: {exc}") from None
     lines = proc.stdout.strip().splitlines()
@@ -66,11 +109,10 @@ def switch_worker(layout, rec: dict) -> bool:
         answer = json.loads(lines[-1]) if lines else None
     except ValueError:
         answer = None
-    if proc.returncode != 0 or not isinstance(answer, dict) or answer.get("release") != rid:
+    if proc.returncode != 0 or not isinstance(answer, dict):
         why = ((proc.stderr or proc.stdout).strip().splitlines() or ["no answer"])[-1]
-        raise Fail(f"the worker {name} did not switch to {rid}: {why}")
-    say(f"the worker {name} runs {rid}" + (" (its container started again)" if answer.get("restarted") else ""))
-    return bool(answer.get("restarted"))
+        raise Fail(f"the worker {name} {failed}: {why}")
+    return answer
 
 
 def hold(host, rid: str) -> dict:
@@ -97,6 +139,25 @@ def hold(host, rid: str) -> dict:
     if keep:  # the worker's converge starts no job: its side of the switch prunes, as the head's job does
         prune_quietly(host, keep)
     return {"release": rid, "restarted": restart}
+
+
+def leave(host, rid: str) -> dict:
+    """The worker's side of the head's revert of a failed first pair release `rid` (the worker's): serve alone
+    again. The release to go back to is the one it served before `rid` (`previous`, when `rid` is current; the
+    current one, when the switch never installed `rid`); activated as any single Spark's release (install, restart
+    unless it serves it, the readiness gate), and `rid` is then no longer its `previous`. Fail when there is no
+    such release (a worker that never served alone) or its gate fails."""
+    rec = host.record(rid)
+    if role(rec) != "worker":
+        raise Fail(f"release {rid} is not a pair worker's release ({PAIR_LEAVE_CMD} leaves only those)")
+    with _one_switch_at_a_time(host.layout):
+        back = host.previous() if host.current() == rid else host.current()
+        if not back or back == rid or role(host.record(back)) is not None:
+            raise Fail(f"nothing to go back to: this worker served no release of its own before {rid}")
+        host.activate(back, revert=False)
+        if host.previous() == rid:
+            host.previous_file.unlink(missing_ok=True)  # the failed pair release must not be "previous"
+    return {"release": back}
 
 
 def prune_quietly(host, keep: int) -> None:

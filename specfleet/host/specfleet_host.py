@@ -12,10 +12,11 @@ and exits non-zero with one clear line on failure.
                      completion). With --revert, a failed restart or gate switches back to `previous` and
                      gates that, and still exits 1. The outcome is recorded in <data_dir>/gate.json: a
                      release that has not passed its gate is not converged. --prune N: once it passed, prune.
-  activate ID --pair-worker
-                     a pair worker's side of its head's switch (pair_switch.py): install ID, (re)start its
-                     container unless it runs ID, wait until it runs; one JSON line. Its pair gate runs it.
+  activate ID --pair-worker | leave-pair ID
+                     a pair worker's side of its head's switch, or of the revert of a failed first pair release ID
+                     (serve alone again), run by its pair gate (pair_switch.py); one JSON line.
   gate               re-run the readiness gate of the current release (no restart, no revert).
+  stage ID --bundle B64  write release ID's files from one bundle (release_stage.py): a new one appears whole.
   job start KEY [--env K=V]... -- ARGV...
                      run ARGV detached from the SSH session as a transient systemd unit
                      (specfleet-job-<id>), with a log and a progress file under <data_dir>/jobs/<id>/.
@@ -48,12 +49,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules (layout.
 import drain  # noqa: E402
 import pair_switch  # noqa: E402
 import readiness  # noqa: E402
+import release_stage  # noqa: E402
 import release_state  # noqa: E402
 from hostlib import Fail, Progress, atomic_write, now_iso, poll_until, prune_unused, read_json, say, sh, tail  # noqa: E402
 from layout import (  # noqa: E402
     CONFIG_FILE,
     DRAFT_LINK,
     JOB_UNIT_PREFIX,
+    PAIR_LEAVE_CMD,
     PAIR_WORKER_FLAG,
     RECORD_FILE,
     SMOKE_FILE,
@@ -220,19 +223,22 @@ class Host:
         if not (revert and prev and prev != rid):
             raise Fail(f"{rid} failed its readiness gate: {exc}")
         say(f"reverting to previous release {prev}", err=True)
+        worker = ""
         try:
             prev_rec = self.record(prev)
             self.check_complete(prev_rec)
             self.set_gate(prev, "running")
+            worker = pair_switch.undo_first_release(self.layout, rec, prev_rec, sh)
             self.install(prev_rec)
             self._restart(prev_rec)
             self._gate_once(prev_rec, timeout)
         except Fail as exc2:
             self.set_gate(prev, "failed", detail=str(exc2))
-            raise Fail(f"{rid} failed its readiness gate ({exc}); rollback to {prev} ALSO failed: {exc2}") from None
+            raise Fail(f"{rid} failed its readiness gate ({exc}); rollback to {prev} ALSO failed: {exc2}{worker}") \
+                from None
         self.set_gate(prev, "passed", detail=f"rolled back: {rid} failed its gate")
         self.previous_file.unlink(missing_ok=True)  # the failed release must not be "previous" of the restored one
-        raise Fail(f"{rid} failed its readiness gate ({exc}); rolled back to {prev}, which is serving")
+        raise Fail(f"{rid} failed its readiness gate ({exc}); rolled back to {prev}, which is serving{worker}")
 
     def gate(self) -> None:
         rid = self.current()
@@ -425,7 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--prune", type=int, metavar="N", help="once the gate passed: prune --keep N")
     act.add_argument("--skip-gateway", action="append", default=[], metavar="ADDRESS",
                      help="a gateway (its address) the drain does not wait for: it is down (rollout --without-gateway)")
+    sub.add_parser(PAIR_LEAVE_CMD, help="a pair worker: serve alone again").add_argument("release")
     sub.add_parser("gate")
+    (stage := sub.add_parser("stage")).add_argument("release")
+    stage.add_argument("--bundle", required=True, help="the release's files (release_stage.encode)")
     job = sub.add_parser("job").add_subparsers(dest="job_cmd", required=True)
     start = job.add_parser("start")
     start.add_argument("key")
@@ -457,8 +466,13 @@ def main(argv: list[str] | None = None) -> int:
             host.activate(args.release, args.revert, args.timeout, tuple(args.skip_gateway))
             if args.prune:
                 pair_switch.prune_quietly(host, args.prune)
+        elif args.cmd == PAIR_LEAVE_CMD:
+            print(json.dumps(pair_switch.leave(host, args.release)))
         elif args.cmd == "gate":
             host.gate()
+        elif args.cmd == "stage":
+            say(f"staged {args.release}: " + (", ".join(release_stage.stage(host.layout, args.release, args.bundle))
+                                              or "nothing to write"))
         elif args.cmd == "job" and args.job_cmd == "start":
             command = job_argv(args)
             if not command:

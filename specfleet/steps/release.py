@@ -1,5 +1,6 @@
 """Config: the release this converge serves, staged under releases/<id>/ (rendered config, unit, smoke
-request, draft link, release.json). The id is a content hash, so an unchanged fleet stages nothing.
+request, draft link, release.json) by one host tool command from one bundle (host/release_stage.py: a new release
+appears whole). The id is a content hash, so an unchanged fleet stages nothing.
 
 Then the staged config is validated with the image's own TensorRT-LLM argument classes (validate_in_image:
 a short `docker run --rm --network none` on the host), only when the host has no cached OK verdict for
@@ -8,16 +9,16 @@ a short `docker run --rm --network none` on the host), only when the host has no
 from __future__ import annotations
 
 import json
+import shlex
 import time
-from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import server
 
 from ..host.layout import CONFIG_FILE, DRAFT_LINK, RECORD_FILE
 from ..validate_in_image import host_command
-from .state import current_plan, differs, needs_validation
+from .state import current_plan, differs, needs_validation, wanted_files
 
 
 @deploy("Release")
@@ -26,23 +27,18 @@ def release():
     layout = plan.paths
     rid = plan.release_id
     rdir = layout.release_dir(rid)
-    for path, what in ((layout.releases, "Releases directory"), (rdir, f"Release {rid}")):
-        if differs(plan, path):
-            files.directory(name=what, path=path, user="root", group="root", mode="755")
-    for path, content in plan.files().items():
-        name = path.rsplit("/", 1)[1]
-        if path.startswith(layout.current + "/") and differs(plan, f"{rdir}/{name}"):
-            files.put(name=f"Release {rid}: {name}", src=StringIO(content), dest=f"{rdir}/{name}",
-                      user="root", group="root", mode="644")
-    if "draft" in plan.pins and differs(plan, f"{rdir}/{DRAFT_LINK}"):
-        pin = plan.pins["draft"]
-        files.link(name=f"Release {rid}: draft -> {pin.repo}@{pin.commit[:12]}", path=f"{rdir}/{DRAFT_LINK}",
-                   target=layout.draft_dir(pin.repo, pin.commit), symbolic=True)
-    if differs(plan, f"{rdir}/{RECORD_FILE}"):
+    if any(differs(plan, path) for path in wanted_files(plan) if path == rdir or path.startswith(rdir + "/")):
+        files, draft = {}, None
+        for path, content in plan.files().items():
+            if path.startswith(layout.current + "/"):
+                files[path.rsplit("/", 1)[1]] = content
+        if "draft" in plan.pins:
+            draft = layout.draft_dir(plan.pins["draft"].repo, plan.pins["draft"].commit)
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        files.put(name=f"Release {rid}: {RECORD_FILE}",
-                  src=StringIO(json.dumps(plan.release_record(created), indent=1) + "\n"),
-                  dest=f"{rdir}/{RECORD_FILE}", user="root", group="root", mode="644")
+        record = json.dumps(plan.release_record(created), indent=1) + "\n"
+        server.shell(name=f"Stage release {rid} ({', '.join(sorted(files))}, {RECORD_FILE}"
+                          + (f", {DRAFT_LINK}" if draft else "") + ")",
+                     commands=[shlex.join(layout.stage_argv(rid, files, record, draft))])
     if needs_validation(plan):
         s = plan.settings
         server.shell(name=f"Validate {rid}'s extra-llm-api-config.yml with {s.image}'s own TensorRT-LLM",

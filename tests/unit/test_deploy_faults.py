@@ -193,7 +193,8 @@ def test_a_release_file_emptied_by_a_power_loss_is_written_again():
     status_key = next(k for k in lines if not isinstance(k, str) and "export DATA" in k.pattern)
     lines[status_key] = [ln for ln in lines[status_key] if not ln.endswith("\t" + rj)] + [f"file\tfile|644|root|root|{EMPTY_SHA256}\t{rj}"]
     state = run_deploy({"spark-01": plan}, converge, "eagle3", responses=lambda p: lines)
-    assert any(name.endswith("release.json") for name in _op_names(state)), _op_names(state)
+    assert any(name.startswith("Converge | Release | Stage release ") and "release.json" in name
+               for name in _op_names(state)), _op_names(state)
 
 
 def _op_names(state):

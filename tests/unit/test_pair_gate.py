@@ -151,6 +151,14 @@ def test_the_switch_keys_gate_runs_the_heads_switch_as_the_host_tool_beside_it(t
     assert switch_argv(SWITCH)[0] == str(GATE.parent / "specfleet-host")
 
 
+def test_the_switch_keys_gate_runs_the_heads_revert_of_a_first_pair_release(tmp_path):
+    """The second form the switch key may ask: the worker leaves a failed first pair release (pair_switch.leave)."""
+    gate = _installed_gate(tmp_path)
+    result = _run_installed(gate, "specfleet-host leave-pair r-0123456789ab")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "tool.argv").read_text().splitlines() == ["leave-pair", "r-0123456789ab"]
+
+
 def test_each_keys_gate_refuses_the_other_keys_command(tmp_path):
     """The MPI key (in the head's container) cannot switch the worker; the switch key cannot launch orted."""
     gate = _installed_gate(tmp_path)
@@ -172,6 +180,12 @@ def test_each_keys_gate_refuses_the_other_keys_command(tmp_path):
     "specfleet-host activate ../../r-0123456789ab --pair-worker",
     "specfleet-host activate r-0123456789ab --revert",  # four words with a release id, but not the switch's
     "specfleet-host unlock r-0123456789ab --force",
+    "specfleet-host leave-pair",  # the leave's forms: an id, exactly, and nothing after it
+    "specfleet-host leave-pair r-0123456789ab --pair-worker",
+    "specfleet-host leave-pair r-0123456789ab; id",
+    "specfleet-host leave-pair ../r-0123456789ab",
+    "specfleet-host leave-pair r-0123456789ab x",
+    "specfleet-host activate r-0123456789ab leave-pair",
     "specfleet-host prune --keep 0",
     "specfleet-host job start k -- /bin/sh",
     "specfleet-host --data-dir /tmp activate r-0123456789ab --pair-worker",

@@ -285,3 +285,92 @@ def test_a_second_switch_of_the_worker_waits_for_the_first_and_gives_up_with_a_l
         with pytest.raises(sfh.Fail, match="another switch of this worker still runs after 1s"):
             sfh.pair_switch.hold(worker, WORKER[1])
     assert pair.worker_current() == WORKER[0] and not (pair.worker / "gate.json").exists()
+
+
+SOLO = ("r-5010000000a0", "r-5010000000b0")  # what the head and the worker served alone before the pair
+
+
+@pytest.fixture
+def first_pair(pair):
+    """Two Sparks that served alone (the head SOLO[0], the worker SOLO[1], each its own single release, gated by
+    its own readiness gate) with the pair's first release staged on both (the head's HEAD[1], the worker's
+    WORKER[1]); the worker's single release answers its gate from a stand-in server on this machine's loopback."""
+    import http.server
+    import threading
+
+    class Serving(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self._answer(b"ok")
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._answer(json.dumps({"choices": [{"text": "alone again"}]}).encode())
+
+        def _answer(self, body):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Serving)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _complete_release(pair.head, SOLO[0], "2025-12-01T00:00:00Z")
+    _complete_release(pair.worker, SOLO[1], "2025-12-01T00:00:00Z")
+    record = pair.worker / "releases" / SOLO[1] / "release.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "url": f"http://127.0.0.1:{server.server_port}"}))
+    for host, rid in ((pair.head, SOLO[0]), (pair.worker, SOLO[1])):
+        (host / "current").unlink()
+        os.symlink(f"releases/{rid}", host / "current")
+    (pair.worker.parent / "worker-state.json").write_text(json.dumps({"active": "active", "holds": SOLO[1]}))
+    pair.smoke_ok[SOLO[0]] = True
+    yield pair
+    server.shutdown()
+
+
+def test_a_failed_first_pair_release_sends_each_host_back_to_serving_alone(first_pair):
+    pair = first_pair
+    pair.smoke_ok[HEAD[1]] = False
+    with pytest.raises(sfh.Fail, match=rf"rolled back to {SOLO[0]}, which is serving; the worker spark-2 serves "
+                                       "alone again"):
+        pair.h.activate(HEAD[1], revert=True)
+    assert pair.events() == [
+        "head: systemctl stop svc.service",
+        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host activate {WORKER[1]} --pair-worker",
+        "worker: systemctl restart svc.service",
+        "head: systemctl restart svc.service",  # the pair's launch: its gate fails
+        "head: systemctl stop svc.service",  # stop order: the head's launch first
+        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host leave-pair {WORKER[1]}",
+        "worker: systemctl restart svc.service",  # the worker's own release, gated on the worker
+        "head: systemctl restart svc.service",
+    ]
+    assert pair.h.current() == SOLO[0] and pair.h.gate_state()["result"] == "passed"
+    assert pair.worker_current() == SOLO[1] and pair.worker_state()["holds"] == SOLO[1]
+    assert pair.worker_gate()["release"] == SOLO[1] and pair.worker_gate()["result"] == "passed"
+    assert "role" not in pair.worker_gate()  # gated as a single Spark's release, not as a pair's side
+    assert pair.worker_unit() == f"svc.service of {SOLO[1]}\n"
+    assert not (pair.worker / "previous").exists()  # the failed pair release is not the worker's previous
+
+
+def test_a_worker_that_cannot_serve_alone_again_is_named_and_the_head_serves_its_own(first_pair):
+    pair = first_pair
+    pair.smoke_ok[HEAD[1]] = False
+    pair.fail_worker(SOLO[1])  # the worker's own release no longer starts
+    with pytest.raises(sfh.Fail, match=rf"rolled back to {SOLO[0]}, which is serving; the worker spark-2 did not "
+                                       rf"go back to serving alone: .*{SOLO[1]}"):
+        pair.h.activate(HEAD[1], revert=True)
+    assert pair.h.current() == SOLO[0] and pair.h.gate_state()["result"] == "passed"
+    assert pair.worker_gate()["release"] == SOLO[1] and pair.worker_gate()["result"] == "failed"
+    assert pair.worker_state()["active"] == "failed"  # said, not hidden: its unit failed
+
+
+def test_leave_pair_is_refused_for_a_worker_that_never_served_alone(pair):
+    worker = sfh.Host(str(pair.worker), unit_dir=str(pair.worker.parent / "worker-units"))
+    with pytest.raises(sfh.Fail, match=f"nothing to go back to: this worker served no release of its own before "
+                                       f"{WORKER[0]}"):
+        sfh.pair_switch.leave(worker, WORKER[0])
+    with pytest.raises(sfh.Fail, match="not a pair worker's release"):  # a head's release, on the head
+        sfh.pair_switch.leave(sfh.Host(str(pair.head), unit_dir=str(pair.worker.parent / "u")), HEAD[0])
+    assert pair.worker_current() == WORKER[0] and pair.worker_state()["holds"] == WORKER[0]

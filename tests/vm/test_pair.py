@@ -309,34 +309,68 @@ def test_the_controller_killed_mid_switch_the_head_finishes_both(pair):
     assert rerun.n_changed == 0, (rerun.changed, rerun.output()[-3000:])
 
 
-def test_behind_a_gateway_only_the_head_is_a_backend_and_answers(pair):
+def test_behind_a_gateway_only_the_head_is_a_backend_and_answers(pair, request):
     """A gateway guest joins the pair's network; the pair serves qwen3_eagle3_pair behind it. After the gateway's
     converge and the pair's, the gateway's pool holds the head only, UP, and a completion with the clients' key comes
-    through the gateway, served by both ranks; without the key, 401."""
+    through the gateway, served by both ranks; without the key, 401. The gateway stays up for the next test."""
     head, worker, _ = pair
     fleet = STATE["fleet"]
     workdir = fleet.workdir / "gateway"
-    try:
-        t0 = time.monotonic()
-        gw_fleet = gateway_lab.boot(fleet, workdir, cache_dir())
-        gw = gw_fleet.guests[0]
-        # the fleet file the pair serves now: joining a gateway must not switch it (a converge behind gateways
-        # refuses to restart every host of a model at once; that is `specfleet rollout`'s)
-        inv = gateway_lab.inventory(STATE.get("serving_inventory", pair[2]), gw_fleet,
-                                    fleet.workdir / "pair-gateway.yml", fleet.workdir / "api-keys",
-                                    serves="qwen3_eagle3_pair")
-        for deploy in ("gateway", DEPLOY):  # the gateway first (the head's drain waits for it), then the pair joins
-            run = lab.run_pyinfra(inv, deploy)
-            assert run.returncode == 0, run.output()[-4000:]
-        gateway = Gateway(gw, inv, workdir)
-        pool = _wait_pool(gateway, {"spark-1": "UP"})
-        figure("pair: a gateway joins (boot, its converge, the pair's) until the head is UP",
-               f"{time.monotonic() - t0:.1f} s")
-        assert "spark-2" not in pool, pool  # the worker is no backend
-        body = json.dumps({"model": MODEL, "prompt": "Say hello.", "max_tokens": 16})
-        assert _gateway_curl(gateway, "/v1/completions", None, body)[0] == 401
-        code, text = _gateway_curl(gateway, "/v1/completions", gateway_lab.KEY, body)
-        assert code == 200 and json.loads(text)["choices"][0]["text"].strip(), text
-        assert serves(serving(head, worker))
-    finally:
-        specfleet_lab.down(workdir)
+    request.addfinalizer(lambda: specfleet_lab.down(workdir))  # after the module's last test (safe twice)
+    t0 = time.monotonic()
+    gw_fleet = gateway_lab.boot(fleet, workdir, cache_dir())
+    gw = gw_fleet.guests[0]
+    # the fleet file the pair serves now: joining a gateway must not switch it (a converge behind gateways
+    # refuses to restart every host of a model at once; that is `specfleet rollout`'s)
+    inv = gateway_lab.inventory(STATE.get("serving_inventory", pair[2]), gw_fleet,
+                                fleet.workdir / "pair-gateway.yml", fleet.workdir / "api-keys",
+                                serves="qwen3_eagle3_pair")
+    for deploy in ("gateway", DEPLOY):  # the gateway first (the head's drain waits for it), then the pair joins
+        run = lab.run_pyinfra(inv, deploy)
+        assert run.returncode == 0, run.output()[-4000:]
+    gateway = Gateway(gw, inv, workdir)
+    pool = _wait_pool(gateway, {"spark-1": "UP"})
+    figure("pair: a gateway joins (boot, its converge, the pair's) until the head is UP",
+           f"{time.monotonic() - t0:.1f} s")
+    assert "spark-2" not in pool, pool  # the worker is no backend
+    body = json.dumps({"model": MODEL, "prompt": "Say hello.", "max_tokens": 16})
+    assert _gateway_curl(gateway, "/v1/completions", None, body)[0] == 401
+    code, text = _gateway_curl(gateway, "/v1/completions", gateway_lab.KEY, body)
+    assert code == 200 and json.loads(text)["choices"][0]["text"].strip(), text
+    assert serves(serving(head, worker))
+    STATE["gateway"] = gateway
+
+
+def test_a_rollout_behind_the_gateway_drains_the_head_before_the_pair_switches(pair):
+    """`specfleet rollout` of release C of the pair behind the gateway: the pair is one member of one batch (the
+    only backend of its model, which a rollout may switch). The head's job drains the head first: the gateway was
+    answered `down` (the agent's acknowledgement) before the head's launch was stopped. Then both hosts serve C, the
+    head is UP in the pool again, and a completion comes through the gateway."""
+    head, worker, _ = pair
+    gateway = STATE.get("gateway")
+    if gateway is None:
+        pytest.skip("the gateway did not join (the previous test failed)")
+    before = serving(head, worker)
+    assert serves(before), before
+    inv_c = lab.with_vars(gateway.inventory, gateway.inventory.with_name("pair-c.yml"),
+                          extra_llm_api_options={"speculative_config": {"max_draft_len": 2}, "max_batch_size": 4})
+    since = float(head.ssh("date +%s.%N").stdout)
+    t0 = time.monotonic()
+    proc = lab.run_specfleet("rollout", "inventory.py", f"deploys/{DEPLOY}.py", "--batches", "1", inventory=inv_c)
+    assert proc.returncode == 0 and "result: SUCCESS" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+    figure("pair: rollout of the pair behind the gateway (stage both, drain, switch both)",
+           f"{time.monotonic() - t0:.1f} s")
+    acks = json.loads(head.ssh(f"cat {DATA}/agent/acks.json").stdout)
+    acked = [t for peer, t in acks.items() if peer == gateway.guest.lan_address and t >= since]
+    stops = [float(line.split()[0]) for line in head.ssh(
+        f"journalctl -u specfleet-trtllm -o short-unix --no-pager --since @{int(since)}").stdout.splitlines()
+        if "Stopping" in line and float(line.split()[0]) >= since]
+    assert acked and stops, (acks, since, stops)
+    assert min(acked) < min(stops), f"the head's launch stopped at {min(stops)} before the gateway's ack {acked}"
+    st = lab.wait_for("the pair to serve C", lambda: served(head, worker), 300, 5)
+    assert st["head"]["release"] != before["head"]["release"], st
+    assert st["worker"]["release"] != before["worker"]["release"] and st["worker"]["gate"]["result"] == "passed", st
+    assert "spark-2" not in _wait_pool(gateway, {"spark-1": "UP"})
+    body = json.dumps({"model": MODEL, "prompt": "Say hello.", "max_tokens": 16})
+    code, text = _gateway_curl(gateway, "/v1/completions", gateway_lab.KEY, body)
+    assert code == 200 and json.loads(text)["choices"][0]["text"].strip(), text
