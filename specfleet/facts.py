@@ -69,6 +69,8 @@ class HostStatus:
     pubkeys: dict[str, str] = field(default_factory=dict)  # public key file -> its first line (a pair host's KEYS)
     stats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> (kind, mode, user, group, size): STATS
     pings: dict[tuple[str, str], str] = field(default_factory=dict)  # (link interface, peer address) -> ok|fail|no-ping
+    mem_total: int = 0  # bytes of memory (/proc/meminfo MemTotal: a GB10's one pool for CPU and GPU); 0 unknown
+    mem_available: int = 0  # bytes available now (MemAvailable)
 
     def gate_passed(self, release: str) -> bool:
         """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
@@ -121,6 +123,8 @@ class SpecfleetHost(FactBase):
                 st.listeners = int(rest or 0)
             elif key == "free":
                 st.free_bytes = int(rest) if rest.isdigit() else 0
+            elif key == "mem":
+                st.mem_total, st.mem_available = _kib_pair(rest)
             elif key == "container":
                 st.container_running = rest == "true"
             elif key == "image":
@@ -158,11 +162,16 @@ class SpecfleetHost(FactBase):
                 st.pubkeys[path] = text
             elif key == "validated":
                 st.validated = rest.split()
-            elif key in ("default_runtime", "docker_security"):
-                setattr(st, key, rest)
-            elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "unit_sha256", "hub_client"):
+            elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "unit_sha256", "hub_client",
+                         "default_runtime", "docker_security"):
                 setattr(st, key, rest)
         return st
+
+
+def _kib_pair(text: str) -> tuple[int, int]:
+    """The probe's `mem` line (MemTotal and MemAvailable in kB, as /proc/meminfo gives them) in bytes; 0 unknown."""
+    values = [int(v) * 1024 if v.isdigit() else 0 for v in text.split()] + [0, 0]
+    return values[0], values[1]
 
 
 def apply_release_state(st: HostStatus, line: str) -> None:

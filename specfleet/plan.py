@@ -22,6 +22,7 @@ from .host.layout import Layout
 from .hub import ModelPin, resolve_pins
 from .inventory import Inventory, InventoryError, load_inventory
 from .lockfile import pins_from_lock
+from .memory import Fit, fit
 from .mirror_files import advertised_url
 from .pair_files import pair_record
 from .problems import Problem
@@ -76,6 +77,11 @@ class HostPlan:
         if hit is None or hit[0] is not self.settings or hit[1] is not self.pins or hit[2] != worker:
             hit = self._memo[name] = (self.settings, self.pins, worker, compute(self))
         return hit[3]
+
+    @property
+    def memory_fit(self) -> Fit | None:
+        """What one node needs of its unified memory for the profile (memory.fit); None without a profile."""
+        return self.derived("memory_fit", lambda plan: fit(plan.settings, plan.pins))
 
     @property
     def rendered(self) -> "Rendered":

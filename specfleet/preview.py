@@ -42,9 +42,8 @@ def report(targets: list[str], found: dict, unreachable: set[str],
         if h in unreachable or h not in found:
             lines.append(f"{h}: UNREACHABLE (status not read)")
             continue
-        host_lines = describe(h, found[h])
-        changed += len(host_lines) > 1
-        lines += host_lines
+        changed += bool(found[h][0].lines())
+        lines += describe(h, found[h])
     restarts = [h for h in targets if h in found and found[h][1] and found[h][0].restart]
     lines.append(f"\n{changed} of {len(targets)} host(s) would change; {len(restarts)} serving host(s) would restart"
                  + ("; a converge restarts them all at once, specfleet rollout switches them in batches"
@@ -59,9 +58,10 @@ def describe(name: str, found) -> list[str]:
     head = (f"{name}: release {ch.current or '(none)'} -> {ch.release}" if ch.current != ch.release
             else f"{name}: release {ch.release}")
     lines = ch.lines()
+    memory = [f"  memory: {ch.memory}"] if ch.memory else []  # what the preflight checks, shown either way
     if not lines:
-        return [f"{head}: nothing to do"]
-    out = [f"{head}: {len(lines)} change(s)"]
+        return [f"{head}: nothing to do", *memory]
+    out = [f"{head}: {len(lines)} change(s)", *memory]
     restart = ch.restart
     out.append("  restart: " + (f"yes ({'; '.join(restart)})" if restart else "no")
                + ("" if serving or not restart else " (not serving now)"))

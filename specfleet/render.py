@@ -26,11 +26,13 @@ CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
 # Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
 # next converge); recorded in release.json, shown by `plan` as its own reason, each bump in the README's upgrade notes.
-RENDERING = 2
+RENDERING = 3
 # rendering -> the TensorRT-LLM contract versions whose hosts it changed (`plan` names it only for those).
 RENDERING_CHANGED = {
     2: ("1.3.0rc12",),  # TensorRT-LLM's contract per version: Draft_Target, Eagle3, speculative_model, --config
+    3: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the page cache dropped before every start, --oom-score-adj
 }
+OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first choice (the most it can be)
 
 
 def config_yaml(s: Settings) -> str:
@@ -40,7 +42,9 @@ def config_yaml(s: Settings) -> str:
 
 def docker_run_args(s: Settings) -> list[str]:
     layout = Layout.of(s)
-    args = ["--rm", "--name", s.service_name, "--init"]
+    # --oom-score-adj: under memory pressure the kernel kills the serving container first (its processes inherit it),
+    # never sshd or dockerd; see the README, "Unified memory"
+    args = ["--rm", "--name", s.service_name, "--init", f"--oom-score-adj={OOM_SCORE_ADJ}"]
     if s.gpus:
         args.append("--gpus=all")
     args += ["--ipc=host", "--network", "host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
@@ -119,6 +123,7 @@ def unit_text(s: Settings) -> str:
     return ENV.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
+        drop_caches=systemd_args([layout.drop_caches_tool, layout.mem_at_start]),
         docker_args=systemd_args(docker_run_args(s)), command=systemd_args(container_command(s)),
         start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
         restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,

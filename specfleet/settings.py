@@ -126,6 +126,8 @@ class Settings(BaseModel):
     operator_users: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_\-]*\$?$", max_length=32)]]
     disk_headroom_gb: NonNegInt
     image_size_gb: NonNegInt
+    memory_reserve_gb: Annotated[float, Field(ge=0, le=4096, allow_inf_nan=False)]
+    memory_overhead_fraction: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]
     service_name: str
     restart_sec: PosInt
     start_limit_burst: PosInt

@@ -27,6 +27,15 @@ def healthy(info: dict | None) -> tuple[bool, str]:
     return True, "ok"
 
 
+def gate_memory(gate: dict) -> str | None:
+    """THE form of a gate's memory figures (host/readiness.memory): MemAvailable right after the page cache was dropped
+    at the container's start, then once the model loaded (on a GB10, what the load took of the one pool)."""
+    start, loaded = gate.get("mem_available_at_start_mib"), gate.get("mem_available_loaded_mib")
+    if start is None and loaded is None:
+        return None
+    return f"{_gb(None if start is None else start * 1048576)}->{_gb(None if loaded is None else loaded * 1048576)}"
+
+
 def _gb(x):
     return "-" if x is None else f"{x / 1e9:.1f}G"
 
@@ -51,7 +60,8 @@ def rows(hosts: list[str], found: dict[str, dict]) -> list[dict]:
                     "problem": None if ok else why,
                     "release": info.get("release"), "profile": info.get("profile"), "unit": info.get("unit"),
                     "health": info.get("health"), "gate": gate.get("result"), "gate_release": gate.get("release"),
-                    "gate_at": gate.get("at"), "uptime_s": info.get("uptime_s"), "iter_stats": info.get("iter_stats"),
+                    "gate_at": gate.get("at"), "gate_memory": gate_memory(gate), "uptime_s": info.get("uptime_s"),
+                    "iter_stats": info.get("iter_stats"),
                     "metrics": info.get("metrics"), "tokens_per_s": m.get("tokens_per_s"),
                     "acceptance_length": m.get("acceptance_length"), "acceptance_rate": m.get("acceptance_rate"),
                     "memory": info.get("memory"), "disk_free_bytes": info.get("disk_free_bytes"),
@@ -105,7 +115,7 @@ def worker_problem(info: dict | None, worker: str, wanted: str | None) -> str | 
 
 def table(rs: list[dict]) -> list[str]:
     head = ("host", "state", "release", "profile", "unit", "health", "gate", "gate at", "uptime", "tok/s", "acc.len",
-            "mem used", "disk free")
+            "mem used", "avail start->loaded", "disk free")
     lines = [head]
     for r in rs:
         mem = r["memory"] or {}
@@ -116,7 +126,7 @@ def table(rs: list[dict]) -> list[str]:
                       r["gate_at"] or "-", _dur(r["uptime_s"]),
                       f"{r['tokens_per_s']:.1f}" if r["tokens_per_s"] else "-",
                       f"{r['acceptance_length']:.2f}" if r["acceptance_length"] else "-", used,
-                      _gb(r["disk_free_bytes"])))
+                      r.get("gate_memory") or "-", _gb(r["disk_free_bytes"])))
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(head))]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
 

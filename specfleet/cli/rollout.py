@@ -13,6 +13,7 @@ from .. import rollout as engine
 from .. import runner
 from ..plan import PlanError, deploy_profile, fleet_plans, role_problems
 from ..selection import parse_batches, parse_max_fail, select, whole_model_batches
+from ..status_report import gate_memory
 from .invalid import fleet_plans_or_exit, invalid_input
 
 
@@ -114,7 +115,9 @@ def releases(inventory_file: str, limit: str | None) -> None:
         for rec in info.get("releases", []):
             mark = "*" if rec["id"] == info.get("current") else " "
             models = ", ".join(f"{m['repo']}@{m['commit'][:12]}" for m in rec.get("models", {}).values())
-            gated = f"  gate {gate.get('result')} {gate.get('at', '')}" if gate.get("release") == rec["id"] else ""
+            memory = f" (MemAvailable {gate_memory(gate)})" if gate_memory(gate) else ""
+            ours = gate.get("release") == rec["id"]
+            gated = f"  gate {gate.get('result')} {gate.get('at', '')}{memory}" if ours else ""
             if mark == "*" and not gated:
                 gated = "  gate not passed"
             worker = ((rec.get("pair") or {}).get("worker") or {}).get("release")

@@ -22,6 +22,7 @@ READINESS_FILE = "readiness.py"  # the readiness gate (/health, then the smoke c
 PAIR_SWITCH_FILE = "pair_switch.py"  # a pair's switch over both hosts, driven by the head, installed next to it
 STAGE_FILE = "release_stage.py"  # staging a release's files from one bundle, installed next to it
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
+DROP_CACHES_TOOL = "drop-caches"  # the serving unit's ExecStartPre: sync + drop the page cache (host/drop_caches.sh)
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
 NETPLAN_FILE = "/etc/netplan/60-specfleet-pair.yaml"  # a pair host's link addresses (pair_files.netplan)
@@ -44,7 +45,7 @@ NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: app
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
                  LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py", DRAIN_FILE: "drain.py",
                  READINESS_FILE: "readiness.py", PAIR_SWITCH_FILE: "pair_switch.py", STAGE_FILE: "release_stage.py",
-                 AGENT_TOOL: "gateway_agent.py"}
+                 AGENT_TOOL: "gateway_agent.py", DROP_CACHES_TOOL: "drop_caches.sh"}
 MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE, DRAIN_FILE, READINESS_FILE, PAIR_SWITCH_FILE, STAGE_FILE)  # 0644
 RELEASE_ID = r"r-[0-9a-f]{12}"  # THE form of a release id (plan.Rendered: r- and 12 hex digits of a content hash)
 PAIR_WORKER_FLAG = "--pair-worker"  # `activate ID --pair-worker`: the worker's side of its head's switch
@@ -124,6 +125,8 @@ class Layout:
     host_tool = property(lambda self: f"{self.data_dir}/bin/{HOST_TOOL}")
     fetch_tool = property(lambda self: f"{self.data_dir}/bin/{FETCH_TOOL}")
     agent_tool = property(lambda self: f"{self.data_dir}/bin/{AGENT_TOOL}")
+    drop_caches_tool = property(lambda self: f"{self.data_dir}/bin/{DROP_CACHES_TOOL}")
+    mem_at_start = property(lambda self: f"{self.data_dir}/mem-at-start.json")  # drop-caches' record of the last start
     layout_file = property(lambda self: f"{self.data_dir}/bin/{LAYOUT_FILE}")
     token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")

@@ -10,13 +10,32 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from hostlib import Fail, sh
+from hostlib import Fail, read_json, sh
 from layout import SMOKE_FILE
+
+MEMINFO = "/proc/meminfo"
 
 
 def n_restarts(service: str) -> int:
     out = sh("systemctl", "show", "-p", "NRestarts", "--value", service, check=False).stdout.strip()
     return int(out) if out.isdigit() else 0
+
+
+def memory(layout) -> dict:
+    """For a passed gate's result: MemAvailable (MiB) when the container last started, right after its page cache was
+    dropped (drop-caches' record, written by the unit's ExecStartPre), and now that the model is loaded. On a GB10 the
+    difference is what the load took of the one pool CPU and GPU share. {} where neither can be read."""
+    out = {}
+    start = read_json(Path(layout.mem_at_start)) or {}
+    if isinstance(start.get("after_kb"), int) and start["after_kb"] > 0:
+        out["mem_available_at_start_mib"] = start["after_kb"] // 1024
+    try:
+        for line in Path(MEMINFO).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                out["mem_available_loaded_mib"] = int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
 
 
 def journal_tail(service: str, lines: int = 30) -> str:

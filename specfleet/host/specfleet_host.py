@@ -211,7 +211,7 @@ class Host:
             self._failed(rec, exc, revert, timeout)
             return
         downtime = round(time.time() - restarted_at, 2) if restarted_at else None
-        self.set_gate(rid, "passed", downtime_s=downtime)
+        self.set_gate(rid, "passed", downtime_s=downtime, **readiness.memory(self.layout))
         say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
 
     def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:

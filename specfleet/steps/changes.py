@@ -46,6 +46,7 @@ class Changes:
     removes: list[str] = field(default_factory=list)  # left by a gateway group the fleet no longer has
     validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
     pair: list[str] = field(default_factory=list)  # a pair host's link and MPI trust (steps/pair_link, steps/pair)
+    memory: str | None = None  # what the profile needs of the host's memory (memory.Fit.line): shown, not a change
 
     @property
     def restart(self) -> list[str]:
@@ -98,7 +99,7 @@ def changes(plan: HostPlan) -> Changes:
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
                    removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
-                   pair=_pair_lines(plan))
+                   pair=_pair_lines(plan), memory=plan.memory_fit.line(st.mem_total) if plan.memory_fit else None)
 
 
 def _pair_lines(plan: HostPlan) -> list[str]:

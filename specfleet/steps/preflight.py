@@ -66,6 +66,11 @@ def problems_of(plan, st) -> list[str]:
     return problems
 
 
+def memory_problem(plan, st) -> str | None:
+    """THE memory refusal (memory.Fit.problem): the profile's locked weights + overhead against MemTotal - reserve."""
+    return plan.memory_fit.problem(st.mem_total) if plan.memory_fit else None
+
+
 @deploy("Preflight")
 def preflight():
     plan = current_plan()
@@ -74,14 +79,18 @@ def preflight():
     logger.info(f"    [{host.name}] {st.arch}, {st.os}; docker {st.docker}{extra}; "
                 f"current release {st.current or '(none)'}")
     problems = problems_of(plan, st)
+    memory = memory_problem(plan, st)
     if plan.settings.pair:
         problems += trust_problems(plan, st)
         peer = pair_peer(plan)
         peer_st = host_status(peer[0], on=peer[1]) if peer else None
         problems += link_problems(plan, st, peer[0], peer_st) if peer else []
         if peer and (problems_of(peer[0], peer_st) or trust_problems(peer[0], peer_st)
-                     or link_problems(peer[0], peer_st, plan, st)):
+                     or memory_problem(peer[0], peer_st) or link_problems(peer[0], peer_st, plan, st)):
             problems.append(f"its pair's {peer[0].settings.pair_role} {plan.settings.pair_peer} fails its preflight "
                             "(a pair converges as one; see that host's line)")
-    if problems:
-        refuse(name="Preflight checks", message=f"{host.name}: preflight: " + "; ".join(problems))
+    name = plan.settings.host  # the fleet file's name for it (THE `HOST: KEY: ...` form)
+    lines = [f"{name}: {memory}"] if memory else []
+    lines += [f"{name}: preflight: " + "; ".join(problems)] if problems else []
+    if lines:
+        refuse(name="Preflight checks", message="\n".join(lines))

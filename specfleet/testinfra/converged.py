@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from specfleet.constants import GB
 from specfleet.host.layout import CONFIG_FILE, DRAFT_LINK, NETPLAN_FILE, PAIR_USER, SUDOERS_FILE
 from specfleet.pair_files import gate_command
-from specfleet.render import config_yaml, unit_text
+from specfleet.render import OOM_SCORE_ADJ, config_yaml, unit_text
 from specfleet.settings import TIKTOKEN_FILES
 
 
@@ -101,6 +102,21 @@ def test_container_runs_with_the_seed_flags(spark):
     binds = hc["Binds"]
     assert binds and all(b.endswith(":ro") for b in binds), binds
     assert any(b.startswith(f"{spark.plan.paths.hf_home}:") for b in binds)
+    assert hc["OomScoreAdj"] == OOM_SCORE_ADJ  # the kernel's OOM killer takes the serving container first
+
+
+def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_last(spark):
+    """Unified memory (README): once the model is loaded, at least memory_reserve_gb stays available, the serving
+    container's processes are the OOM killer's first choice, and sshd and dockerd are never preferred to them."""
+    available = int(spark.host.check_output("awk '/^MemAvailable:/{print $2}' /proc/meminfo")) * 1024
+    assert available >= spark.s.memory_reserve_gb * GB, (available, spark.s.memory_reserve_gb)
+    with spark.host.sudo():
+        pid = spark.host.check_output(f"docker inspect --format '{{{{.State.Pid}}}}' {spark.s.service_name}")
+        served = int(spark.host.check_output(f"cat /proc/{pid}/oom_score_adj"))
+        daemons = spark.host.check_output("for p in $(pgrep -x sshd) $(pgrep -x dockerd); do "
+                                          "echo $p $(cat /proc/$p/oom_score_adj); done").splitlines()
+    assert served == OOM_SCORE_ADJ and daemons, (served, daemons)
+    assert all(int(line.split()[1]) <= 0 for line in daemons), daemons
 
 
 def test_port_listening_on_the_configured_address(spark):

@@ -122,6 +122,8 @@ def host(tmp_path, monkeypatch):
     system = FakeSystem()
     monkeypatch.setattr(sfh, "sh", system.sh)
     monkeypatch.setattr(sfh.readiness, "sh", system.sh)  # the journal's tail after a failed gate
+    (tmp_path / "meminfo").write_text("MemTotal:       127500000 kB\nMemAvailable:    40960000 kB\n")
+    monkeypatch.setattr(sfh.readiness, "MEMINFO", str(tmp_path / "meminfo"))  # the model loaded: 40000 MiB left
     smoke_ok = {"r-aaaaaaaaaaaa": True, "r-bbbbbbbbbbbb": True}
 
     def gate_once(rec, timeout):
@@ -147,7 +149,18 @@ def test_activate_of_the_serving_release_gates_without_restart(host):
     host.h.activate("r-aaaaaaaaaaaa", revert=True)
     assert not [c for c in host.system.calls if c[:2] == ("systemctl", "restart")]
     assert host.h.gate_state() | {"at": None} == {"release": "r-aaaaaaaaaaaa", "result": "passed", "at": None, "downtime_s": None,
-                                                  "started": None}  # no start marker on this scratch host
+                                                  "started": None,  # no start marker on this scratch host
+                                                  "mem_available_loaded_mib": 40000}  # no drop-caches record yet
+
+
+def test_a_passed_gate_records_memory_at_the_start_and_once_loaded(host):
+    """Issue 20, point 2: drop-caches (the unit's ExecStartPre) recorded MemAvailable right after it dropped the page
+    cache; the passed gate puts that beside MemAvailable once the model is loaded (a GB10's one pool)."""
+    (host.data / "mem-at-start.json").write_text('{"at": 1, "before_kb": 61440000, "after_kb": 122880000}\n')
+    host.h.activate("r-bbbbbbbbbbbb", revert=True)
+    gate = host.h.gate_state()
+    assert gate["result"] == "passed" and gate["mem_available_at_start_mib"] == 120000
+    assert gate["mem_available_loaded_mib"] == 40000
 
 
 def test_failed_gate_reverts_to_previous_and_says_so(host):

@@ -95,18 +95,22 @@ def test_a_rendering_upgrade_is_its_own_reason():
     text, code = _plan(plans, lambda p: converged_responses(p, current="r-47b00160dbdf", release_missing=True,
                                                              current_release=record, unit_sha256="0" * 64))
     assert code == EXIT_CHANGES, text
-    assert (f"restart: yes (release r-47b00160dbdf -> {new.release_id} (specfleet renders differently: rendering 1 -> 2 "
+    assert (f"restart: yes (release r-47b00160dbdf -> {new.release_id} (specfleet renders differently: rendering 1 -> 3 "
             "(README: upgrade notes); config)") in text, text
     same = make_plans({"spark-01": {}}, "draft_target")["spark-01"]
     text, _ = _plan({"spark-01": same}, converged_responses)
     assert "renders differently" not in text  # a converged 1.2.0rc6 host: same release, nothing to say
-    # a 1.2.0rc6 host from before rendering 2 whose model moved: the model is the reason, not the rendering
-    record = {k: v for k, v in same.release_record("t").items() if k not in ("rendering", "trtllm_version")}
+    # a 1.2.0rc6 host of this rendering whose model moved: the model is the reason, not the rendering
+    record = dict(same.release_record("t"), id="r-000000000000")
     record["models"]["draft"]["commit"] = "f" * 40
-    record["id"] = "r-000000000000"
     text, _ = _plan({"spark-01": same}, lambda p: converged_responses(p, current="r-000000000000", release_missing=True,
                                                                        current_release=record))
     assert "draft model nvidia/Llama-3.1-8B-Instruct-FP4 ffffffffffff" in text and "renders differently" not in text
+    # a 1.2.0rc6 host converged at rendering 2 (before issue 20's unit changes, which concern every version)
+    record = dict(same.release_record("t"), id="r-000000000000", rendering=2, config_sha256="0" * 64)
+    text, _ = _plan({"spark-01": same}, lambda p: converged_responses(p, current="r-000000000000", release_missing=True,
+                                                                       current_release=record))
+    assert "specfleet renders differently: rendering 2 -> 3 (README: upgrade notes)" in text, text
 
 
 def test_users_added_and_not_running():

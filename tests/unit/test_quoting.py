@@ -91,8 +91,13 @@ def unit_lines(unit: str) -> list[str]:
     return out
 
 
-def exec_line(unit: str, key: str) -> list[str]:
-    [value] = [line.split("=", 1)[1] for line in unit_lines(unit) if line.startswith(f"{key}=")]
+def exec_line(unit: str, key: str, index: int | None = None) -> list[str]:
+    """The one `key=` line's arguments (`index`: of several such lines, e.g. ExecStartPre's)."""
+    values = [line.split("=", 1)[1] for line in unit_lines(unit) if line.startswith(f"{key}=")]
+    if index is None:
+        [value] = values
+    else:
+        value = values[index]
     return systemd_split(value)
 
 
@@ -138,7 +143,7 @@ HOSTILE_ENV = {
     "DOLLAR": "$HOME ${PATH} $$", "SEMI": "a ; b;c", "HASH": "#not a comment", "EQUALS": "k=v=w",
     "ESCAPES": "\\n \\x41 \\\\", "MIXED": "'\"\\%$;#= x",
 }
-INTENDED_EXEC = ["ExecStartPre=", "ExecStart=", "ExecStop=", "ExecStopPost="]
+INTENDED_EXEC = ["ExecStartPre=", "ExecStartPre=", "ExecStart=", "ExecStop=", "ExecStopPost="]
 
 
 def _settings(profile="eagle3", **vars):
@@ -154,7 +159,8 @@ def test_exec_start_parses_to_exactly_the_argument_list(profile):
     assert argv == ["/usr/bin/docker", "run", *docker_run_args(s), s.image, "trtllm-serve", *serve_args(s)]
     for key, value in HOSTILE_ENV.items():
         assert argv[argv.index(f"{key}={value}") - 1] == "-e"
-    assert exec_line(unit, "ExecStartPre") == ["-/usr/bin/docker", "rm", "-f", s.service_name]
+    assert exec_line(unit, "ExecStartPre", 0) == [f"-{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json"]
+    assert exec_line(unit, "ExecStartPre", 1) == ["-/usr/bin/docker", "rm", "-f", s.service_name]
     assert exec_line(unit, "ExecStop")[-1] == s.service_name
     exec_lines = [line.split("=", 1)[0] + "=" for line in unit_lines(unit) if line.startswith("Exec")]
     assert exec_lines == INTENDED_EXEC

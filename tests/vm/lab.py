@@ -42,6 +42,7 @@ def ci_vars(hub_port: int, image: str = STANDIN_TAG) -> dict:
         "tiktoken_base_url": f"http://{GUEST_SEES_CONTROLLER}:{hub_port}/encodings",  # stand-in encodings
         "tiktoken_sha256": dict(STANDIN_TIKTOKEN_SHA256),  # and their hashes
         "disk_headroom_gb": 1,  # the guests' disks are 6 GB (specfleet_lab.DISK_SIZE), not a Spark's 4 TB
+        "memory_reserve_gb": 0.5,  # the guests have 2 GiB of memory (specfleet_lab.up), not a Spark's 128 GB
     }
 
 

@@ -1,0 +1,61 @@
+"""Issue 20, point 2: drop-caches (host/drop_caches.sh), the serving unit's first ExecStartPre, so before every start of
+the container: a host job's switch, a restart by systemd, a boot. Run as installed, in a mount namespace of its own
+whose /proc/meminfo and /proc/sys/vm/drop_caches are scratch files (this machine's caches are never dropped)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specfleet.render import unit_text
+from tests.unit.test_quoting import _settings, exec_line
+
+SCRIPT = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "drop_caches.sh"
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace (CI is root)")
+
+
+def _run(tmp_path: Path, writable: bool = True) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    meminfo, drop, record = tmp_path / "meminfo", tmp_path / "drop_caches", tmp_path / "mem-at-start.json"
+    meminfo.write_text("MemTotal:       127535000 kB\nMemAvailable:    61440000 kB\n")
+    drop.write_text("0\n")
+    # the stand-in kernel: a write to drop_caches frees the page cache (MemAvailable rises), unless it refuses
+    inner = (f'mount --bind {meminfo} /proc/meminfo && mount --bind {drop} /proc/sys/vm/drop_caches && '
+             + ("" if writable else "mount -o remount,bind,ro /proc/sys/vm/drop_caches && ")
+             + f'exec sh {SCRIPT} {record}')
+    # a kernel that frees what it is asked to: after the write, MemAvailable reads higher (a second file swapped in)
+    after = tmp_path / "meminfo.after"
+    after.write_text("MemTotal:       127535000 kB\nMemAvailable:   122880000 kB\n")
+    wrapper = tmp_path / "sync"  # sync is the script's own step before the drop; the stand-in swaps meminfo then
+    wrapper.write_text(f"#!/bin/sh\nmount --bind {after} /proc/meminfo\n")
+    wrapper.chmod(0o755)
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", inner],
+                          capture_output=True, text=True, timeout=30, env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    return proc, drop, record
+
+
+def test_it_flushes_drops_the_page_cache_says_so_and_records_memavailable(tmp_path):
+    proc, drop, record = _run(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert drop.read_text().strip() == "3"  # the playbook's `echo 3 > /proc/sys/vm/drop_caches`
+    assert proc.stdout.strip() == ("drop-caches: flushed dirty pages and dropped the page cache before the start: "
+                                   "MemAvailable 60000 MiB -> 120000 MiB")
+    got = json.loads(record.read_text())
+    assert got["before_kb"] == 61440000 and got["after_kb"] == 122880000 and got["at"] > 0
+
+
+def test_a_kernel_that_refuses_the_drop_is_said_and_never_fails_the_start(tmp_path):
+    proc, drop, record = _run(tmp_path, writable=False)
+    assert proc.returncode == 0, proc.stderr
+    assert drop.read_text().strip() == "0"
+    assert "could NOT drop the page cache" in proc.stdout
+    assert json.loads(record.read_text())["before_kb"] == 61440000
+
+
+def test_the_unit_runs_it_first_before_every_start_and_its_failure_cannot_stop_one():
+    s = _settings()
+    first = exec_line(unit_text(s), "ExecStartPre", 0)
+    assert first == [f"-{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json"]  # `-`: never fails a start
