@@ -80,7 +80,10 @@ class HostPlan:
 
     @property
     def memory_fit(self) -> Fit | None:
-        """What one node needs of its unified memory for the profile (memory.fit); None without a profile."""
+        """What one node needs of its unified memory for the profile (memory.fit); None where it serves nothing of
+        this deploy (no profile, a Hub mirror, a host this deploy skips)."""
+        if self.is_mirror or self.skip:
+            return None
         return self.derived("memory_fit", lambda plan: fit(plan.settings, plan.pins))
 
     @property

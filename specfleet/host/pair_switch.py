@@ -15,9 +15,10 @@ A failed step or gate reverts the same way (the head's `previous` release names 
 worker is switched back first, then the head. Start order: worker, then head; stop order: head, then worker. A
 worker found down while the head needs no restart (its container killed, a reboot: the world had ended with its
 rank) is started, then the head's launch again. A pair's first release (the head's previous release is a single
-Spark's) reverts the same way, each host to what it served alone: the head stops its launch, asks the worker for
-`specfleet-host leave-pair ID` (`leave`: the worker activates the release it served before, gated as any single
-Spark's), then starts its own previous release and gates it."""
+Spark's) reverts each host to what it served alone: the head starts its own previous release (its launch stops with
+that restart) and gates it, then asks the worker for `specfleet-host leave-pair ID` (`leave`: the worker activates
+the release it served before, gated as any single Spark's). A rollback from the pair's release to the head's single
+release before it does the same once the head serves."""
 
 from __future__ import annotations
 
@@ -55,29 +56,25 @@ def switch_worker(layout, rec: dict) -> bool:
     return bool(answer.get("restarted"))
 
 
-def leave_worker(layout, rec: dict) -> str | None:
-    """The head's revert of a pair's FIRST release `rec` (its previous release is a single Spark's): ask the worker
-    to serve alone again, as it did before (`leave`). None when it does; else why not (the head's revert goes on:
-    its own release serves again either way, and the failure names the worker)."""
+def leaves_pair(rec: dict, other: dict) -> bool:
+    """Whether going from release `rec` to `other` on a head ends the pair: `rec` a pair's head release, `other` a
+    single Spark's (a failed first pair release reverted, a rollback to before the pair)."""
+    return role(rec) == "head" and role(other) is None
+
+
+def leave_note(layout, rec: dict) -> str:
+    """Ask the worker of the pair's release `rec` to serve alone again (`leave`), once the head serves its own
+    release: the worker's gate may take as long as a model load, and the head is not kept down meanwhile. What to
+    add to the head's line: where the worker ended up, or why it did not (the head's own outcome stands)."""
     name, rid = _worker(rec)
     say(f"asking the worker {name} to leave the pair ({rid}) and serve its own release again", err=True)
+    gate = rec.get("gate") or {}
+    wait = LOCK_SEC + 240 + int(gate.get("health_timeout_sec", 1800)) + int(gate.get("smoke_timeout_sec", 600))
     try:
-        answer = _ask_worker(layout, rec, layout.pair_leave_words(rid), "did not go back to serving alone")
+        answer = _ask_worker(layout, rec, layout.pair_leave_words(rid), "did not go back to serving alone", wait)
     except Fail as exc:
-        return str(exc)
-    say(f"the worker {name} serves {answer.get('release')} alone again", err=True)
-    return None
-
-
-def undo_first_release(layout, rec: dict, prev: dict, run) -> str:
-    """The head's revert from the pair's release `rec` to `prev`: when `prev` is a single Spark's (the pair's first
-    release), stop the launch and send the worker back to serving alone (`run`: the head tool's command runner).
-    What to add to the head's failure line ('' otherwise)."""
-    if role(rec) != "head" or role(prev) == "head":
-        return ""
-    run("systemctl", "stop", f"{rec['service']}.service")  # stop order: the head's launch first
-    left = leave_worker(layout, rec)
-    return f"; {left}" if left else f"; the worker {rec['pair']['worker']['host']} serves alone again"
+        return f"; {exc}"
+    return f"; the worker {name} serves {answer.get('release')} alone again"
 
 
 def _worker(rec: dict) -> tuple[str, str]:
@@ -88,7 +85,7 @@ def _worker(rec: dict) -> tuple[str, str]:
     return worker["host"], worker["release"]
 
 
-def _ask_worker(layout, rec: dict, words: list[str], failed: str) -> dict:
+def _ask_worker(layout, rec: dict, words: list[str], failed: str, wait: float = WORKER_ANSWER_SEC) -> dict:
     """Run `words` on the worker with the head's switch key through the pair agent (its host key pinned); its
     answer, one JSON line. Fail (`the worker NAME <failed>: why`) when it refuses, fails or does not answer."""
     worker = rec["pair"]["worker"]
@@ -96,10 +93,9 @@ def _ask_worker(layout, rec: dict, words: list[str], failed: str) -> dict:
     argv = [layout.pair_agent, address, *words]
     env = {**os.environ, **dict(zip(PAIR_AGENT_ENV, (login, str(port)))), PAIR_SWITCH_KEY_ENV: layout.pair_switch_key}
     try:
-        proc = subprocess.run(argv, env=env, text=True, capture_output=True, timeout=WORKER_ANSWER_SEC,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, env=env, text=True, capture_output=True, timeout=wait, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise Fail(f"the worker {name} {failed}: no answer within {WORKER_ANSWER_SEC}s") from None
+        raise Fail(f"the worker {name} {failed}: no answer within {wait:.0f}s") from None
     except OSError as exc:
         raise Fail(f"cannot run the pair agent {layout.pair_agent}: {exc}") from None
     lines = proc.stdout.strip().splitlines()
@@ -147,8 +143,8 @@ def leave(host, rid: str) -> dict:
     current one, when the switch never installed `rid`); activated as any single Spark's release (install, restart
     unless it serves it, the readiness gate), and `rid` is then no longer its `previous`. Fail when there is no
     such release (a worker that never served alone) or its gate fails."""
-    rec = host.record(rid)
-    if role(rec) != "worker":
+    staged = (host.releases / rid).is_dir()  # a worker that failed to stage it never had it
+    if staged and role(host.record(rid)) != "worker":
         raise Fail(f"release {rid} is not a pair worker's release ({PAIR_LEAVE_CMD} leaves only those)")
     with _one_switch_at_a_time(host.layout):
         back = host.previous() if host.current() == rid else host.current()

@@ -21,13 +21,14 @@ def n_restarts(service: str) -> int:
     return int(out) if out.isdigit() else 0
 
 
-def memory(layout) -> dict:
+def memory(layout, since: float = 0.0) -> dict:
     """For a passed gate's result: MemAvailable (MiB) when the container last started, right after its page cache was
     dropped (drop-caches' record, written by the unit's ExecStartPre), and now that the model is loaded. On a GB10 the
-    difference is what the load took of the one pool CPU and GPU share. {} where neither can be read."""
+    difference is what the load took of the one pool CPU and GPU share. A record older than `since` (this switch's
+    start; drop-caches did not write one) is not this start's and is left out. {} where neither can be read."""
     out = {}
     start = read_json(Path(layout.mem_at_start)) or {}
-    if isinstance(start.get("after_kb"), int) and start["after_kb"] > 0:
+    if isinstance(start.get("after_kb"), int) and start["after_kb"] > 0 and start.get("at", 0) >= int(since):
         out["mem_available_at_start_mib"] = start["after_kb"] // 1024
     try:
         for line in Path(MEMINFO).read_text().splitlines():

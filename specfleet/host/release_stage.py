@@ -5,8 +5,9 @@ of one pyinfra file operation per file: each of those is a stat, an upload, a mo
 37 commands for a release (26 s of a 90 s rollout stage on an emulated lab guest). The bundle holds only rendered,
 non-secret files (the token never is one: it goes over stdin to its own root-only file).
 
-A new release is built in a hidden directory beside the others and renamed into place, so `releases/<id>/` is either
-whole or absent (a controller that dies midway leaves no half release for the host tool to find). A release that is
+A new release is built in a hidden directory beside `releases/` and renamed into place, so `releases/<id>/` is either
+whole or absent (a controller that dies midway leaves no half release for the host tool, or the release state, to
+find). A release that is
 already there (its id is a hash of its content, so this repairs a damaged one) gets each differing file replaced
 atomically, and keeps a valid release.json: that records when the release was first staged."""
 
@@ -45,36 +46,49 @@ def decode(text: str, drafts_dir: str) -> tuple[dict[str, str], str, str | None]
 
 
 def stage(layout, rid: str, bundle: str) -> list[str]:
-    """Make `releases/<rid>/` hold the bundle's files; what it wrote (names), for the log."""
+    """Make `releases/<rid>/` hold the bundle's files (root's, 0755 directories, 0644 files, whatever the umask);
+    what it wrote (names), for the log."""
     if not re.fullmatch(RELEASE_ID, rid):
         raise Fail(f"stage: {rid!r} is not a release id")
     files, record, draft = decode(bundle, layout.drafts)
     releases = Path(layout.releases)
-    releases.mkdir(mode=0o755, parents=True, exist_ok=True)
+    releases.mkdir(parents=True, exist_ok=True)
+    releases.chmod(0o755)
     rdir = releases / rid
     if not rdir.is_dir():
-        tmp = releases / f".stage-{rid}"
+        tmp = Path(layout.data_dir) / f".stage-{rid}"  # beside releases/, never listed as a release
         shutil.rmtree(tmp, ignore_errors=True)  # left by a stage cut short
-        tmp.mkdir(mode=0o755)
+        tmp.mkdir()
+        tmp.chmod(0o755)
         _fill(tmp, files, record, draft)
         os.rename(tmp, rdir)
         return sorted([*files, RECORD_FILE, *([DRAFT_LINK] if draft else [])])
-    written = [name for name, content in sorted(files.items()) if atomic_write(rdir / name, content)]
+    rdir.chmod(0o755)
+    written = [name for name, content in sorted(files.items()) if _write(rdir / name, content)]
     if draft and (not (rdir / DRAFT_LINK).is_symlink() or os.readlink(rdir / DRAFT_LINK) != draft):
         _link(rdir / DRAFT_LINK, draft)
         written.append(DRAFT_LINK)
     if read_json(rdir / RECORD_FILE) is None:  # absent, or damaged (emptied by a power loss right after a stage)
-        atomic_write(rdir / RECORD_FILE, record)
+        _write(rdir / RECORD_FILE, record)
         written.append(RECORD_FILE)
+    else:
+        (rdir / RECORD_FILE).chmod(0o644)
     return written
+
+
+def _write(path: Path, content: str) -> bool:
+    """Whether it wrote `content` (atomically); the mode is 0644 either way (a repair of a file left 0600)."""
+    changed = atomic_write(path, content, 0o644)
+    path.chmod(0o644)
+    return changed
 
 
 def _fill(folder: Path, files: dict[str, str], record: str, draft: str | None) -> None:
     for name, content in files.items():
-        atomic_write(folder / name, content)
+        _write(folder / name, content)
     if draft:
         _link(folder / DRAFT_LINK, draft)
-    atomic_write(folder / RECORD_FILE, record)  # last: a release.json means a complete release
+    _write(folder / RECORD_FILE, record)  # last: a release.json means a complete release
 
 
 def _link(path: Path, target: str) -> None:

@@ -1,17 +1,15 @@
 #!/usr/bin/env python3
 """specfleet-host: the on-host half of specfleet (installed by the deploy as <data_dir>/bin/specfleet-host).
 
-Runs with the host's system python3 (stdlib only). Every subcommand prints plain lines for the operator
-and exits non-zero with one clear line on failure.
+Runs with the host's system python3 (stdlib only); plain lines for the operator, one clear line on failure.
 
   activate ID [--revert] [--timeout S] [--prune N]
                      make release ID current and prove it serves: refs/main, unit (daemon-reload only if
                      it changed), `current` link, enable; restart unless the unit already serves ID (a pair's
                      head switches its worker first: pair_switch.py); then
                      the readiness gate (/health 200 within the release's timeout, then a non-empty smoke
-                     completion). With --revert, a failed restart or gate switches back to `previous` and
-                     gates that, and still exits 1. The outcome is recorded in <data_dir>/gate.json: a
-                     release that has not passed its gate is not converged. --prune N: once it passed, prune.
+                     completion). With --revert, a failed restart or gate switches back to `previous`, gates
+                     that, and still exits 1. The outcome is in <data_dir>/gate.json. --prune N: once passed.
   activate ID --pair-worker | leave-pair ID
                      a pair worker's side of its head's switch, or of the revert of a failed first pair release ID
                      (serve alone again), run by its pair gate (pair_switch.py); one JSON line.
@@ -22,13 +20,11 @@ and exits non-zero with one clear line on failure.
                      (specfleet-job-<id>), with a log and a progress file under <data_dir>/jobs/<id>/.
                      One job at a time: if a job with the same KEY is running, attach to it (prints its
                      id); if another job runs, print busy. Prints one JSON line.
-  job status ID [--wait S]  JSON: state (running | ok | failed | lost), exit code, progress, message, log
-                     tail; with --wait, after up to S seconds while the job runs (at once when it ends).
+  job status ID [--wait S]  JSON: state (running|ok|failed|lost), exit code, progress, message, log tail;
+                     with --wait, after up to S seconds while the job runs (at once when it ends).
   status             JSON: current, previous, releases (newest first), unit state, gate, active job.
-  prune --keep N     delete releases beyond the N newest (never current/previous), then drafts, model
-                     snapshots/blobs and partial downloads that no kept release uses.
-  unlock [ID] [--force]
-                     release the run lock (<data_dir>/lock) held by run ID (or by anyone with --force).
+  prune --keep N     delete releases beyond the N newest (never current/previous), then what no kept one uses.
+  unlock [ID] [--force]  release the run lock (<data_dir>/lock) held by run ID (or by anyone with --force).
 """
 
 from __future__ import annotations
@@ -211,8 +207,10 @@ class Host:
             self._failed(rec, exc, revert, timeout)
             return
         downtime = round(time.time() - restarted_at, 2) if restarted_at else None
-        self.set_gate(rid, "passed", downtime_s=downtime, **readiness.memory(self.layout))
+        self.set_gate(rid, "passed", downtime_s=downtime, **readiness.memory(self.layout, since))
         say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
+        if old and old != rid and pair_switch.leaves_pair(old_rec := self.record(old), rec):  # back to before the pair
+            say(pair_switch.leave_note(self.layout, old_rec).lstrip("; "))
 
     def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:
         rid = rec["id"]
@@ -223,21 +221,23 @@ class Host:
         if not (revert and prev and prev != rid):
             raise Fail(f"{rid} failed its readiness gate: {exc}")
         say(f"reverting to previous release {prev}", err=True)
-        worker = ""
+        alone = False  # the pair's first release: the worker serves alone again too, once the head does
         try:
             prev_rec = self.record(prev)
             self.check_complete(prev_rec)
             self.set_gate(prev, "running")
-            worker = pair_switch.undo_first_release(self.layout, rec, prev_rec, sh)
+            alone = pair_switch.leaves_pair(rec, prev_rec)
             self.install(prev_rec)
             self._restart(prev_rec)
             self._gate_once(prev_rec, timeout)
         except Fail as exc2:
             self.set_gate(prev, "failed", detail=str(exc2))
+            worker = pair_switch.leave_note(self.layout, rec) if alone else ""
             raise Fail(f"{rid} failed its readiness gate ({exc}); rollback to {prev} ALSO failed: {exc2}{worker}") \
                 from None
         self.set_gate(prev, "passed", detail=f"rolled back: {rid} failed its gate")
         self.previous_file.unlink(missing_ok=True)  # the failed release must not be "previous" of the restored one
+        worker = pair_switch.leave_note(self.layout, rec) if alone else ""
         raise Fail(f"{rid} failed its readiness gate ({exc}); rolled back to {prev}, which is serving{worker}")
 
     def gate(self) -> None:
@@ -434,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(PAIR_LEAVE_CMD, help="a pair worker: serve alone again").add_argument("release")
     sub.add_parser("gate")
     (stage := sub.add_parser("stage")).add_argument("release")
-    stage.add_argument("--bundle", required=True, help="the release's files (release_stage.encode)")
+    stage.add_argument("--bundle", required=True, help="the release's files (layout.Layout.stage_argv)")
     job = sub.add_parser("job").add_subparsers(dest="job_cmd", required=True)
     start = job.add_parser("start")
     start.add_argument("key")

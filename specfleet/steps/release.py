@@ -27,7 +27,8 @@ def release():
     layout = plan.paths
     rid = plan.release_id
     rdir = layout.release_dir(rid)
-    if any(differs(plan, path) for path in wanted_files(plan) if path == rdir or path.startswith(rdir + "/")):
+    ours = (layout.releases, rdir)
+    if any(differs(plan, path) for path in wanted_files(plan) if path in ours or path.startswith(rdir + "/")):
         files, draft = {}, None
         for path, content in plan.files().items():
             if path.startswith(layout.current + "/"):

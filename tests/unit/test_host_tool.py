@@ -156,7 +156,12 @@ def test_activate_of_the_serving_release_gates_without_restart(host):
 def test_a_passed_gate_records_memory_at_the_start_and_once_loaded(host):
     """Issue 20, point 2: drop-caches (the unit's ExecStartPre) recorded MemAvailable right after it dropped the page
     cache; the passed gate puts that beside MemAvailable once the model is loaded (a GB10's one pool)."""
-    (host.data / "mem-at-start.json").write_text('{"at": 1, "before_kb": 61440000, "after_kb": 122880000}\n')
+    import time
+    stale = '{"at": 1, "before_kb": 61440000, "after_kb": 122880000}\n'  # an earlier start's: left out
+    (host.data / "mem-at-start.json").write_text(stale)
+    host.h.activate("r-aaaaaaaaaaaa", revert=True)
+    assert "mem_available_at_start_mib" not in host.h.gate_state() and host.h.gate_state()["result"] == "passed"
+    (host.data / "mem-at-start.json").write_text(stale.replace('"at": 1', f'"at": {int(time.time()) + 1}'))
     host.h.activate("r-bbbbbbbbbbbb", revert=True)
     gate = host.h.gate_state()
     assert gate["result"] == "passed" and gate["mem_available_at_start_mib"] == 120000

@@ -4,6 +4,7 @@ answering with the host's /proc/meminfo."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -49,6 +50,7 @@ def test_what_a_profile_needs_is_its_locked_weights_plus_the_overhead():
     assert need.problem(int(83 * GB)) == "memory: eagle3 needs ~75.3 GB, host has 83.0 GB (reserve 8 GB)"
     assert need.problem(0) is None  # not reported: the status read of an older host, nothing to judge
     assert fit(make_plans({"gw": {}}, None)["gw"].settings, {}) is None  # a deploy without a profile
+    assert dataclasses.replace(plan, is_mirror=True).memory_fit is None  # a Hub mirror serves no model
 
 
 def test_a_pair_node_needs_half_the_target_and_the_whole_draft():

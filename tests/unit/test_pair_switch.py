@@ -334,17 +334,16 @@ def test_a_failed_first_pair_release_sends_each_host_back_to_serving_alone(first
     pair = first_pair
     pair.smoke_ok[HEAD[1]] = False
     with pytest.raises(sfh.Fail, match=rf"rolled back to {SOLO[0]}, which is serving; the worker spark-2 serves "
-                                       "alone again"):
+                                       rf"{SOLO[1]} alone again"):
         pair.h.activate(HEAD[1], revert=True)
     assert pair.events() == [
         "head: systemctl stop svc.service",
         f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host activate {WORKER[1]} --pair-worker",
         "worker: systemctl restart svc.service",
         "head: systemctl restart svc.service",  # the pair's launch: its gate fails
-        "head: systemctl stop svc.service",  # stop order: the head's launch first
-        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host leave-pair {WORKER[1]}",
+        "head: systemctl restart svc.service",  # the head's own release (the launch stops with it), gated
+        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host leave-pair {WORKER[1]}",  # then the worker
         "worker: systemctl restart svc.service",  # the worker's own release, gated on the worker
-        "head: systemctl restart svc.service",
     ]
     assert pair.h.current() == SOLO[0] and pair.h.gate_state()["result"] == "passed"
     assert pair.worker_current() == SOLO[1] and pair.worker_state()["holds"] == SOLO[1]
@@ -374,3 +373,30 @@ def test_leave_pair_is_refused_for_a_worker_that_never_served_alone(pair):
     with pytest.raises(sfh.Fail, match="not a pair worker's release"):  # a head's release, on the head
         sfh.pair_switch.leave(sfh.Host(str(pair.head), unit_dir=str(pair.worker.parent / "u")), HEAD[0])
     assert pair.worker_current() == WORKER[0] and pair.worker_state()["holds"] == WORKER[0]
+
+
+def test_a_rollback_from_the_pairs_first_release_sends_the_worker_back_to_serving_alone(first_pair):
+    """The pair's first release passed and serves; a rollback (the rollback deploy's `activate PREVIOUS`) returns the
+    head to its single release, and the worker, asked once the head serves, to its own."""
+    pair = first_pair
+    pair.h.activate(HEAD[1], revert=True)
+    assert pair.h.current() == HEAD[1] and pair.worker_current() == WORKER[1]
+    pair.h.activate(SOLO[0], revert=True)
+    assert pair.events()[-3:] == [
+        "head: systemctl restart svc.service",
+        f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host leave-pair {WORKER[1]}",
+        "worker: systemctl restart svc.service"]
+    assert pair.h.current() == SOLO[0] and pair.h.gate_state()["result"] == "passed"
+    assert pair.worker_current() == SOLO[1] and pair.worker_gate()["result"] == "passed"
+
+
+def test_a_worker_that_never_staged_the_pair_release_answers_what_it_serves(first_pair):
+    """Its stage failed, so it never had the pair's release: it still serves alone, and says which."""
+    pair = first_pair
+    import shutil
+    shutil.rmtree(pair.worker / "releases" / WORKER[1])
+    worker = sfh.Host(str(pair.worker), unit_dir=str(pair.worker.parent / "worker-units"))
+    (pair.worker.parent / "worker-units" / "svc.service").write_text(
+        (pair.worker / "releases" / SOLO[1] / "svc.service").read_text())
+    assert sfh.pair_switch.leave(worker, WORKER[1]) == {"release": SOLO[1]}
+    assert pair.worker_current() == SOLO[1] and pair.worker_state()["holds"] == SOLO[1]

@@ -43,8 +43,9 @@ def _run(args) -> tuple[int, str]:
 
 
 def _listing(data) -> dict[str, str]:
-    out = {}
-    for root, dirs, names in os.walk(data / "releases"):
+    top = data / "releases"
+    out = {"releases": oct(top.stat().st_mode & 0o777)} if top.is_dir() and any(top.iterdir()) else {}
+    for root, dirs, names in os.walk(top):
         for name in dirs + names:
             p = os.path.join(root, name)
             rel = os.path.relpath(p, data)
@@ -53,12 +54,16 @@ def _listing(data) -> dict[str, str]:
 
 
 def test_a_new_release_appears_whole(tmp_path):
-    code, said = _stage(tmp_path)
+    mask = os.umask(0o027)  # a host whose root umask is stricter: the release is still world-readable, as wanted
+    try:
+        code, said = _stage(tmp_path)
+    finally:
+        os.umask(mask)
     assert code == 0, said
     rdir = tmp_path / "releases" / RID
     assert {p.name: p.read_text() for p in rdir.iterdir() if not p.is_symlink()} == {**FILES, "release.json": RECORD}
     assert _listing(tmp_path) == {
-        f"releases/{RID}": "0o755", f"releases/{RID}/release.json": "0o644",
+        "releases": "0o755", f"releases/{RID}": "0o755", f"releases/{RID}/release.json": "0o644",
         **{f"releases/{RID}/{name}": "0o644" for name in FILES},
         f"releases/{RID}/draft": f"-> {tmp_path}/drafts/org--draft/c0ffee"}  # nothing hidden left beside it
     assert "staged r-0123456789ab: draft, extra-llm-api-config.yml, release.json" in said
@@ -68,7 +73,7 @@ def test_a_new_release_appears_whole(tmp_path):
 def test_a_stage_cut_short_leaves_no_release_and_the_next_one_completes_it(tmp_path):
     """A controller or host that died mid-stage leaves only the hidden build directory: the host tool finds no
     release (never half of one), and the next stage starts it over."""
-    partial = tmp_path / "releases" / f".stage-{RID}"
+    partial = tmp_path / f".stage-{RID}"
     partial.mkdir(parents=True)
     (partial / "smoke.json").write_text("{")
     with pytest.raises(sfh.Fail, match="not found on this host"):
@@ -85,6 +90,10 @@ def test_a_staged_release_is_repaired_in_place_and_keeps_its_record(tmp_path):
     code, said = _stage(tmp_path, record=later)
     assert code == 0 and "staged r-0123456789ab: smoke.json" in said, said
     assert (rdir / "smoke.json").read_text() == "{}\n" and (rdir / "release.json").read_text() == RECORD
+    (rdir / "smoke.json").chmod(0o600)  # a mode gone wrong (a hand edit): the status read says it differs
+    os.chmod(rdir, 0o750)
+    assert _stage(tmp_path, record=later)[0] == 0
+    assert _listing(tmp_path)[f"releases/{RID}/smoke.json"] == "0o644" and _listing(tmp_path)[f"releases/{RID}"] == "0o755"
     assert _stage(tmp_path, record=later)[1].strip() == "staged r-0123456789ab: nothing to write"
     (rdir / "release.json").write_text("")  # emptied by a power loss right after the stage
     assert _stage(tmp_path, record=later)[0] == 0 and (rdir / "release.json").read_text() == later
@@ -105,7 +114,7 @@ def test_a_bundle_with_anything_but_a_releases_files_is_refused_and_writes_nothi
     draft = draft.replace("DRAFTS", f"{tmp_path}/drafts") if draft else None
     code, said = _stage(tmp_path, files=files, draft=draft, rid=rid)
     assert code == 1 and said.startswith("specfleet-host: stage: ") and why in said, said
-    assert _listing(tmp_path) == {} if not (tmp_path / "releases").exists() else _listing(tmp_path) == {}
+    assert _listing(tmp_path) == {}  # no release directory, nor anything in releases/
 
 
 def test_a_bundle_that_is_not_one_is_refused(tmp_path):
@@ -131,4 +140,4 @@ def test_a_fresh_converge_stages_the_release_in_one_command_with_no_secret():
     assert sorted(bundle["files"]) == ["extra-llm-api-config.yml", "smoke.json", "specfleet-trtllm.service"]
     assert bundle["files"]["extra-llm-api-config.yml"] == plan.rendered.config
     assert json.loads(bundle["record"])["id"] == plan.release_id and bundle["draft"].startswith(plan.paths.drafts)
-    assert plan.settings.hf_token is not None and TOKEN not in stages[0]
+    assert plan.settings.hf_token is not None and TOKEN not in json.dumps(bundle) and TOKEN not in stages[0]

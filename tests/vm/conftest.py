@@ -165,16 +165,16 @@ def paused_session_fleet():
             _signal_guests(f, signal.SIGCONT)
 
 
-def own_guests(tmp_path_factory, request, name: str, what: str, **up):
-    """Two guests of a module's own (specfleet_lab.up(count=2, **up)), the session fleet paused meanwhile: both are
-    undone at module teardown, also on failure or SIGTERM. Prints the boot time as `<what>`."""
+def own_guests(tmp_path_factory, request, name: str, what: str, count: int = 2, **up):
+    """`count` guests of a module's own (specfleet_lab.up(count=count, **up)), the session fleet paused meanwhile:
+    they are undone at module teardown, also on failure or SIGTERM. Prints the boot time as `<what>`."""
     pause = contextlib.ExitStack()
     pause.enter_context(paused_session_fleet())
     request.addfinalizer(pause.close)
     workdir = tmp_path_factory.mktemp(name)
     request.addfinalizer(lambda: specfleet_lab.down(workdir))
     start = time.monotonic()
-    fleet = specfleet_lab.up(count=2, workdir=workdir, cache_dir=cache_dir(), **up)
+    fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir(), **up)
     figure(what, f"{time.monotonic() - start:.1f} s")
     return fleet
 
@@ -210,8 +210,8 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_collection_modifyitems(items):
     """The fleet up/down test brings up its own guests: run it before the session fleet boots; the bench
-    converges and switches the fleet itself: run it after the CI sequence, faults and rollouts; the pair link's and
-    the pair's guests boot after it (the session fleet paused meanwhile). The arm64
+    converges and switches the fleet itself: run it after the CI sequence, faults and rollouts; the pair link's,
+    the pair's and the memory module's guests boot after it (the session fleet paused meanwhile). The arm64
     module comes last: its image and stand-in are built in the background meanwhile (PREBUILDS). Only this
     directory's modules are placed: tests/unit has a test_bench.py and a test_pair_link.py of its own."""
     here = Path(__file__).resolve().parent
@@ -219,8 +219,8 @@ def pytest_collection_modifyitems(items):
     def vm_module(item) -> str | None:
         return item.path.name if item.path.resolve().parent == here else None
 
-    items.sort(key=lambda item: {"test_vm_fleet.py": 0, "test_bench.py": 2, "test_pair_link.py": 3, "test_pair.py": 3}.get(
-        vm_module(item), 1) + (10 if vm_module(item) in ARCH_MODULES else 0))
+    order = {"test_vm_fleet.py": 0, "test_bench.py": 2, "test_pair_link.py": 3, "test_pair.py": 3, "test_memory_oom.py": 3}
+    items.sort(key=lambda item: order.get(vm_module(item), 1) + (10 if vm_module(item) in ARCH_MODULES else 0))
 
 
 def pytest_collection_finish(session):

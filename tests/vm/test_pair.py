@@ -54,6 +54,9 @@ def pair(tmp_path_factory, request, hub, wheelhouse):
     fleet = own_guests(tmp_path_factory, request, "pair", "pair: boot 2 guests with the stand-in CX-7 link",
                        pair_link=True, lan=True)
     STATE["fleet"] = fleet
+    # the gateway guest the module's last tests boot: down at module teardown (registered first, so it runs after
+    # the tests and before the pair's guests go), also on failure or SIGTERM; nothing to do when none was booted
+    request.addfinalizer(lambda: specfleet_lab.down(fleet.workdir / "gateway"))
     t0 = time.monotonic()
     n_cas = lab.trust_controller_cas(fleet)
     mirrored = [g for g in fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
@@ -309,14 +312,14 @@ def test_the_controller_killed_mid_switch_the_head_finishes_both(pair):
     assert rerun.n_changed == 0, (rerun.changed, rerun.output()[-3000:])
 
 
-def test_behind_a_gateway_only_the_head_is_a_backend_and_answers(pair, request):
+def test_behind_a_gateway_only_the_head_is_a_backend_and_answers(pair):
     """A gateway guest joins the pair's network; the pair serves qwen3_eagle3_pair behind it. After the gateway's
     converge and the pair's, the gateway's pool holds the head only, UP, and a completion with the clients' key comes
-    through the gateway, served by both ranks; without the key, 401. The gateway stays up for the next test."""
+    through the gateway, served by both ranks; without the key, 401. The gateway stays up for the next test (the pair
+fixture takes it down with the module)."""
     head, worker, _ = pair
     fleet = STATE["fleet"]
     workdir = fleet.workdir / "gateway"
-    request.addfinalizer(lambda: specfleet_lab.down(workdir))  # after the module's last test (safe twice)
     t0 = time.monotonic()
     gw_fleet = gateway_lab.boot(fleet, workdir, cache_dir())
     gw = gw_fleet.guests[0]

@@ -64,7 +64,7 @@ PYLIB_PATH_IN_IMAGE = "/usr/lib/python3/dist-packages"
 # TensorRT-LLM's contract as extracted from upstream (tests/contract): module + table, beside the package
 CONTRACT_FILES = (HERE.parent.parent / "contract" / "trtllm_contract.py",
                   HERE.parent.parent / "contract" / "trtllm_llm_args.json")
-MODES = ("ok", "crash", "never_healthy", "empty")
+MODES = ("ok", "crash", "never_healthy", "empty", "oom_load", "oom_request")  # trtllm_serve.py MODES
 
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

@@ -16,8 +16,14 @@ Behaviour, in order (every step is logged to stdout, i.e. the journal):
 
 1. read the behaviour config ``/etc/trtllm-standin.json`` (path overridable
    with ``TRTLLM_STANDIN_CONFIG``; missing -> mode "ok", load_delay_s 5):
-   ``{"mode": "ok"|"crash"|"never_healthy"|"empty", "load_delay_s": float,
-   "version": str}`` plus the SYNTHETIC speculative-decoding model below;
+   ``{"mode": "ok"|"crash"|"never_healthy"|"empty"|"oom_load"|"oom_request",
+   "load_delay_s": float, "version": str}`` plus the SYNTHETIC speculative-decoding
+   model below ("oom_load": allocate memory without bound while loading, as a load
+   that does not fit a GB10's unified memory would; "oom_request": serve, then
+   allocate without bound on a completion whose prompt has more than
+   OOM_PROMPT_TOKENS tokens, as a long prefill would (the gate's smoke prompt is
+   short); either way the kernel's OOM killer ends the process, which is what the
+   tests observe);
 2. validate the extra_llm_api_options YAML against the version's extracted
    contract (tests/contract/trtllm_contract.py: unknown keys refused at any
    level, types checked -- stricter than pydantic's lax coercion: a string
@@ -132,7 +138,9 @@ except ImportError:
 STANDIN_TAG = "STAND-IN"
 DEFAULT_CONFIG_PATH = "/etc/trtllm-standin.json"
 DEFAULT_VERSION = "1.2.0rc6"
-MODES = ("ok", "crash", "never_healthy", "empty")
+MODES = ("ok", "crash", "never_healthy", "empty", "oom_load", "oom_request")
+OOM_CHUNK = 32 << 20  # bytes written per allocation of the oom_* modes (filled, so the pages are really used)
+OOM_PROMPT_TOKENS = 1000  # oom_request: a prompt longer than this (whitespace-separated words) exhausts memory
 # SYNTHETIC speculative-decoding model (see the module docstring): invented, plausible numbers.
 DEFAULT_SPECULATION = {
     "Eagle": {"acceptance": [0.80, 0.70, 0.60, 0.50, 0.45, 0.40, 0.35, 0.30], "draft_step_ms": 1.5},
@@ -169,6 +177,17 @@ def log(msg, level="I"):
     with _LOG_LOCK:
         sys.stdout.write("[%s] [TRT-LLM %s] [%s] %s\n" % (stamp, STANDIN_TAG, level, msg))
         sys.stdout.flush()
+
+
+def exhaust_memory(when):
+    """The oom_* modes: take memory in filled chunks until the kernel's OOM killer ends this process (never returns)."""
+    log("stand-in mode oom_%s: allocating memory without bound %s, until the kernel's OOM killer ends this process"
+        % ("load" if when == "while loading" else "request", when), "W")
+    held = []
+    while True:
+        held.append(bytearray(b"\x01") * OOM_CHUNK)
+        if len(held) % 16 == 0:
+            log("holding %d MiB" % (len(held) * OOM_CHUNK >> 20), "W")
 
 
 class StartupError(Exception):
@@ -980,6 +999,8 @@ def simulate(state, prompt_text, prompt_tokens, max_tokens, ignore_eos=False, ch
     joined are the deterministic output text. Finally returns (completion_tokens, finish_reason)."""
     if state.behaviour["mode"] == "empty":
         return 0, "stop"
+    if state.behaviour["mode"] == "oom_request" and prompt_tokens > OOM_PROMPT_TOKENS:
+        exhaust_memory("on a request (a %d-token prompt)" % prompt_tokens)
     header, words, finish = _plan_text(state, prompt_text, max_tokens, ignore_eos)
     rng = random.Random("%s|%s|%d|%d" % (state.behaviour.get("seed", 0), prompt_text, max_tokens, choice))
     with state.lock:
@@ -1469,6 +1490,8 @@ def main(argv=None):
     bound = srv.server_address
     log("step 4/4: port %s:%s bound (not listening yet); loading model for %.1f s "
         "(connections are refused meanwhile)" % (bound[0], bound[1], behaviour["load_delay_s"]))
+    if behaviour["mode"] == "oom_load":
+        exhaust_memory("while loading")
     if wait_or_stop(behaviour["load_delay_s"]):
         srv.server_close()
         log("stopped while loading")

@@ -1,0 +1,161 @@
+"""Issue 20, point 4: when memory runs out, the serving container dies, never the box. A VM cannot reproduce a GB10's
+driver freeze; it proves the part specfleet controls: which process the kernel kills (the container runs with
+--oom-score-adj=1000), that SSH answers throughout and sshd and dockerd live on, that the failure is reported, and
+that the host serves its release again. The trtllm-serve stand-in's modes oom_load (allocate without bound while
+loading) and oom_request (on a long prompt) exhaust the guest's 2 GiB. One guest of its own, the session fleet
+paused meanwhile: --full."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.vm import lab
+from tests.vm import wheelhouse as wheelhouse_mod
+from tests.vm.conftest import cache_dir, figure, own_guests
+from tests.vm.trtllm_standin.trtllm_serve import OOM_PROMPT_TOKENS
+
+pytestmark = [pytest.mark.vm, pytest.mark.full]
+
+DEPLOY = "eagle3"
+SERVICE = "specfleet-trtllm"
+STATE: dict = {}
+TAGS = {mode: f"{lab.STANDIN_REPO}:1.2.0rc6-{mode.replace('_', '-')}" for mode in ("oom_load", "oom_request")}
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory, request, hub, wheelhouse):
+    """One guest serving release A (the stand-in in its normal mode), its two OOM variants loaded beside it."""
+    fleet = own_guests(tmp_path_factory, request, "memory", "memory: boot 1 guest", count=1)
+    t0 = time.monotonic()
+    n_cas = lab.trust_controller_cas(fleet)
+    mirrored = [g for g in fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
+    index_url = wheelhouse.index_url_for(lab.GUEST_SEES_CONTROLLER) if wheelhouse else None
+    lab.configure_guest_pip(fleet, index_url, cert=n_cas > 0, guests=mirrored)
+    lab.load_standin_image(fleet, cache_dir())
+    for mode, tag in TAGS.items():
+        lab.make_variant_in_guests(fleet, mode, tag)
+    inventory = lab.write_ci_inventory(fleet.inventory_path, hub.port, fleet.workdir / "ci-inventory.yml")
+    run = lab.run_pyinfra(inventory, DEPLOY)
+    assert run.returncode == 0, run.output()[-4000:]
+    figure("memory: prepare + first converge of release A", f"{time.monotonic() - t0:.1f} s")
+    guest = fleet.guests[0]
+    STATE["A"] = json.loads(lab.guest_release_json(guest))["id"]
+    return guest, inventory
+
+
+def daemons(guest) -> dict[str, str]:
+    """sshd's and dockerd's PIDs with their start times (/proc/PID/stat field 22): unchanged means never killed."""
+    out = guest.ssh("for p in $(pgrep -x sshd) $(pgrep -x dockerd); do echo \"$(cat /proc/$p/comm) $p "
+                    "$(cut -d' ' -f22 /proc/$p/stat)\"; done").stdout
+    return {f"{name} {pid}": start for name, pid, start in (line.split() for line in out.splitlines())}
+
+
+class SshPoller:
+    """SSH to the guest every 2 s, each answer bounded (20 s), from a thread, until stopped: the misses and the
+    longest wait. A box that froze, or lost sshd, would miss."""
+
+    def __init__(self, guest):
+        self.guest, self.misses, self.longest, self.polls = guest, [], 0.0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self):
+        while not self._stop.is_set():
+            t = time.monotonic()
+            try:
+                ok = self.guest.ssh("true", check=False, timeout=20).returncode == 0
+            except Exception as e:  # noqa: BLE001 (a timeout is a miss, said with its reason)
+                ok, why = False, repr(e)
+            else:
+                why = "exit status"
+            took = time.monotonic() - t
+            self.polls, self.longest = self.polls + 1, max(self.longest, took)
+            if not ok:
+                self.misses.append(f"{time.strftime('%H:%M:%S')} {why}")
+            self._stop.wait(max(0.0, 2.0 - took))
+
+
+def oom_events(guest, since: float) -> list[dict]:
+    """docker's `oom` events of the serving container since `since` (the container runs with --rm, so its
+    State.OOMKilled is gone with it: the event is docker's record of the same fact)."""
+    out = guest.ssh(f"timeout 10 docker events --since {since:.0f} --until $(date +%s) --format '{{{{json .}}}}' "
+                    f"--filter container={SERVICE} --filter event=oom", check=False).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def serving(guest) -> dict:
+    st = {"release": json.loads(lab.guest_release_json(guest)).get("id"),
+          "gate": json.loads(guest.ssh("cat /var/lib/specfleet/gate.json", check=False).stdout or "{}")}
+    try:
+        st["text"] = lab.guest_curl_completion(guest)["choices"][0]["text"].strip()
+    except Exception as e:  # noqa: BLE001 (what was served is the point)
+        st["text"] = ""
+        st["error"] = str(e)[:200]
+    return st
+
+
+def test_a_load_that_exhausts_memory_is_killed_and_the_gate_reverts(spark):
+    """(a) Release B's server allocates without bound while loading: the kernel kills the container, not sshd or
+    dockerd; SSH answers throughout; the gate fails and reverts, and the host serves A again."""
+    guest, inventory = spark
+    before, since = daemons(guest), float(guest.ssh("date +%s.%N").stdout)
+    inv_b = lab.with_vars(inventory, inventory.with_name("oom-load.yml"), image=TAGS["oom_load"])
+    with SshPoller(guest) as poll:
+        run = lab.run_pyinfra(inv_b, DEPLOY)
+        st = lab.wait_for("A to serve again", lambda: (s := serving(guest))["text"] and s, 300, 2)
+    back = time.time()
+    assert run.returncode != 0, "the converge of a release that cannot load passed"
+    assert "failed its readiness gate" in run.output() and f"rolled back to {STATE['A']}" in run.output(), \
+        run.output()[-3000:]
+    events = oom_events(guest, since)
+    assert events, "no oom event for the serving container"
+    assert st["release"] == STATE["A"] and st["gate"]["result"] == "passed", st
+    assert "rolled back" in st["gate"].get("detail", ""), st
+    assert daemons(guest) == before, "sshd or dockerd was killed or restarted"
+    assert not poll.misses, f"SSH did not answer {len(poll.misses)} of {poll.polls} polls: {poll.misses[:5]}"
+    figure("memory: (a) OOM while loading -> A serving again (the gate's revert)",
+           f"{back - events[0]['time']:.1f} s; SSH answered {poll.polls} polls, longest {poll.longest:.1f} s")
+
+
+def test_a_request_that_exhausts_memory_is_killed_and_the_restart_policy_serves_again(spark):
+    """(b) Release C serves (its gate's smoke prompt is short); a prompt over OOM_PROMPT_TOKENS makes it allocate
+    without bound: the kernel kills the container, the unit says it (its main process ended, NRestarts + 1), the
+    restart policy starts it again (drop-caches first), and C serves again."""
+    guest, inventory = spark
+    inv_c = lab.with_vars(inventory, inventory.with_name("oom-request.yml"), image=TAGS["oom_request"])
+    run = lab.run_pyinfra(inv_c, DEPLOY)
+    assert run.returncode == 0, run.output()[-3000:]
+    c = serving(guest)
+    assert c["text"] and c["release"] != STATE["A"], c
+    restarts = int(guest.ssh(f"systemctl show -p NRestarts --value {SERVICE}").stdout.strip() or 0)
+    before, since = daemons(guest), float(guest.ssh("date +%s.%N").stdout)
+    body = json.dumps({"model": "openai/gpt-oss-120b", "prompt": "word " * (OOM_PROMPT_TOKENS + 10), "max_tokens": 8})
+    with SshPoller(guest) as poll:
+        asked = guest.ssh(f"curl -sS -m 120 http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' "
+                          f"-d '{body}'", check=False)
+        lab.wait_for("the unit to restart the container (its restart policy)", lambda: int(
+            guest.ssh(f"systemctl show -p NRestarts --value {SERVICE}").stdout.strip() or 0) > restarts, 300, 2)
+        st = lab.wait_for("C to serve again", lambda: (s := serving(guest))["text"] and s, 300, 2)
+    back = time.time()
+    assert asked.returncode != 0, "the long request was answered: nothing ran out of memory"
+    events = oom_events(guest, since)
+    assert events, "no oom event for the serving container"
+    journal = guest.ssh(f"journalctl -u {SERVICE} --since @{int(since)} --no-pager -o cat").stdout
+    assert "status=137" in journal and "drop-caches: flushed dirty pages" in journal, journal[-3000:]
+    assert st["release"] == c["release"], st
+    assert daemons(guest) == before, "sshd or dockerd was killed or restarted"
+    assert not poll.misses, f"SSH did not answer {len(poll.misses)} of {poll.polls} polls: {poll.misses[:5]}"
+    figure("memory: (b) OOM on a request -> C serving again (the restart policy)",
+           f"{back - events[0]['time']:.1f} s; SSH answered {poll.polls} polls, longest {poll.longest:.1f} s")
