@@ -80,28 +80,36 @@ def test_verify_eagle3(lab_inventory):
 
 
 def test_converge_draft_target_with_a_fetch_killed_halfway(vm_fleet, lab_inventory, hub):
+    """The target's fetch on one guest killed halfway: a mechanism, not a race. The Hub stand-in holds every GET of
+    the target's second weights file (hub.hold) until released, so no guest's target fetch can finish; the killer
+    kills the victim's fetch-model while it runs (the first file done or under way), then releases the others.
+    (It used to throttle the Hub and poll its byte count; on a loaded 2-core machine the fetch once ended first.)"""
     victim = vm_fleet.guests[0]
     hub.reset_log()
-    hub.set_throttle(256 * 1024)  # slow enough to catch the fetch in flight
-    killed = threading.Event()
+    repo = "nvidia/Llama-3.3-70B-Instruct-FP4"
+    hub.hold(f"/{repo}/resolve/{HubStandin.commit(repo)}/model-00002-of-00002.safetensors")
+    killed, done = threading.Event(), threading.Event()
 
-    def kill_when_halfway():
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            served = sum(n for p, n in hub.bytes_served().items() if "Llama-3.3-70B" in p and p.endswith(".safetensors"))
-            if served > 512 * 1024:
+    def kill_while_held():
+        deadline = time.monotonic() + 900
+        try:
+            while time.monotonic() < deadline and not done.is_set():
                 proc = victim.ssh("pkill -9 -f '[f]etch-model --repo nvidia/Llama-3.3-70B' && echo killed", check=False)
                 if "killed" in proc.stdout:
                     killed.set()
-                    hub.set_throttle(None)
                     return
-            time.sleep(0.3)
+                time.sleep(0.5)
+        finally:
+            hub.release()
 
-    killer = threading.Thread(target=kill_when_halfway, daemon=True)
+    killer = threading.Thread(target=kill_while_held, daemon=True)
     killer.start()
-    run = lab.run_pyinfra(lab_inventory, "draft_target")
+    try:
+        run = lab.run_pyinfra(lab_inventory, "draft_target")
+    finally:
+        done.set()  # the killer stops (a converge that ended without the victim's fetch killed fails below)
+        hub.release()
     killer.join(timeout=30)
-    hub.set_throttle(None)
     assert killed.is_set(), "never caught a fetch in flight"
     assert run.returncode != 0 and run.failed == [victim.name], (run.failed, run.output()[-3000:])
     # the victim kept serving its old release: it failed before the switch
