@@ -5,11 +5,14 @@ verify stopped + cache kept -> destroy (the session fixture). Tests run in file 
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
 
 import pytest
 
+from specfleet import defaults
+from specfleet.host.layout import Layout
 from tests.vm import lab
 from tests.vm.conftest import figure
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
@@ -89,14 +92,19 @@ def test_converge_draft_target_with_a_fetch_killed_halfway(vm_fleet, lab_invento
     repo = "nvidia/Llama-3.3-70B-Instruct-FP4"
     hub.hold(f"/{repo}/resolve/{HubStandin.commit(repo)}/model-00002-of-00002.safetensors")
     killed, done = threading.Event(), threading.Event()
+    # the fetcher itself, anchored at its argv[0]: the `job start` command that launched it carries the same words
+    # in its own command line, and lingers a moment after answering (a kill of that ended nothing: ci44, ci45)
+    layout = Layout(defaults.data_dir)
+    fetcher = f"^{layout.venv}/bin/python {layout.fetch_tool} --repo {repo}"
 
     def kill_while_held():
         deadline = time.monotonic() + 900
         try:
             while time.monotonic() < deadline and not done.is_set():
-                proc = victim.ssh("pkill -9 -f '[f]etch-model --repo nvidia/Llama-3.3-70B' && echo killed", check=False)
+                proc = victim.ssh(f"pkill -9 -e -f {shlex.quote(fetcher)} && echo killed", check=False)
                 if "killed" in proc.stdout:
                     killed.set()
+                    print(f"killer on {victim.name}: {proc.stdout.strip()}")
                     return
                 time.sleep(0.5)
         finally:
