@@ -40,6 +40,11 @@ class Fit:
         return (f"{self.profile} needs ~{self.need / GB:.1f} GB{share}, host has {has} "
                 f"(reserve {self.reserve / GB:g} GB)")
 
+    def plan_line(self, mem_total: int, mem_available: int) -> str:
+        """`plan`'s figure: `line`, and what is available now (page cache and other processes take the rest, until
+        the unit's drop-caches before the start)."""
+        return self.line(mem_total) + (f"; {mem_available / GB:.1f} GB available now" if mem_available > 0 else "")
+
 
 def fit(settings, pins: dict) -> Fit | None:
     """What one host needs for its profile's models (None: a profile-less deploy). `pins`: role -> hub.ModelPin."""

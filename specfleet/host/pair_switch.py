@@ -29,7 +29,7 @@ import os
 import subprocess
 import time
 
-from hostlib import Fail, say, sh
+from hostlib import Fail, read_json, say, sh
 from layout import PAIR_AGENT_ENV, PAIR_LEAVE_CMD, PAIR_SWITCH_KEY_ENV
 
 HOLD_SEC = 120  # how long the worker waits for its container to run after a (re)start
@@ -62,6 +62,19 @@ def leaves_pair(rec: dict, other: dict) -> bool:
     return role(rec) == "head" and role(other) is None
 
 
+def after_rollback(host, old: str, rec: dict) -> None:
+    """After a passed rollback of a head from release `old` to `rec` (the release it served before `old`): when
+    `old` was the pair's and `rec` a single Spark's, the worker serves alone again too (`leave_note`). Any other
+    switch from a pair's release (a converge that dissolved the pair) leaves the worker to its own converge."""
+    try:
+        old_rec = host.record(old)
+    except Fail as exc:  # the gate passed: an unreadable old record costs the leave (said), never the switch
+        say(f"warning: cannot read {old} to tell whether the worker must leave the pair: {exc}", err=True)
+        return
+    if leaves_pair(old_rec, rec):
+        say(leave_note(host.layout, old_rec).lstrip("; "))
+
+
 def leave_note(layout, rec: dict) -> str:
     """Ask the worker of the pair's release `rec` to serve alone again (`leave`), once the head serves its own
     release: the worker's gate may take as long as a model load, and the head is not kept down meanwhile. What to
@@ -69,11 +82,13 @@ def leave_note(layout, rec: dict) -> str:
     name, rid = _worker(rec)
     say(f"asking the worker {name} to leave the pair ({rid}) and serve its own release again", err=True)
     gate = rec.get("gate") or {}
-    wait = LOCK_SEC + 240 + int(gate.get("health_timeout_sec", 1800)) + int(gate.get("smoke_timeout_sec", 600))
+    wait = WORKER_ANSWER_SEC + int(gate.get("health_timeout_sec", 1800)) + int(gate.get("smoke_timeout_sec", 600))
     try:
         answer = _ask_worker(layout, rec, layout.pair_leave_words(rid), "did not go back to serving alone", wait)
     except Fail as exc:
         return f"; {exc}"
+    if answer.get("own_job"):
+        return f"; the worker {name} serves {answer.get('release')}, and its own job {answer['own_job']} switches it"
     return f"; the worker {name} serves {answer.get('release')} alone again"
 
 
@@ -146,6 +161,9 @@ def leave(host, rid: str) -> dict:
     staged = (host.releases / rid).is_dir()  # a worker that failed to stage it never had it
     if staged and role(host.record(rid)) != "worker":
         raise Fail(f"release {rid} is not a pair worker's release ({PAIR_LEAVE_CMD} leaves only those)")
+    own = _own_activate_job(host)
+    if own:  # its own converge switches it (it is no pair worker there): not a second switch beside that job
+        return {"release": host.current(), "own_job": own}
     with _one_switch_at_a_time(host.layout):
         back = host.previous() if host.current() == rid else host.current()
         if not back or back == rid or role(host.record(back)) is not None:
@@ -154,6 +172,13 @@ def leave(host, rid: str) -> dict:
         if host.previous() == rid:
             host.previous_file.unlink(missing_ok=True)  # the failed pair release must not be "previous"
     return {"release": back}
+
+
+def _own_activate_job(host) -> str | None:
+    """The key of the activate job this host runs now, if any (a pair worker never runs one: only its head does)."""
+    jid = host.active_job()
+    key = ((read_json(host.jobs / jid / "job.json") or {}).get("key") or "") if jid else ""
+    return key if key.startswith("activate:") else None
 
 
 def prune_quietly(host, keep: int) -> None:

@@ -24,6 +24,7 @@ from hostlib import Fail, atomic_write, read_json
 from layout import DRAFT_LINK, RECORD_FILE, RELEASE_ID
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a file of a release directory: no path, not hidden
+STAGING = ".stage-"  # a release being built, inside releases/ (hidden: a dot name is never a release)
 
 
 def decode(text: str, drafts_dir: str) -> tuple[dict[str, str], str, str | None]:
@@ -53,17 +54,18 @@ def stage(layout, rid: str, bundle: str) -> list[str]:
     files, record, draft = decode(bundle, layout.drafts)
     releases = Path(layout.releases)
     releases.mkdir(parents=True, exist_ok=True)
-    releases.chmod(0o755)
+    _own(releases, 0o755)
+    for cut_short in releases.glob(f"{STAGING}*"):  # one stage at a time (the run lock): any other is a leftover
+        shutil.rmtree(cut_short, ignore_errors=True)
     rdir = releases / rid
     if not rdir.is_dir():
-        tmp = Path(layout.data_dir) / f".stage-{rid}"  # beside releases/, never listed as a release
-        shutil.rmtree(tmp, ignore_errors=True)  # left by a stage cut short
+        tmp = releases / f"{STAGING}{rid}"  # hidden: never listed as a release (release_state.release_ids)
         tmp.mkdir()
-        tmp.chmod(0o755)
+        _own(tmp, 0o755)
         _fill(tmp, files, record, draft)
         os.rename(tmp, rdir)
         return sorted([*files, RECORD_FILE, *([DRAFT_LINK] if draft else [])])
-    rdir.chmod(0o755)
+    _own(rdir, 0o755)
     written = [name for name, content in sorted(files.items()) if _write(rdir / name, content)]
     if draft and (not (rdir / DRAFT_LINK).is_symlink() or os.readlink(rdir / DRAFT_LINK) != draft):
         _link(rdir / DRAFT_LINK, draft)
@@ -72,14 +74,21 @@ def stage(layout, rid: str, bundle: str) -> list[str]:
         _write(rdir / RECORD_FILE, record)
         written.append(RECORD_FILE)
     else:
-        (rdir / RECORD_FILE).chmod(0o644)
+        _own(rdir / RECORD_FILE, 0o644)
     return written
 
 
+def _own(path: Path, mode: int) -> None:
+    """`mode`, and root's (as the status read wants it) when run as root: a repair of a mode or owner gone wrong."""
+    path.chmod(mode)
+    if os.geteuid() == 0:
+        os.chown(path, 0, 0)
+
+
 def _write(path: Path, content: str) -> bool:
-    """Whether it wrote `content` (atomically); the mode is 0644 either way (a repair of a file left 0600)."""
+    """Whether it wrote `content` (atomically); mode 0644 and owner root either way (a repair, as `_own`)."""
     changed = atomic_write(path, content, 0o644)
-    path.chmod(0o644)
+    _own(path, 0o644)
     return changed
 
 

@@ -53,9 +53,10 @@ def previous(paths):
 
 
 def release_ids(paths):
-    """The kept releases' ids (directory names), sorted."""
+    """The kept releases' ids (directory names), sorted; a hidden one is a release being staged, not yet one."""
     try:
-        return sorted(e.name for e in os.scandir(paths.releases) if e.is_dir(follow_symlinks=False))
+        return sorted(e.name for e in os.scandir(paths.releases)
+                      if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
     except OSError:
         return []
 

@@ -172,7 +172,7 @@ class Host:
         if pair_switch.role(rec) == "worker":
             raise Fail(f"release {rid} is a pair worker's: its head's switch activates it ({PAIR_WORKER_FLAG})")
         self.check_complete(rec)
-        old, before = self.current(), self.gate_state()
+        old, back, before = self.current(), self.previous(), self.gate_state()
         restart = self.restart_needed(rec)
         since = time.time()
         self.set_gate(rid, "running")  # from here the readiness agent tells the gateways `down`
@@ -209,8 +209,8 @@ class Host:
         downtime = round(time.time() - restarted_at, 2) if restarted_at else None
         self.set_gate(rid, "passed", downtime_s=downtime, **readiness.memory(self.layout, since))
         say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
-        if old and old != rid and pair_switch.leaves_pair(old_rec := self.record(old), rec):  # back to before the pair
-            say(pair_switch.leave_note(self.layout, old_rec).lstrip("; "))
+        if old and old != rid and rid == back:  # a rollback: from a pair's release back to the head's own before it?
+            pair_switch.after_rollback(self, old, rec)
 
     def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:
         rid = rec["id"]

@@ -99,7 +99,8 @@ def changes(plan: HostPlan) -> Changes:
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
                    removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
-                   pair=_pair_lines(plan), memory=plan.memory_fit.line(st.mem_total) if plan.memory_fit else None)
+                   pair=_pair_lines(plan),
+                   memory=plan.memory_fit.plan_line(st.mem_total, st.mem_available) if plan.memory_fit else None)
 
 
 def _pair_lines(plan: HostPlan) -> list[str]:

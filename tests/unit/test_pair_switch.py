@@ -400,3 +400,30 @@ def test_a_worker_that_never_staged_the_pair_release_answers_what_it_serves(firs
         (pair.worker / "releases" / SOLO[1] / "svc.service").read_text())
     assert sfh.pair_switch.leave(worker, WORKER[1]) == {"release": SOLO[1]}
     assert pair.worker_current() == SOLO[1] and pair.worker_state()["holds"] == SOLO[1]
+
+
+def test_a_switch_from_the_pair_to_a_new_single_release_leaves_the_worker_to_its_own_converge(first_pair):
+    """A converge that dissolved the pair activates a NEW single release on the head (not a rollback to the one
+    before the pair): the former worker is converged by its own job, so the head does not switch it too."""
+    pair = first_pair
+    pair.h.activate(HEAD[1], revert=True)
+    _complete_release(pair.head, "r-5010000000c0", "2025-12-03T00:00:00Z")
+    pair.smoke_ok["r-5010000000c0"] = True
+    pair.h.activate("r-5010000000c0", revert=True)
+    assert pair.h.current() == "r-5010000000c0" and pair.h.gate_state()["result"] == "passed"
+    assert not any("leave-pair" in e for e in pair.events())
+    assert pair.worker_current() == WORKER[1]  # untouched: its own converge switches it
+
+
+def test_a_worker_running_its_own_activate_job_is_not_switched_beside_it(first_pair, monkeypatch):
+    """The worker's own converge runs an activate job (it is no pair worker there any more): `leave` answers what it
+    serves and names that job, instead of a second switch racing it."""
+    pair = first_pair
+    pair.h.activate(HEAD[1], revert=True)
+    worker = sfh.Host(str(pair.worker), unit_dir=str(pair.worker.parent / "worker-units"))
+    (worker.jobs / "20261128-000000-abcdef").mkdir(parents=True)
+    (worker.jobs / "20261128-000000-abcdef" / "job.json").write_text(json.dumps({"key": "activate:r-5010000000d0"}))
+    monkeypatch.setattr(sfh.Host, "active_job", lambda self: "20261128-000000-abcdef")
+    before = list(pair.events())
+    assert sfh.pair_switch.leave(worker, WORKER[1]) == {"release": WORKER[1], "own_job": "activate:r-5010000000d0"}
+    assert pair.events() == before and pair.worker_current() == WORKER[1]

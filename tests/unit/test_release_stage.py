@@ -73,13 +73,18 @@ def test_a_new_release_appears_whole(tmp_path):
 def test_a_stage_cut_short_leaves_no_release_and_the_next_one_completes_it(tmp_path):
     """A controller or host that died mid-stage leaves only the hidden build directory: the host tool finds no
     release (never half of one), and the next stage starts it over."""
-    partial = tmp_path / f".stage-{RID}"
-    partial.mkdir(parents=True)
-    (partial / "smoke.json").write_text("{")
+    partial = tmp_path / "releases" / f".stage-{RID}"
+    other = tmp_path / "releases" / ".stage-r-0000000000ff"  # another id's, never staged again: removed too
+    for d in (partial, other):
+        d.mkdir(parents=True)
+        (d / "smoke.json").write_text("{")
+        (d / "release.json").write_text(RECORD)
     with pytest.raises(sfh.Fail, match="not found on this host"):
         sfh.Host(str(tmp_path)).record(RID)
+    assert sfh.Host(str(tmp_path)).status()["releases"] == []  # the host's status lists no release
     assert _stage(tmp_path)[0] == 0
-    assert not partial.exists() and (tmp_path / "releases" / RID / "smoke.json").read_text() == "{}\n"
+    assert not partial.exists() and not other.exists()
+    assert (tmp_path / "releases" / RID / "smoke.json").read_text() == "{}\n"
 
 
 def test_a_staged_release_is_repaired_in_place_and_keeps_its_record(tmp_path):
@@ -141,3 +146,16 @@ def test_a_fresh_converge_stages_the_release_in_one_command_with_no_secret():
     assert bundle["files"]["extra-llm-api-config.yml"] == plan.rendered.config
     assert json.loads(bundle["record"])["id"] == plan.release_id and bundle["draft"].startswith(plan.paths.drafts)
     assert plan.settings.hf_token is not None and TOKEN not in json.dumps(bundle) and TOKEN not in stages[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership is repaired by root (the host tool runs as root)")
+def test_an_owner_gone_wrong_is_made_roots_again(tmp_path):
+    """The status read wants root:root on releases/ and everything in a release: a stage repairs an owner (a hand
+    `chown`) as it repairs a mode, or every converge would find the release differing and stage it again."""
+    assert _stage(tmp_path)[0] == 0
+    rdir = tmp_path / "releases" / RID
+    for path in (tmp_path / "releases", rdir, rdir / "smoke.json", rdir / "release.json"):
+        os.chown(path, 65534, 65534)
+    assert _stage(tmp_path)[0] == 0
+    for path in (tmp_path / "releases", rdir, rdir / "smoke.json", rdir / "release.json"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (0, 0), path

@@ -13,6 +13,9 @@ import time
 
 import pytest
 
+from specfleet import defaults
+from specfleet.host.layout import Layout
+from specfleet.render import OOM_SCORE_ADJ
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure, own_guests
@@ -21,7 +24,8 @@ from tests.vm.trtllm_standin.trtllm_serve import OOM_PROMPT_TOKENS
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
 DEPLOY = "eagle3"
-SERVICE = "specfleet-trtllm"
+SERVICE = defaults.service_name
+GATE_FILE = Layout(defaults.data_dir).gate_file
 STATE: dict = {}
 TAGS = {mode: f"{lab.STANDIN_REPO}:1.2.0rc6-{mode.replace('_', '-')}" for mode in ("oom_load", "oom_request")}
 
@@ -52,7 +56,9 @@ def daemons(guest) -> dict[str, str]:
     killed (the oldest sshd is the listener; each SSH session adds children of its own, which come and go)."""
     out = guest.ssh("for p in $(pgrep -o -x sshd) $(pgrep -o -x dockerd); do echo \"$(cat /proc/$p/comm) $p "
                     "$(cut -d' ' -f22 /proc/$p/stat)\"; done").stdout
-    return {f"{name} {pid}": start for name, pid, start in (line.split() for line in out.splitlines())}
+    found = {f"{name} {pid}": start for name, pid, start in (line.split() for line in out.splitlines())}
+    assert len(found) == 2, f"expected the sshd listener and dockerd: {out!r}"  # never a vacuous comparison
+    return found
 
 
 class SshPoller:
@@ -113,14 +119,14 @@ def assert_the_container_was_the_victim(kernel: list[str]) -> None:
     """Every process the OOM killer took was the serving container's: in a docker cgroup, with its oom_score_adj."""
     victims = [line for line in kernel if "Killed process" in line]
     assert victims, "the kernel's OOM killer killed nothing"
-    assert all("oom_score_adj:1000" in line for line in victims), victims
+    assert all(f"oom_score_adj:{OOM_SCORE_ADJ}" in line for line in victims), victims
     memcgs = [line.split("task_memcg=", 1)[1].split(",", 1)[0] for line in kernel if "task_memcg=" in line]
     assert memcgs and all("docker" in m for m in memcgs), kernel
 
 
 def serving(guest) -> dict:
     st = {"release": json.loads(lab.guest_release_json(guest)).get("id"),
-          "gate": json.loads(guest.ssh("cat /var/lib/specfleet/gate.json", check=False).stdout or "{}")}
+          "gate": json.loads(guest.ssh(f"cat {GATE_FILE}", check=False).stdout or "{}")}
     try:
         st["text"] = lab.guest_curl_completion(guest)["choices"][0]["text"].strip()
     except Exception as e:  # noqa: BLE001 (what was served is the point)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import time
 
@@ -357,19 +358,20 @@ def test_a_rollout_behind_the_gateway_drains_the_head_before_the_pair_switches(p
     assert serves(before), before
     inv_c = lab.with_vars(gateway.inventory, gateway.inventory.with_name("pair-c.yml"),
                           extra_llm_api_options={"speculative_config": {"max_draft_len": 2}, "max_batch_size": 4})
-    since = float(head.ssh("date +%s.%N").stdout)
+    since = head.ssh("date -u +%Y%m%d-%H%M%S").stdout.strip()  # a job's id begins with its UTC start time
     t0 = time.monotonic()
     proc = lab.run_specfleet("rollout", "inventory.py", f"deploys/{DEPLOY}.py", "--batches", "1", inventory=inv_c)
     assert proc.returncode == 0 and "result: SUCCESS" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
     figure("pair: rollout of the pair behind the gateway (stage both, drain, switch both)",
            f"{time.monotonic() - t0:.1f} s")
-    acks = json.loads(head.ssh(f"cat {DATA}/agent/acks.json").stdout)
-    acked = [t for peer, t in acks.items() if peer == gateway.guest.lan_address and t >= since]
-    stops = [float(line.split()[0]) for line in head.ssh(
-        f"journalctl -u specfleet-trtllm -o short-unix --no-pager --since @{int(since)}").stdout.splitlines()
-        if "Stopping" in line and float(line.split()[0]) >= since]
-    assert acked and stops, (acks, since, stops)
-    assert min(acked) < min(stops), f"the head's launch stopped at {min(stops)} before the gateway's ack {acked}"
+    # the head's activate job says, in order: the drain's result, then (after its launch's stop) the worker's switch.
+    # (The agent's acks.json keeps only each gateway's LAST `down`, repeated until the gate passes: no order there.)
+    job = head.ssh(f"grep -l '\"activate:' {DATA}/jobs/*/job.json | sort | tail -1").stdout.strip()
+    assert job and job.rsplit("/", 2)[1] >= since, f"no activate job on the head since {since}: {job!r}"
+    log = head.ssh(f"cat {shlex.quote(job.rsplit('/', 1)[0])}/log").stdout.splitlines()
+    drained = [i for i, line in enumerate(log) if "drain: 1 of 1 gateway(s) took this host out" in line]
+    switched = [i for i, line in enumerate(log) if "asking the worker spark-2 to activate" in line]
+    assert drained and switched and drained[0] < switched[0], "\n".join(log[-40:])
     st = lab.wait_for("the pair to serve C", lambda: served(head, worker), 300, 5)
     assert st["head"]["release"] != before["head"]["release"], st
     assert st["worker"]["release"] != before["worker"]["release"] and st["worker"]["gate"]["result"] == "passed", st
