@@ -71,11 +71,16 @@ class HostStatus:
     pings: dict[tuple[str, str], str] = field(default_factory=dict)  # (link interface, peer address) -> ok|fail|no-ping
     mem_total: int = 0  # bytes of memory (/proc/meminfo MemTotal: a GB10's one pool for CPU and GPU); 0 unknown
     mem_available: int = 0  # bytes available now (MemAvailable)
+    dockerd_oom: int | None = None  # the running dockerd's oom_score_adj (None: no dockerd found)
 
     def gate_passed(self, release: str) -> bool:
         """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
         without gateways there is no start marker and this is the gate's result): release_state.gate_holds."""
         return release_state.gate_holds({"current": release, "gate": self.gate, "started": self.started})
+
+
+# the probe's integer lines: key -> (HostStatus field, its value when the line holds no integer)
+_INTS = {"listen": ("listeners", 0), "free": ("free_bytes", 0), "dockerd_oom": ("dockerd_oom", None)}
 
 
 class SpecfleetHost(FactBase):
@@ -119,10 +124,9 @@ class SpecfleetHost(FactBase):
             elif key == "groups":
                 user, _, groups = rest.partition("\t")
                 st.groups[user] = None if groups == "(missing)" else groups.split()
-            elif key == "listen":
-                st.listeners = int(rest or 0)
-            elif key == "free":
-                st.free_bytes = int(rest) if rest.isdigit() else 0
+            elif key in _INTS:
+                attr, unknown = _INTS[key]
+                setattr(st, attr, int(rest) if rest.lstrip("-").isdigit() else unknown)
             elif key == "mem":
                 st.mem_total, st.mem_available = _kib_pair(rest)
             elif key == "container":

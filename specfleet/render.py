@@ -33,6 +33,9 @@ RENDERING_CHANGED = {
     3: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the page cache dropped before every start, --oom-score-adj
 }
 OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first choice (the most it can be)
+# dockerd comes last, as Docker's packaging puts containerd (-999: chosen only when nothing else can be; not -1000,
+# which its children would inherit, making them unkillable). Debian's docker.io leaves dockerd at 0.
+DOCKERD_OOM_SCORE_ADJ = -999
 
 
 def config_yaml(s: Settings) -> str:
@@ -164,3 +167,9 @@ def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, 
     if s.hf_token is not None:
         files[layout.token_file] = token_text(s, redact)
     return files
+
+
+def dockerd_oom_dropin() -> str:
+    """docker.service's drop-in for a serving Spark: dockerd's OOM score from its next start (the deploy sets the
+    running dockerd's at once: no docker restart, which would stop the serving container)."""
+    return ENV.get_template("dockerd-oom.conf.j2").render(score=DOCKERD_OOM_SCORE_ADJ)

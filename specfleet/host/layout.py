@@ -132,6 +132,7 @@ class Layout:
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")
     unit_dropins = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service.d")  # drop-ins beside the unit
     start_marker_dropin = property(lambda self: f"{self.unit_dropins}/specfleet-start-marker.conf")  # behind gateways
+    dockerd_oom_dropin = property(lambda self: f"{UNIT_DIR}/docker.service.d/specfleet-oom.conf")  # a serving Spark
     pair_dir = property(lambda self: f"{self.data_dir}/pair")  # a pair host's link and MPI files (root 0700)
     netplan_staged = property(lambda self: f"{self.pair_dir}/netplan.yaml")  # the link's netplan, as rendered
     netplan_previous = property(lambda self: f"{self.pair_dir}/netplan.previous")  # NETPLAN_FILE before a try

@@ -17,6 +17,7 @@ from .gateway import gateway, gateway_alive
 from .lock import CONVERGE_ID, lock, unlock
 from .mirror import mirror_setup, mirror_warm
 from .models import models
+from .oom import oom_protection
 from .pair import pair_trust
 from .pair_link import pair_link
 from .preflight import preflight
@@ -121,6 +122,7 @@ def _stage_steps(preflight_done: bool = False) -> None:
         if not preflight_done:
             preflight()
         docker_access()
+        oom_protection()  # dockerd last under memory pressure (the serving container goes first: its unit)
         token()
         tools()
         pair_link()  # a pair host's ConnectX-7 link: netplan try, confirmed over SSH (nothing on other hosts)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..gateway_files import spark_paths
 from ..plan import HostPlan
+from .oom import dockerd_work
 from .pair import trust
 from .pair_link import link_work
 from .service import RESTARTS, switch_checks
@@ -47,6 +48,7 @@ class Changes:
     validate: str | None = None  # image whose own TensorRT-LLM validates the config (no cached verdict)
     pair: list[str] = field(default_factory=list)  # a pair host's link and MPI trust (steps/pair_link, steps/pair)
     memory: str | None = None  # what the profile needs of the host's memory (memory.Fit.line): shown, not a change
+    dockerd: str | None = None  # the running dockerd's OOM score to set (steps/oom.py)
 
     @property
     def restart(self) -> list[str]:
@@ -62,6 +64,8 @@ class Changes:
         if self.token:
             out.append(f"{self.token} the Hugging Face token file")
         out += [f"add {u} to the docker group" for u in self.users]
+        if self.dockerd:
+            out.append(self.dockerd)
         if self.validate:
             out.append(f"validate the config with {self.validate}'s own TensorRT-LLM (no cached verdict)")
         if self.install:
@@ -99,7 +103,7 @@ def changes(plan: HostPlan) -> Changes:
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
                    removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
-                   pair=_pair_lines(plan),
+                   pair=_pair_lines(plan), dockerd=dockerd_work(plan),
                    memory=plan.memory_fit.plan_line(st.mem_total, st.mem_available) if plan.memory_fit else None)
 
 

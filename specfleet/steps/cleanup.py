@@ -1,7 +1,8 @@
 """Cleanup (seed step 4): stop and disable the service and remove the container, and behind gateways the Spark's
 gateway-facing units and files, and on a pair host its MPI trust and link (steps/pair.py, steps/pair_link.py). The
 model cache, encodings and releases stay unless purge_models is true; then they go too, with the release state
-(current link, previous, gate state, job logs) and the token file. A gateway host: HAProxy stopped and removed with
+(current link, previous, gate state, job logs) and the token file. dockerd's OOM drop-in (steps/oom.py) goes; the
+running dockerd keeps its figure until its next start. A gateway host: HAProxy stopped and removed with
 every file the gateway deploy wrote (steps/gateway.py)."""
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def cleanup():
         server.shell(name=f"Remove container {s.service_name}", commands=[f"docker rm -f {s.service_name}"])
     remove_pair_trust(plan)  # a pair host's MPI key, login and host key pin
     remove_pair_link(plan)  # then its link: netplan file, link addresses, pair directory
+    if layout.dockerd_oom_dropin in st.files:  # the running dockerd keeps its figure until its next start
+        files.file(name=f"Remove {layout.dockerd_oom_dropin}", path=layout.dockerd_oom_dropin, present=False)
+        systemd.daemon_reload(name="systemd daemon-reload (docker.service's drop-in removed; dockerd keeps running)")
     if s.purge_models:
         for path in (layout.hf_home, layout.drafts, layout.releases, layout.tiktoken, layout.jobs):
             files.directory(name=f"Purge {path}", path=path, present=False)

@@ -27,7 +27,7 @@ from specfleet.inventory import Inventory as FleetInventory
 from specfleet.inventory import load_inventory
 from specfleet.lockfile import Lock, LockedModel, lock_path, profiles_to_lock, write_lock
 from specfleet.plan import HostPlan, build_plans
-from specfleet.render import config_yaml, unit_text
+from specfleet.render import DOCKERD_OOM_SCORE_ADJ, config_yaml, unit_text
 from specfleet.settings import build_fleet
 from specfleet.validate_in_image import verdict_name
 
@@ -88,7 +88,7 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
         "runtimes": '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}',
         "listen": "1", "active": "active", "enabled": "enabled",
         "current": plan.release_id if s.profile else "", "unit_sha256": unit_sha, "container": "true",
-        "free": str(500 * 10**9), "image": "sha256:" + "c" * 64,
+        "free": str(500 * 10**9), "image": "sha256:" + "c" * 64, "dockerd_oom": str(DOCKERD_OOM_SCORE_ADJ),
     }
     fields.update({k: str(v) for k, v in over.items() if k in fields})
     lines = [f"{k}\t{v}" for k, v in fields.items()]

@@ -77,6 +77,7 @@ LAYERS = {
     "specfleet.steps.gateway": "pyinfra",  # the gateway hosts: HAProxy, its files, checked config, reload or key sync
     "specfleet.steps.cleanup": "pyinfra",  # step: remove what specfleet installed
     "specfleet.steps.docker_access": "pyinfra",  # step: operator users in the docker group
+    "specfleet.steps.oom": "pyinfra",  # step: dockerd last under memory pressure (its drop-in and running figure)
     "specfleet.steps.encodings": "pyinfra",  # step: the tiktoken encodings
     "specfleet.steps.jobs": "pyinfra",  # host jobs: long commands run detached on the host, followed
     "specfleet.steps.lock": "pyinfra",  # step: the run lock
