@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -126,7 +127,7 @@ class SpecfleetHost(FactBase):
                 st.groups[user] = None if groups == "(missing)" else groups.split()
             elif key in _INTS:
                 attr, unknown = _INTS[key]
-                setattr(st, attr, int(rest) if rest.lstrip("-").isdigit() else unknown)
+                setattr(st, attr, int(rest) if re.fullmatch(r"-?[0-9]+", rest) else unknown)
             elif key == "mem":
                 st.mem_total, st.mem_available = _kib_pair(rest)
             elif key == "container":

@@ -75,6 +75,8 @@ def describe(name: str, found) -> list[str]:
     out.append(f"  token: {ch.token or 'unchanged'}")
     if ch.users:
         out.append(f"  docker group: add {', '.join(ch.users)}")
+    if ch.dockerd:
+        out.append(f"  {ch.dockerd}")
     if ch.install:
         out.append(f"  install {ch.install} in the fetch venv")
     if ch.writes:

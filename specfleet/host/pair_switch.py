@@ -133,7 +133,7 @@ def hold(host, rid: str) -> dict:
     if role(rec) != "worker":
         raise Fail(f"release {rid} is not a pair worker's release (--pair-worker activates only those)")
     host.check_complete(rec)
-    with _one_switch_at_a_time(host.layout):
+    with one_switch_at_a_time(host.layout):
         restart = host.restart_needed(rec)
         host.set_gate(rid, "running", role="worker")
         try:
@@ -161,14 +161,14 @@ def leave(host, rid: str) -> dict:
     staged = (host.releases / rid).is_dir()  # a worker that failed to stage it never had it
     if staged and role(host.record(rid)) != "worker":
         raise Fail(f"release {rid} is not a pair worker's release ({PAIR_LEAVE_CMD} leaves only those)")
-    own = _own_activate_job(host)
-    if own:  # its own converge switches it (it is no pair worker there): not a second switch beside that job
-        return {"release": host.current(), "own_job": own}
-    with _one_switch_at_a_time(host.layout):
+    with one_switch_at_a_time(host.layout):  # its own activate holds this lock too: one after the other
+        own = _own_activate_job(host)
+        if own:  # its own converge switches it (it is no pair worker there): not a second switch after that job
+            return {"release": host.current(), "own_job": own}
         back = host.previous() if host.current() == rid else host.current()
         if not back or back == rid or role(host.record(back)) is not None:
             raise Fail(f"nothing to go back to: this worker served no release of its own before {rid}")
-        host.activate(back, revert=False)
+        host.activate_unlocked(back, False, None, (), False)
         if host.previous() == rid:
             host.previous_file.unlink(missing_ok=True)  # the failed pair release must not be "previous"
     return {"release": back}
@@ -176,8 +176,8 @@ def leave(host, rid: str) -> dict:
 
 def _own_activate_job(host) -> str | None:
     """The key of the activate job this host runs now, if any (a pair worker never runs one: only its head does)."""
-    jid = host.active_job()
-    key = ((read_json(host.jobs / jid / "job.json") or {}).get("key") or "") if jid else ""
+    jid = host.jobs.active()
+    key = ((read_json(host.jobs.dir / jid / "job.json") or {}).get("key") or "") if jid else ""
     return key if key.startswith("activate:") else None
 
 
@@ -190,9 +190,10 @@ def prune_quietly(host, keep: int) -> None:
 
 
 @contextlib.contextmanager
-def _one_switch_at_a_time(layout):
-    """An exclusive lock on the worker's switch: a head that gave up waiting and reverts asks again while the first
-    ask may still run on the worker; the second waits for it (LOCK_SEC at most) instead of racing it."""
+def one_switch_at_a_time(layout):
+    """An exclusive lock on a host's switch: its own activate, and on a worker its head's asks (a head that gave up
+    waiting and reverts asks again while the first ask may still run); the second waits (LOCK_SEC at most) for the
+    first instead of racing it."""
     with open(layout.pair_switch_lock, "a") as fh:
         deadline = time.monotonic() + LOCK_SEC
         while True:
@@ -201,7 +202,7 @@ def _one_switch_at_a_time(layout):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise Fail(f"another switch of this worker still runs after {LOCK_SEC}s") from None
+                    raise Fail(f"another switch of this host still runs after {LOCK_SEC}s") from None
                 time.sleep(0.5)
         try:
             yield

@@ -56,7 +56,10 @@ def stage(layout, rid: str, bundle: str) -> list[str]:
     releases.mkdir(parents=True, exist_ok=True)
     _own(releases, 0o755)
     for cut_short in releases.glob(f"{STAGING}*"):  # one stage at a time (the run lock): any other is a leftover
-        shutil.rmtree(cut_short, ignore_errors=True)
+        try:
+            shutil.rmtree(cut_short)
+        except OSError as exc:
+            raise Fail(f"stage: cannot remove {cut_short}, left by a stage cut short: {exc}") from None
     rdir = releases / rid
     if not rdir.is_dir():
         tmp = releases / f"{STAGING}{rid}"  # hidden: never listed as a release (release_state.release_ids)

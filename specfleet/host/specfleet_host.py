@@ -3,13 +3,15 @@
 
 Runs with the host's system python3 (stdlib only); plain lines for the operator, one clear line on failure.
 
-  activate ID [--revert] [--timeout S] [--prune N]
+  activate ID [--revert] [--rollback] [--timeout S] [--prune N]
                      make release ID current and prove it serves: refs/main, unit (daemon-reload only if
                      it changed), `current` link, enable; restart unless the unit already serves ID (a pair's
                      head switches its worker first: pair_switch.py); then
                      the readiness gate (/health 200 within the release's timeout, then a non-empty smoke
                      completion). With --revert, a failed restart or gate switches back to `previous`, gates
                      that, and still exits 1. The outcome is in <data_dir>/gate.json. --prune N: once passed.
+                     --rollback (the rollback deploy's): a head back from its pair's release asks its worker to
+                     serve alone again (pair_switch.after_rollback). One switch of a host at a time (a lock).
   activate ID --pair-worker | leave-pair ID
                      a pair worker's side of its head's switch, or of the revert of a failed first pair release ID
                      (serve alone again), run by its pair gate (pair_switch.py); one JSON line.
@@ -30,28 +32,24 @@ Runs with the host's system python3 (stdlib only); plain lines for the operator,
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
-import uuid
-from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules (layout.MODULES) are installed next to it
 import drain  # noqa: E402
+import host_jobs  # noqa: E402
 import pair_switch  # noqa: E402
 import readiness  # noqa: E402
 import release_stage  # noqa: E402
 import release_state  # noqa: E402
-from hostlib import Fail, Progress, atomic_write, now_iso, poll_until, prune_unused, read_json, say, sh, tail  # noqa: E402
+from hostlib import Fail, Progress, atomic_write, now_iso, poll_until, prune_unused, read_json, say, sh  # noqa: E402
 from layout import (  # noqa: E402
     CONFIG_FILE,
     DRAFT_LINK,
-    JOB_UNIT_PREFIX,
     PAIR_LEAVE_CMD,
     PAIR_WORKER_FLAG,
     RECORD_FILE,
@@ -60,8 +58,6 @@ from layout import (  # noqa: E402
     Layout,
     cache_folder,
 )
-
-JOB_KEEP = 20  # finished job directories kept for their logs
 
 
 class Host:
@@ -73,7 +69,7 @@ class Host:
         self.current_link = Path(lay.current)
         self.previous_file = Path(lay.previous)
         self.gate_file = Path(lay.gate_file)
-        self.jobs = Path(lay.jobs)
+        self.jobs = host_jobs.Jobs(lay, os.path.abspath(__file__))
         self.hub = Path(lay.hub_cache)
         self.drafts = Path(lay.drafts)
         self.lock_dir, self.lock_file = Path(lay.lock), Path(lay.lock_owner)
@@ -167,12 +163,20 @@ class Host:
             pair_switch.switch_worker(self.layout, rec)
         self._start(rec)
 
-    def activate(self, rid: str, revert: bool, timeout: int | None = None, skip_gateways: tuple = ()) -> None:
+    def activate(self, rid: str, revert: bool, timeout: int | None = None, skip_gateways: tuple = (),
+                 rollback: bool = False) -> None:
+        """Switch to release `rid` and gate it (one switch of this host at a time: a pair head's `leave-pair` ask,
+        which switches it too, waits for it or it for that); `rollback`: the rollback deploy's (after_rollback)."""
+        with pair_switch.one_switch_at_a_time(self.layout):
+            self.activate_unlocked(rid, revert, timeout, skip_gateways, rollback)
+
+    def activate_unlocked(self, rid: str, revert: bool, timeout: int | None, skip_gateways: tuple,
+                          rollback: bool) -> None:
         rec = self.record(rid)
         if pair_switch.role(rec) == "worker":
             raise Fail(f"release {rid} is a pair worker's: its head's switch activates it ({PAIR_WORKER_FLAG})")
         self.check_complete(rec)
-        old, back, before = self.current(), self.previous(), self.gate_state()
+        old, before = self.current(), self.gate_state()
         restart = self.restart_needed(rec)
         since = time.time()
         self.set_gate(rid, "running")  # from here the readiness agent tells the gateways `down`
@@ -209,7 +213,7 @@ class Host:
         downtime = round(time.time() - restarted_at, 2) if restarted_at else None
         self.set_gate(rid, "passed", downtime_s=downtime, **readiness.memory(self.layout, since))
         say(f"{rid} ready after {elapsed:.1f}s; smoke completion returned {len(text)} characters")
-        if old and old != rid and rid == back:  # a rollback: from a pair's release back to the head's own before it?
+        if rollback and old and old != rid:  # from a pair's release back to the head's own: the worker leaves too
             pair_switch.after_rollback(self, old, rec)
 
     def _failed(self, rec: dict, exc: Fail, revert: bool, timeout: int | None) -> None:
@@ -257,121 +261,6 @@ class Host:
     def _gate_once(self, rec: dict, timeout: int | None) -> tuple[float, str]:
         return readiness.gate_once(rec, self.releases / rec["id"], timeout, self.progress)
 
-    # ---- jobs: host-side work detached from the SSH session -------------------------------------
-    def _job_dir(self, jid: str) -> Path:
-        if not jid or "/" in jid or jid.startswith("."):
-            raise Fail(f"bad job id {jid!r}")
-        return self.jobs / jid
-
-    def active_job(self) -> str | None:
-        jid = release_state.active_job_id(self.layout)  # job_status asks systemd itself
-        return jid if jid and self.job_status(jid)["state"] == "running" else None
-
-    def job_status(self, jid: str, log_lines: int = 0) -> dict:
-        d = self._job_dir(jid)
-        spec = read_json(d / "job.json")
-        if spec is None:
-            raise Fail(f"no job {jid} on this host")
-        state = self._job_state(jid) or {"state": "starting"}
-        out = {"id": jid, "key": spec["key"], **state, "progress": read_json(d / "progress.json") or {}}
-        if out["state"] in ("starting", "running"):
-            unit = sh("systemctl", "is-active", f"{JOB_UNIT_PREFIX}{jid}", check=False).stdout.strip()
-            if unit in ("active", "activating", "deactivating"):
-                out["state"] = "running"
-            elif (ended := self._job_state(jid) or {}).get("state") in ("ok", "failed"):
-                out.update(ended)  # it recorded its end and left between the two reads
-            else:
-                # the unit is gone and the job never recorded an end: it was killed (or the host rebooted)
-                out.update(state="lost",
-                           message=f"job {jid} ({spec['key']}) ended without a result (unit {unit or 'gone'})")
-        if log_lines or out["state"] in ("failed", "lost"):
-            out["log_tail"] = "\n".join(out.pop("tail", None) or []) or tail(d / "log", log_lines or 15)
-        out.pop("tail", None)
-        return out
-
-    def job_start(self, key: str, argv: list[str], env: dict[str, str]) -> dict:
-        self.jobs.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.jobs / ".lock", "w") as lockf:
-            fcntl.flock(lockf, fcntl.LOCK_EX)
-            active = self.active_job()
-            if active:
-                spec = read_json(self.jobs / active / "job.json") or {}
-                if spec.get("key") == key:
-                    return {"id": active, "state": "attached"}
-                return {"id": active, "state": "busy", "key": spec.get("key")}
-            jid = time.strftime("%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
-            d = self._job_dir(jid)
-            d.mkdir(mode=0o700)
-            atomic_write(d / "job.json",
-                         json.dumps({"key": key, "argv": argv, "env": env, "created": now_iso()}) + "\n", 0o600)
-            atomic_write(self.jobs / "active", jid + "\n", 0o600)
-            proc = sh("systemd-run", f"--unit={JOB_UNIT_PREFIX}{jid}", f"--description=specfleet job {key}", "--quiet",
-                      "--collect", "--property=KillMode=mixed", sys.executable, os.path.abspath(__file__),
-                      "--data-dir", str(self.data), "job", "run", jid, check=False)
-            if proc.returncode != 0:
-                atomic_write(d / "state.json",
-                             json.dumps({"state": "failed", "exit": proc.returncode,
-                                         "message": f"systemd-run failed: {proc.stderr.strip()}"}) + "\n")
-                raise Fail(f"cannot start job {key}: systemd-run failed: {proc.stderr.strip()}")
-            self._forget_old_jobs()
-            return {"id": jid, "state": "started"}
-
-    def job_run(self, jid: str) -> int:
-        """Inside the transient unit: run the job's argv, log its output, record the result.
-
-        The output is also kept in memory and the result falls back to /run (tmpfs) when the data disk is
-        full, so a job that failed for lack of space still reports why."""
-        d = self._job_dir(jid)
-        spec = read_json(d / "job.json")
-        started = time.time()
-        self._set_job_state(jid, {"state": "running", "pid": os.getpid(), "started": started})
-        recent: deque[str] = deque(maxlen=200)
-        with open(d / "log", "a", encoding="utf-8", errors="replace") as log:
-            def note(line: str) -> None:
-                recent.append(line.rstrip("\n"))
-                try:
-                    log.write(line if line.endswith("\n") else line + "\n")
-                    log.flush()
-                except OSError:
-                    pass  # disk full: the line is still in `recent`
-
-            note(f"== {now_iso()} job {jid}: {spec['key']}")
-            env = {**os.environ, **spec.get("env", {}), "SPECFLEET_PROGRESS_FILE": str(d / "progress.json")}
-            try:
-                child = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True, errors="replace")
-                for line in child.stdout:
-                    note(line)
-                rc = child.wait()
-            except OSError as exc:
-                note(f"cannot run {spec['argv'][0]}: {exc}")
-                rc = 127
-            errors = [ln for ln in recent if ln.startswith(("specfleet-host:", "fetch-model:"))]
-            message = (errors[-1] if errors else (recent[-1] if recent else "")) if rc else ""
-            note(f"== {now_iso()} job {jid} {'ok' if rc == 0 else 'failed'} (exit {rc}) "
-                 f"in {time.time() - started:.1f}s")
-        self._set_job_state(jid, {"state": "ok" if rc == 0 else "failed", "exit": rc, "started": started,
-                                  "ended": time.time(), "message": message, "tail": list(recent)[-15:]})
-        return rc
-
-    def _set_job_state(self, jid: str, state: dict) -> None:
-        text = json.dumps(state) + "\n"
-        try:
-            atomic_write(self.jobs / jid / "state.json", text, 0o600)
-            Path(Layout.job_run_state(jid)).unlink(missing_ok=True)
-        except OSError:
-            atomic_write(Path(Layout.job_run_state(jid)), text, 0o600)  # data disk full
-
-    def _job_state(self, jid: str) -> dict | None:
-        return read_json(Path(Layout.job_run_state(jid))) or read_json(self.jobs / jid / "state.json")
-
-    def _forget_old_jobs(self) -> None:
-        dirs = sorted((p for p in self.jobs.iterdir() if p.is_dir()), key=lambda p: p.name)
-        for old in dirs[:-JOB_KEEP]:
-            state = self._job_state(old.name) or {}
-            if state.get("state") in ("ok", "failed"):
-                shutil.rmtree(old, ignore_errors=True)
-
     # ---- status / prune / lock ------------------------------------------------------------------
     def status(self) -> dict:
         cur = self.current()
@@ -387,7 +276,7 @@ class Host:
             "container_started_at": started,
             "lock": self.lock_owner(),
             "gate": self.gate_state(),
-            "job": self.active_job(),
+            "job": self.jobs.active(),
         }
 
     def prune(self, keep: int) -> None:
@@ -426,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     act = sub.add_parser("activate")
     act.add_argument("release")
     act.add_argument("--revert", action="store_true")
+    act.add_argument("--rollback", action="store_true", help="the rollback deploy's switch (a pair's worker leaves)")
     act.add_argument(PAIR_WORKER_FLAG, action="store_true", help="a pair worker's side of its head's switch")
     act.add_argument("--timeout", type=int, help="override the release's health_timeout_sec")
     act.add_argument("--prune", type=int, metavar="N", help="once the gate passed: prune --keep N")
@@ -463,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "activate" and args.pair_worker:
             print(json.dumps(pair_switch.hold(host, args.release)))
         elif args.cmd == "activate":
-            host.activate(args.release, args.revert, args.timeout, tuple(args.skip_gateway))
+            host.activate(args.release, args.revert, args.timeout, tuple(args.skip_gateway), args.rollback)
             if args.prune:
                 pair_switch.prune_quietly(host, args.prune)
         elif args.cmd == PAIR_LEAVE_CMD:
@@ -478,12 +368,12 @@ def main(argv: list[str] | None = None) -> int:
             if not command:
                 raise Fail("job start: nothing to run (KEY -- ARGV...)")
             env = dict(item.split("=", 1) for item in args.env if "=" in item)
-            print(json.dumps(host.job_start(args.key, command, env)))
+            print(json.dumps(host.jobs.start(args.key, command, env)))
         elif args.cmd == "job" and args.job_cmd == "status":
-            print(json.dumps(poll_until(lambda: host.job_status(args.id), lambda st: st["state"] != "running",
+            print(json.dumps(poll_until(lambda: host.jobs.status(args.id), lambda st: st["state"] != "running",
                                         min(max(args.wait, 0.0), 60.0))))
         elif args.cmd == "job" and args.job_cmd == "run":
-            return host.job_run(args.id)
+            return host.jobs.run(args.id)
         elif args.cmd == "status":
             print(json.dumps(host.status(), indent=1))
         elif args.cmd == "prune":

@@ -2,8 +2,9 @@
 first (`--oom-score-adj`, in the release's unit: render.OOM_SCORE_ADJ) and dockerd last (here). sshd's listener needs
 nothing: OpenSSH's Linux build sets its own oom_score_adj to -1000 before it listens (platform_pre_listen ->
 oom_adjust_setup); systemd (PID 1) is never a candidate. Debian's docker.io leaves dockerd at 0, docker-ce's unit at
--500: a drop-in sets it for every start of dockerd, and the running dockerd gets it at once (a docker restart would
-stop the serving container). Decided from the one status read; nothing runs on a host that has both."""
+-500: a drop-in sets it for every start of dockerd, and the running dockerd (docker.service's main process) gets it
+at once (a docker restart would stop the serving container). Decided from the one status read; nothing runs on a
+host that has both. A docker that is not docker.service (a snap) is not found: its figure is left as it is."""
 
 from __future__ import annotations
 
@@ -37,4 +38,5 @@ def oom_protection():
     work = dockerd_work(plan)
     if work:
         server.shell(name=f"{work[0].upper()}{work[1:]} (at once: no docker restart)",
-                     commands=[f"p=$(pgrep -o -x dockerd) && echo {DOCKERD_OOM_SCORE_ADJ} > /proc/$p/oom_score_adj"])
+                     commands=[f"p=$(systemctl show -p MainPID --value docker.service) && [ \"$p\" -gt 0 ] && "
+                               f"echo {DOCKERD_OOM_SCORE_ADJ} > /proc/$p/oom_score_adj"])

@@ -9,7 +9,7 @@ from pyinfra.api import deploy
 
 from .jobs import host_job
 from .lock import CONVERGE_ID, lock, unlock
-from .state import current_plan, host_status, refuse
+from .state import current_plan, differs, host_status, refuse
 
 
 @deploy("Rollback")
@@ -39,7 +39,10 @@ def rollback():
     lock(CONVERGE_ID, kind="rollback")  # never interleaved with a converge or a rollout on the same host
     # behind gateways, one Spark after the other (each drained, switched and gated before the next): the others
     # keep serving the gateways' clients; without gateways all at once, as before
+    # --rollback: a head leaving its pair's release asks its worker to serve alone again (a host tool that predates
+    # the flag, before the next converge updates it, knows no pair to leave: it is not given it)
+    flag = () if differs(plan, layout.host_tool) else ("--rollback",)
     host_job(name=f"Switch back to release {target} and gate it" + (" (one Spark at a time)" if s.gateways else ""),
-             key=f"activate:{target}", argv=layout.host_tool_argv("activate", target, "--revert"),
+             key=f"activate:{target}", argv=layout.host_tool_argv("activate", target, "--revert", *flag),
              serial=bool(s.gateways))
     unlock(CONVERGE_ID, kind="rollback")

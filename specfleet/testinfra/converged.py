@@ -115,9 +115,10 @@ def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_l
         # the head's launch runs in it with `docker exec` (the container's figure must reach those too)
         served = spark.host.check_output(f"for p in $(docker top {spark.s.service_name} -eo pid | tail -n +2); do "
                                          "echo $p $(cat /proc/$p/oom_score_adj 2>/dev/null); done").splitlines()
-        # the sshd listener (the oldest sshd: each SSH session adds children that come and go) and dockerd
-        daemons = spark.host.check_output("for p in $(pgrep -o -x sshd) $(pgrep -o -x dockerd); do "
-                                          "echo $(cat /proc/$p/comm) $(cat /proc/$p/oom_score_adj); done").split()
+        # the sshd listener and dockerd: their units' main processes (sessions are sshd children that come and go)
+        daemons = spark.host.check_output(
+            "for u in ssh docker; do p=$(systemctl show -p MainPID --value $u.service); "
+            "echo $(cat /proc/$p/comm) $(cat /proc/$p/oom_score_adj); done").split()
         dropin = spark.host.file(spark.plan.paths.dockerd_oom_dropin)
         assert dropin.exists and dropin.content_string == dockerd_oom_dropin()
     adjs = [line.split()[1] for line in served if len(line.split()) == 2]  # a process may end between the two reads

@@ -121,6 +121,7 @@ def host(tmp_path, monkeypatch):
     h = sfh.Host(str(data), unit_dir=str(tmp_path / "units"))
     system = FakeSystem()
     monkeypatch.setattr(sfh, "sh", system.sh)
+    monkeypatch.setattr(sfh.host_jobs, "sh", system.sh)
     monkeypatch.setattr(sfh.readiness, "sh", system.sh)  # the journal's tail after a failed gate
     (tmp_path / "meminfo").write_text("MemTotal:       127500000 kB\nMemAvailable:    40960000 kB\n")
     monkeypatch.setattr(sfh.readiness, "MEMINFO", str(tmp_path / "meminfo"))  # the model loaded: 40000 MiB left
@@ -225,12 +226,12 @@ def test_job_run_records_result_log_and_progress(tmp_path, monkeypatch):
     d.mkdir(parents=True)
     script = "import json, os; open(os.environ['SPECFLEET_PROGRESS_FILE'], 'w').write(json.dumps({'kind': 'x'})); print('work'); raise SystemExit(3)"
     (d / "job.json").write_text(json.dumps({"key": "k", "argv": [sys.executable, "-c", script], "env": {}}))
-    assert h.job_run("j1") == 3
+    assert h.jobs.run("j1") == 3
     state = json.loads((d / "state.json").read_text())
     assert state["state"] == "failed" and state["exit"] == 3
     assert "work" in (d / "log").read_text()
-    monkeypatch.setattr(sfh, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 3, "inactive", ""))
-    status = h.job_status("j1")
+    monkeypatch.setattr(sfh.host_jobs, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 3, "inactive", ""))
+    status = h.jobs.status("j1")
     assert status["state"] == "failed" and status["progress"] == {"kind": "x"} and "work" in status["log_tail"]
 
 
@@ -241,11 +242,11 @@ def test_job_killed_without_a_result_is_lost(tmp_path, monkeypatch):
     (d / "job.json").write_text(json.dumps({"key": "fetch:x@y", "argv": ["true"], "env": {}}))
     (d / "state.json").write_text(json.dumps({"state": "running", "pid": 999999}))
     (tmp_path / "jobs" / "active").write_text("j2\n")
-    monkeypatch.setattr(sfh, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 3, "inactive", ""))
-    assert h.job_status("j2")["state"] == "lost"
-    assert h.active_job() is None
-    monkeypatch.setattr(sfh, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 0, "active", ""))
-    assert h.job_status("j2")["state"] == "running" and h.active_job() == "j2"
+    monkeypatch.setattr(sfh.host_jobs, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 3, "inactive", ""))
+    assert h.jobs.status("j2")["state"] == "lost"
+    assert h.jobs.active() is None
+    monkeypatch.setattr(sfh.host_jobs, "sh", lambda *c, check=True: subprocess.CompletedProcess(c, 0, "active", ""))
+    assert h.jobs.status("j2")["state"] == "running" and h.jobs.active() == "j2"
 
 
 def test_a_job_that_ends_while_its_unit_is_asked_about_is_not_lost(tmp_path, monkeypatch):
@@ -262,8 +263,8 @@ def test_a_job_that_ends_while_its_unit_is_asked_about_is_not_lost(tmp_path, mon
         (d / "state.json").write_text(json.dumps({"state": "ok", "exit": 0}))  # the job's last act, then it is gone
         return subprocess.CompletedProcess(cmd, 3, "inactive", "")
 
-    monkeypatch.setattr(sfh, "sh", systemctl_while_the_job_ends)
-    status = h.job_status("j3")
+    monkeypatch.setattr(sfh.host_jobs, "sh", systemctl_while_the_job_ends)
+    status = h.jobs.status("j3")
     assert status["state"] == "ok" and status["exit"] == 0, status
 
 
@@ -301,7 +302,7 @@ def test_job_status_wait_answers_as_soon_as_the_job_ends(tmp_path, monkeypatch, 
             return subprocess.CompletedProcess(cmd, 3, "inactive", "")
         return subprocess.CompletedProcess(cmd, 0, "active", "")
 
-    monkeypatch.setattr(sfh, "sh", systemctl)
+    monkeypatch.setattr(sfh.host_jobs, "sh", systemctl)
     assert sfh.main(["--data-dir", str(tmp_path), "job", "status", "j4", "--wait", "30"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["state"] == "ok" and len(asked) == 3, (status, asked)

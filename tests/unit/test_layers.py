@@ -112,6 +112,7 @@ LAYERS = {
     "specfleet.host.pair_gate": "host",  # the worker's forced command for the head's keys: the launch, or the switch
     "specfleet.host.readiness": "host",  # the readiness gate's probe: unit active, /health 200, the smoke completion
     "specfleet.memory": "core",  # whether a profile fits a host's unified memory (pure arithmetic on the lock)
+    "specfleet.host.host_jobs": "host",  # host jobs: work detached from the SSH session (the host tool's job)
     "specfleet.host.release_stage": "host",  # staging a release's files from one bundle (the host tool's stage)
     "specfleet.host.pair_switch": "host",  # a pair's switch over both hosts, driven by the head's host job
     "specfleet.host.drain": "host",  # a Spark drains itself before a restart behind gateways (acks, requests in flight)

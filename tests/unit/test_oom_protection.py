@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 
 from specfleet.host.layout import Layout
+from specfleet.preview import describe
 from specfleet.render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin
 from specfleet.steps import cleanup
-from specfleet.steps.changes import pending
+from specfleet.steps.changes import changes, pending
 from specfleet.steps.state import host_status
 from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
 from tests.unit.test_deploy_fake import FRESH, _run
@@ -49,6 +50,7 @@ def test_a_dockerd_with_another_figure_is_set_again_and_plan_says_so():
 
     def read():
         found["pending"] = pending(plans["spark-01"])
+        found["changes"] = changes(plans["spark-01"])
         found["st"] = host_status(plans["spark-01"]).dockerd_oom
 
     run_deploy(plans, deploy("read")(read),
@@ -56,10 +58,13 @@ def test_a_dockerd_with_another_figure_is_set_again_and_plan_says_so():
     assert found["st"] == -500
     assert f"set the running dockerd's oom_score_adj -500 -> {DOCKERD_OOM_SCORE_ADJ}" in found["pending"]
     assert f"write {DROPIN}" in found["pending"]
+    shown = describe("spark-01", (found["changes"], True))  # `specfleet plan`'s lines
+    assert f"  set the running dockerd's oom_score_adj -500 -> {DOCKERD_OOM_SCORE_ADJ}" in shown, shown
 
 
 def test_no_dockerd_found_sets_nothing_live():
     plan, state, cmds = _run("eagle3", _fresh(""))
+    assert not state.failed_hosts and DROPIN in "\n".join(cmds)  # the converge ran, its drop-in written
     assert LIVE not in "\n".join(cmds)
 
 

@@ -137,6 +137,7 @@ def pair(tmp_path, monkeypatch):
     h = sfh.Host(str(head), unit_dir=str(tmp_path / "units"))
     system = HeadSystem(log)
     monkeypatch.setattr(sfh, "sh", system.sh)
+    monkeypatch.setattr(sfh.host_jobs, "sh", system.sh)
     monkeypatch.setattr(sfh.readiness, "sh", system.sh)
     smoke_ok = {HEAD[0]: True, HEAD[1]: True}
 
@@ -282,7 +283,7 @@ def test_a_second_switch_of_the_worker_waits_for_the_first_and_gives_up_with_a_l
     monkeypatch.setattr(sfh.pair_switch, "LOCK_SEC", 1)
     with open(Layout(str(pair.worker)).pair_switch_lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(sfh.Fail, match="another switch of this worker still runs after 1s"):
+        with pytest.raises(sfh.Fail, match="another switch of this host still runs after 1s"):
             sfh.pair_switch.hold(worker, WORKER[1])
     assert pair.worker_current() == WORKER[0] and not (pair.worker / "gate.json").exists()
 
@@ -381,7 +382,7 @@ def test_a_rollback_from_the_pairs_first_release_sends_the_worker_back_to_servin
     pair = first_pair
     pair.h.activate(HEAD[1], revert=True)
     assert pair.h.current() == HEAD[1] and pair.worker_current() == WORKER[1]
-    pair.h.activate(SOLO[0], revert=True)
+    pair.h.activate(SOLO[0], revert=True, rollback=True)
     assert pair.events()[-3:] == [
         "head: systemctl restart svc.service",
         f"agent: specfleet-mpi@192.168.100.11:22 specfleet-host leave-pair {WORKER[1]}",
@@ -415,15 +416,27 @@ def test_a_switch_from_the_pair_to_a_new_single_release_leaves_the_worker_to_its
     assert pair.worker_current() == WORKER[1]  # untouched: its own converge switches it
 
 
+def test_a_converge_back_to_the_release_before_the_pair_is_no_rollback(first_pair):
+    """The pair left the fleet file and nothing else changed: the head's converge renders the release it served
+    before the pair (a content hash) and activates it, as a converge (no --rollback): the worker's own converge
+    switches it, so the head does not."""
+    pair = first_pair
+    pair.h.activate(HEAD[1], revert=True)
+    pair.h.activate(SOLO[0], revert=True)
+    assert pair.h.current() == SOLO[0] and pair.h.gate_state()["result"] == "passed"
+    assert not any("leave-pair" in e for e in pair.events())
+    assert pair.worker_current() == WORKER[1]
+
+
 def test_a_worker_running_its_own_activate_job_is_not_switched_beside_it(first_pair, monkeypatch):
     """The worker's own converge runs an activate job (it is no pair worker there any more): `leave` answers what it
     serves and names that job, instead of a second switch racing it."""
     pair = first_pair
     pair.h.activate(HEAD[1], revert=True)
     worker = sfh.Host(str(pair.worker), unit_dir=str(pair.worker.parent / "worker-units"))
-    (worker.jobs / "20261128-000000-abcdef").mkdir(parents=True)
-    (worker.jobs / "20261128-000000-abcdef" / "job.json").write_text(json.dumps({"key": "activate:r-5010000000d0"}))
-    monkeypatch.setattr(sfh.Host, "active_job", lambda self: "20261128-000000-abcdef")
+    (worker.jobs.dir / "20261128-000000-abcdef").mkdir(parents=True)
+    (worker.jobs.dir / "20261128-000000-abcdef" / "job.json").write_text(json.dumps({"key": "activate:r-5010000000d0"}))
+    monkeypatch.setattr(sfh.host_jobs.Jobs, "active", lambda self: "20261128-000000-abcdef")
     before = list(pair.events())
     assert sfh.pair_switch.leave(worker, WORKER[1]) == {"release": WORKER[1], "own_job": "activate:r-5010000000d0"}
     assert pair.events() == before and pair.worker_current() == WORKER[1]

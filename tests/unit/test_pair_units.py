@@ -148,7 +148,8 @@ def test_rollback_leaves_a_worker_to_its_heads_job_and_a_worker_change_is_named_
         p, previous=old[p.settings.host], releases=[p.release_id, old[p.settings.host]])})
     assert not state.failed_hosts
     head, worker = executed(state)["spark-1"], executed(state)["spark-2"]
-    assert [c for c in head if f"activate {old['spark-1']} --revert" in c], head
+    # --rollback: its head leaving the pair's release asks the worker to serve alone again (pair_switch.after_rollback)
+    assert [c for c in head if f"activate {old['spark-1']} --revert --rollback" in c], head
     assert not [c for c in worker if " activate " in c], worker
     # the head serves a release whose worker release differs from the plan's: the switch reason says so
     served = plans["spark-1"].release_record("t") | {"id": "r-0123456789ab"}

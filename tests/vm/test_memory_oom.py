@@ -52,10 +52,10 @@ def spark(tmp_path_factory, request, hub, wheelhouse):
 
 
 def daemons(guest) -> dict[str, str]:
-    """The sshd listener's and dockerd's PIDs with their start times (/proc/PID/stat field 22): unchanged means never
-    killed (the oldest sshd is the listener; each SSH session adds children of its own, which come and go)."""
-    out = guest.ssh("for p in $(pgrep -o -x sshd) $(pgrep -o -x dockerd); do echo \"$(cat /proc/$p/comm) $p "
-                    "$(cut -d' ' -f22 /proc/$p/stat)\"; done").stdout
+    """The sshd listener's and dockerd's PIDs (ssh.service's and docker.service's main processes) with their start
+    times (/proc/PID/stat field 22): unchanged means never killed (sessions are sshd children that come and go)."""
+    out = guest.ssh("for u in ssh docker; do p=$(systemctl show -p MainPID --value $u.service); "
+                    "echo \"$(cat /proc/$p/comm) $p $(cut -d' ' -f22 /proc/$p/stat)\"; done").stdout
     found = {f"{name} {pid}": start for name, pid, start in (line.split() for line in out.splitlines())}
     assert len(found) == 2, f"expected the sshd listener and dockerd: {out!r}"  # never a vacuous comparison
     return found

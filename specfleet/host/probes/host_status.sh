@@ -27,7 +27,9 @@ d="$DATA"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
 echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
 if [ -n "$droot" ]; then set -- $(df -PB1 "$d" "$droot" 2>/dev/null | awk 'NR>1{print $1, $4}')
   [ "$#" -eq 4 ] && echo "docker_root	$4	$([ "$1" = "$3" ] && echo same || echo other)	$droot"; fi
-echo "dockerd_oom	$(p=$(pgrep -o -x dockerd) && cat "/proc/$p/oom_score_adj" 2>/dev/null)"  # the running dockerd's
+# the running dockerd's OOM score: docker.service's main process (none: docker runs otherwise, e.g. as a snap)
+echo "dockerd_oom	$(p=$(systemctl show -p MainPID --value docker.service 2>/dev/null) && [ "${p:-0}" -gt 0 ] &&
+  cat "/proc/$p/oom_score_adj" 2>/dev/null)"
 echo "mem	$(awk '/^MemTotal:/{t=$2} /^MemAvailable:/{a=$2} END{print t "\t" a}' /proc/meminfo 2>/dev/null)"  # kB
 echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
 # Sizes, file states and groups: one python3 (host/probes/file_status.py, shipped in $FILE_STATUS), not a few
