@@ -64,7 +64,7 @@ class Jobs:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.dir / ".lock", "w") as lockf:
             fcntl.flock(lockf, fcntl.LOCK_EX)
-            active = self.active_job()
+            active = self.active()
             if active:
                 spec = read_json(self.dir / active / "job.json") or {}
                 if spec.get("key") == key:

@@ -370,9 +370,9 @@ def _https_models(api: int, ctx) -> tuple[bytes, list[str]]:
     import http.client
     conn = http.client.HTTPSConnection("127.0.0.1", api, timeout=30, context=ctx)
     conn.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
-    resp = conn.getresponse()
+    der = conn.sock.getpeercert(binary_form=True)  # before the answer: a `Connection: close` one (an old worker
+    resp = conn.getresponse()                      # finishing during a reload) leaves conn.sock None once read
     body = resp.read()
-    der = conn.sock.getpeercert(binary_form=True)
     conn.close()
     assert resp.status == 200, resp.status
     return der, [m["id"] for m in json.loads(body)["data"]]

@@ -336,3 +336,23 @@ def test_activate_prunes_once_its_gate_passed_and_never_after_a_failed_gate(host
     assert sfh.main(argv) == 0
     assert sorted(p.name for p in (host.data / "releases").iterdir()) == ["r-aaaaaaaaaaaa", "r-bbbbbbbbbbbb"]
     assert host.h.current() == "r-bbbbbbbbbbbb" and host.h.gate_state()["result"] == "passed"
+
+
+def test_a_job_starts_once_a_second_start_of_its_key_attaches_and_another_key_is_busy(tmp_path, monkeypatch):
+    """host_jobs.Jobs.start: one job at a time (a transient unit by systemd-run); the same key again attaches to it
+    (a controller that lost its SSH connection and runs again), another key is told busy, naming the running one."""
+    calls = []
+
+    def sh(*cmd, check=True):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "active" if cmd[0] == "systemctl" else "", "")
+
+    monkeypatch.setattr(sfh.host_jobs, "sh", sh)
+    h = sfh.Host(str(tmp_path))
+    first = h.jobs.start("fetch:org/m@abc", ["true"], {"K": "v"})
+    assert first["state"] == "started" and h.jobs.active() == first["id"]
+    assert h.jobs.start("fetch:org/m@abc", ["true"], {}) == {"id": first["id"], "state": "attached"}
+    assert h.jobs.start("pull:img", ["true"], {}) == {"id": first["id"], "state": "busy", "key": "fetch:org/m@abc"}
+    runs = [c for c in calls if c[0] == "systemd-run"]
+    assert len(runs) == 1 and runs[0][-3:] == ("job", "run", first["id"]), runs
+    assert runs[0][-6] == os.path.abspath(sfh.__file__)  # the host tool runs the job's unit, not host_jobs.py

@@ -85,7 +85,8 @@ def test_verify_eagle3(lab_inventory):
 def test_converge_draft_target_with_a_fetch_killed_halfway(vm_fleet, lab_inventory, hub):
     """The target's fetch on one guest killed halfway: a mechanism, not a race. The Hub stand-in holds every GET of
     the target's second weights file (hub.hold) until released, so no guest's target fetch can finish; the killer
-    kills the victim's fetch-model while it runs (the first file done or under way), then releases the others.
+    kills the victim's fetch-model once one of its files is complete (ci46: killed before any, it kept nothing to
+    resume), then releases the others.
     (It used to throttle the Hub and poll its byte count; on a loaded 2-core machine the fetch once ended first.)"""
     victim = vm_fleet.guests[0]
     hub.reset_log()
@@ -96,13 +97,17 @@ def test_converge_draft_target_with_a_fetch_killed_halfway(vm_fleet, lab_invento
     # in its own command line, and lingers a moment after answering (a kill of that ended nothing: ci44, ci45)
     layout = Layout(defaults.data_dir)
     fetcher = f"^{layout.venv}/bin/python {layout.fetch_tool} --repo {repo}"
+    snapshots = f"{layout.repo_dir(repo)}/snapshots"
 
     def kill_while_held():
         deadline = time.monotonic() + 900
         try:
             while time.monotonic() < deadline and not done.is_set():
-                proc = victim.ssh(f"pkill -9 -e -f {shlex.quote(fetcher)} && echo killed", check=False)
-                if "killed" in proc.stdout:
+                # halfway: a file of the target complete (its snapshot link made) while the held one is in flight
+                proc = victim.ssh(f"n=$(find {shlex.quote(snapshots)} -type l 2>/dev/null | wc -l); [ \"$n\" -ge 1 ] && "
+                                  f"pkill -9 -e -f {shlex.quote(fetcher)} && echo \"killed after $n file(s)\"",
+                                  check=False)
+                if "killed after" in proc.stdout:
                     killed.set()
                     print(f"killer on {victim.name}: {proc.stdout.strip()}")
                     return
