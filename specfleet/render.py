@@ -11,7 +11,18 @@ import re
 import jinja2
 import yaml
 
-from .host.layout import CONFIG_FILE, DRAFT_LINK, PAIR_AGENT, PAIR_AGENT_ENV, PAIR_MOUNT, PAIR_USER, SMOKE_FILE, Layout
+from .constants import GB
+from .host.layout import (
+    CONFIG_FILE,
+    CONTAINER_MEMORY_VAR,
+    DRAFT_LINK,
+    PAIR_AGENT,
+    PAIR_AGENT_ENV,
+    PAIR_MOUNT,
+    PAIR_USER,
+    SMOKE_FILE,
+    Layout,
+)
 from .pair_launch import mpirun_argv
 from .settings import Settings
 
@@ -26,11 +37,12 @@ CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
 # Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
 # next converge); recorded in release.json, shown by `plan` as its own reason, each bump in the README's upgrade notes.
-RENDERING = 3
+RENDERING = 4
 # rendering -> the TensorRT-LLM contract versions whose hosts it changed (`plan` names it only for those).
 RENDERING_CHANGED = {
     2: ("1.3.0rc12",),  # TensorRT-LLM's contract per version: Draft_Target, Eagle3, speculative_model, --config
     3: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the page cache dropped before every start, --oom-score-adj
+    4: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the container capped at MemTotal less memory_reserve_gb
 }
 OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first choice (the most it can be)
 # dockerd comes last, as Docker's packaging puts containerd (-999: chosen only when nothing else can be; not -1000,
@@ -121,13 +133,25 @@ def systemd_args(args: list[str]) -> str:
     return " ".join(systemd_word(a) for a in args)
 
 
+def memory_cap_args(s: Settings) -> tuple[list[str], list[str]]:
+    """The container's memory cap: drop-caches' arguments (it writes MemTotal less the reserve, in kB, to an env file
+    before every start) and docker run's, which read it there. Both --memory and --memory-swap: no swap beyond it.
+    systemd expands the ${VAR} (so these are rendered as they are, not by systemd_word, which would escape it)."""
+    layout = Layout.of(s)
+    reserve_kb = int(s.memory_reserve_gb * GB) // 1024
+    pre = [layout.drop_caches_tool, layout.mem_at_start, str(reserve_kb), layout.container_memory, CONTAINER_MEMORY_VAR]
+    var = "${" + CONTAINER_MEMORY_VAR + "}"
+    return pre, [f"--memory={var}", f"--memory-swap={var}"]
+
+
 def unit_text(s: Settings) -> str:
     layout = Layout.of(s)
+    pre, cap = memory_cap_args(s)
     return ENV.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
-        drop_caches=systemd_args([layout.drop_caches_tool, layout.mem_at_start]),
-        docker_args=systemd_args(docker_run_args(s)), command=systemd_args(container_command(s)),
+        drop_caches=systemd_args(pre), cap_env=layout.container_memory,
+        docker_args=" ".join([*cap, systemd_args(docker_run_args(s))]), command=systemd_args(container_command(s)),
         start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
         restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,
         stop_timeout_sec_plus=s.stop_timeout_sec + 30,

@@ -24,6 +24,7 @@ STAGE_FILE = "release_stage.py"  # staging a release's files from one bundle, in
 JOBS_FILE = "host_jobs.py"  # host jobs (work detached from the SSH session), installed next to it
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
 DROP_CACHES_TOOL = "drop-caches"  # the serving unit's ExecStartPre: sync + drop the page cache (host/drop_caches.sh)
+CONTAINER_MEMORY_VAR = "SPECFLEET_CONTAINER_MEMORY"  # drop-caches' cap for the container (docker run --memory=$VAR)
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
 NETPLAN_FILE = "/etc/netplan/60-specfleet-pair.yaml"  # a pair host's link addresses (pair_files.netplan)
@@ -129,6 +130,7 @@ class Layout:
     agent_tool = property(lambda self: f"{self.data_dir}/bin/{AGENT_TOOL}")
     drop_caches_tool = property(lambda self: f"{self.data_dir}/bin/{DROP_CACHES_TOOL}")
     mem_at_start = property(lambda self: f"{self.data_dir}/mem-at-start.json")  # drop-caches' record of the last start
+    container_memory = property(lambda self: f"{self.data_dir}/container-memory.env")  # drop-caches' cap, an env file
     layout_file = property(lambda self: f"{self.data_dir}/bin/{LAYOUT_FILE}")
     token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")

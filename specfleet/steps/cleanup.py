@@ -40,5 +40,6 @@ def cleanup():
         for path in (layout.hf_home, layout.drafts, layout.releases, layout.tiktoken, layout.jobs):
             files.directory(name=f"Purge {path}", path=path, present=False)
         files.link(name=f"Purge {layout.current}", path=layout.current, present=False)
-        for path in (layout.previous, layout.gate_file, layout.mem_at_start, layout.token_file):
+        for path in (layout.previous, layout.gate_file, layout.mem_at_start, layout.container_memory,
+                     layout.token_file):
             files.file(name=f"Purge {path}", path=path, present=False)

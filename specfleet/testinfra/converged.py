@@ -103,6 +103,10 @@ def test_container_runs_with_the_seed_flags(spark):
     assert binds and all(b.endswith(":ro") for b in binds), binds
     assert any(b.startswith(f"{spark.plan.paths.hf_home}:") for b in binds)
     assert hc["OomScoreAdj"] == OOM_SCORE_ADJ  # the kernel's OOM killer takes the serving container first
+    # its cgroup is capped at MemTotal less the reserve (drop-caches computes it at each start), swap included
+    total_kb = int(spark.host.check_output("awk '/^MemTotal:/{print $2}' /proc/meminfo"))
+    cap = (total_kb - int(spark.s.memory_reserve_gb * GB) // 1024) * 1024
+    assert (hc["Memory"], hc["MemorySwap"]) == (cap, cap), (hc["Memory"], hc["MemorySwap"], cap)
 
 
 def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_last(spark):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specfleet.host.layout import CONTAINER_MEMORY_VAR
 from specfleet.render import unit_text
 from tests.unit.test_quoting import _settings, exec_line
 
@@ -18,14 +19,14 @@ SCRIPT = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "drop_cach
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace (CI is root)")
 
 
-def _run(tmp_path: Path, writable: bool = True) -> tuple[subprocess.CompletedProcess, Path, Path]:
+def _run(tmp_path: Path, writable: bool = True, cap: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, Path, Path]:
     meminfo, drop, record = tmp_path / "meminfo", tmp_path / "drop_caches", tmp_path / "mem-at-start.json"
     meminfo.write_text("MemTotal:       127535000 kB\nMemAvailable:    61440000 kB\n")
     drop.write_text("0\n")
     # the stand-in kernel: a write to drop_caches frees the page cache (MemAvailable rises), unless it refuses
     inner = (f'mount --bind {meminfo} /proc/meminfo && mount --bind {drop} /proc/sys/vm/drop_caches && '
              + ("" if writable else "mount -o remount,bind,ro /proc/sys/vm/drop_caches && ")
-             + f'exec sh {SCRIPT} {record}')
+             + f'exec sh {SCRIPT} {record} {" ".join(cap)}')
     # a kernel that frees what it is asked to: after the write, MemAvailable reads higher (a second file swapped in)
     after = tmp_path / "meminfo.after"
     after.write_text("MemTotal:       127535000 kB\nMemAvailable:   122880000 kB\n")
@@ -55,7 +56,30 @@ def test_a_kernel_that_refuses_the_drop_is_said_and_never_fails_the_start(tmp_pa
     assert json.loads(record.read_text())["before_kb"] == 61440000
 
 
-def test_the_unit_runs_it_first_before_every_start_and_its_failure_cannot_stop_one():
+def test_it_writes_the_containers_cap_memtotal_less_the_reserve(tmp_path):
+    cap_file = tmp_path / "container-memory.env"
+    proc, drop, record = _run(tmp_path, cap=("8000000", str(cap_file), CONTAINER_MEMORY_VAR))
+    assert proc.returncode == 0, proc.stderr
+    assert cap_file.read_text() == f"{CONTAINER_MEMORY_VAR}={127535000 - 8000000}k\n"
+    assert "the container's memory cap: 116733 MiB (MemTotal 124545 MiB less the reserve 7812 MiB)" in proc.stdout
+    assert drop.read_text().strip() == "3" and json.loads(record.read_text())["after_kb"] == 122880000
+
+
+@pytest.mark.parametrize("reserve", ["127500000", "-5", "8G"])
+def test_a_cap_it_cannot_compute_fails_the_start_and_writes_none(tmp_path, reserve):
+    cap_file = tmp_path / "container-memory.env"
+    proc, _, _ = _run(tmp_path, cap=(reserve, str(cap_file), CONTAINER_MEMORY_VAR))
+    assert proc.returncode == 1 and "drop-caches: no container cap" in proc.stderr, (proc.stdout, proc.stderr)
+    assert not cap_file.exists()
+
+
+def test_the_unit_runs_it_first_before_every_start_and_reads_the_cap_it_writes():
     s = _settings()
-    first = exec_line(unit_text(s), "ExecStartPre", 0)
-    assert first == [f"-{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json"]  # `-`: never fails a start
+    unit = unit_text(s)
+    first = exec_line(unit, "ExecStartPre", 0)
+    # no `-`: the drop never fails a start (above), a missing cap does: the container never runs uncapped
+    assert first == [f"{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json", "7812500",
+                     f"{s.data_dir}/container-memory.env", CONTAINER_MEMORY_VAR]
+    assert f"\nEnvironmentFile=-{s.data_dir}/container-memory.env\n" in unit  # `-`: its first start has none yet
+    assert exec_line(unit, "ExecStart")[2:4] == [f"--memory=${{{CONTAINER_MEMORY_VAR}}}",
+                                                f"--memory-swap=${{{CONTAINER_MEMORY_VAR}}}"]

@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 
-from specfleet.render import docker_run_args, serve_args, systemd_word, unit_text
+from specfleet.host.layout import CONTAINER_MEMORY_VAR
+from specfleet.render import docker_run_args, memory_cap_args, serve_args, systemd_word, unit_text
 from specfleet.settings import build_settings
 from specfleet.steps.encodings import encodings
 from specfleet.steps.tools import tools
@@ -26,13 +27,19 @@ _C_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "
               "f": "\f", "v": "\v", "s": " ", " ": " "}
 
 
+MEANT = "${" + CONTAINER_MEMORY_VAR + "}"  # the one variable specfleet means: drop-caches' cap (render.memory_cap_args)
+
+
 def _expand(word: str) -> str:
     """%% -> % (specifiers) and $$ -> $ (environment variables); any other specifier or variable is an error
-    here, because specfleet never means one."""
+    here, because specfleet never means one but MEANT (kept as written)."""
     out, i = [], 0
     while i < len(word):
         c = word[i]
-        if c in "%$":
+        if word.startswith(MEANT, i):
+            out.append(MEANT)
+            i += len(MEANT)
+        elif c in "%$":
             if word[i + 1:i + 2] != c:
                 raise ValueError(f"unescaped {c!r} in {word!r} would be expanded by systemd")
             out.append(c)
@@ -156,10 +163,14 @@ def test_exec_start_parses_to_exactly_the_argument_list(profile):
     s = _settings(profile, container_env=HOSTILE_ENV, serve_host="::1")
     unit = unit_text(s)
     argv = exec_line(unit, "ExecStart")
-    assert argv == ["/usr/bin/docker", "run", *docker_run_args(s), s.image, "trtllm-serve", *serve_args(s)]
+    pre, cap = memory_cap_args(s)
+    assert cap == ["--memory=${SPECFLEET_CONTAINER_MEMORY}", "--memory-swap=${SPECFLEET_CONTAINER_MEMORY}"]
+    assert argv == ["/usr/bin/docker", "run", *cap, *docker_run_args(s), s.image, "trtllm-serve", *serve_args(s)]
     for key, value in HOSTILE_ENV.items():
         assert argv[argv.index(f"{key}={value}") - 1] == "-e"
-    assert exec_line(unit, "ExecStartPre", 0) == [f"-{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json"]
+    assert exec_line(unit, "ExecStartPre", 0) == pre == [f"{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json",
+                                                         "7812500", f"{s.data_dir}/container-memory.env",
+                                                         "SPECFLEET_CONTAINER_MEMORY"]
     assert exec_line(unit, "ExecStartPre", 1) == ["-/usr/bin/docker", "rm", "-f", s.service_name]
     assert exec_line(unit, "ExecStop")[-1] == s.service_name
     exec_lines = [line.split("=", 1)[0] + "=" for line in unit_lines(unit) if line.startswith("Exec")]

@@ -150,13 +150,13 @@ def test_both_spellings_at_once_are_one_problem(fleet_file):
 
 
 # ------------------------------------------------------------------ golden: what each version renders, and its id
-GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag); every id changed with issue 20 (unit)
-    ("1.2.0rc6", "eagle3"): ("r-c5e2763fa58c", "Eagle", "speculative_model_dir", "--extra_llm_api_options"),  # was r-563ddcc13e66
-    ("1.2.0rc6", "draft_target"): ("r-34a47700d138", "DraftTarget", "speculative_model_dir", "--extra_llm_api_options"),  # was r-30f46b7e447b
-    ("1.2.0rc6", "baseline"): ("r-f546cb6ad933", None, None, "--extra_llm_api_options"),  # was r-3a80e49c499d
-    ("1.3.0rc12", "eagle3"): ("r-2cb21a5d9ef9", "Eagle3", "speculative_model", "--config"),  # was r-8e02ce4167be
-    ("1.3.0rc12", "draft_target"): ("r-8667cbe31d19", "Draft_Target", "speculative_model", "--config"),  # was r-2b66fea036e7
-    ("1.3.0rc12", "baseline"): ("r-fbcdb6f3ffb0", None, None, "--config"),  # was r-209336188225
+GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag); every id changed with issue 20's memory cap (unit, rendering 4)
+    ("1.2.0rc6", "eagle3"): ("r-132f99392e24", "Eagle", "speculative_model_dir", "--extra_llm_api_options"),  # was r-c5e2763fa58c
+    ("1.2.0rc6", "draft_target"): ("r-3b7e14637ab5", "DraftTarget", "speculative_model_dir", "--extra_llm_api_options"),  # was r-34a47700d138
+    ("1.2.0rc6", "baseline"): ("r-e69c766ba55e", None, None, "--extra_llm_api_options"),  # was r-f546cb6ad933
+    ("1.3.0rc12", "eagle3"): ("r-322e51ba73f9", "Eagle3", "speculative_model", "--config"),  # was r-2cb21a5d9ef9
+    ("1.3.0rc12", "draft_target"): ("r-32d090b8a208", "Draft_Target", "speculative_model", "--config"),  # was r-8667cbe31d19
+    ("1.3.0rc12", "baseline"): ("r-653895f1f17b", None, None, "--config"),  # was r-fbcdb6f3ffb0
 }
 
 

@@ -1,6 +1,6 @@
 """Issue 20, point 4: when memory runs out, the serving container dies, never the box. A VM cannot reproduce a GB10's
-driver freeze; it proves the part specfleet controls: which process the kernel kills (the container runs with
---oom-score-adj=1000), that SSH answers throughout and sshd and dockerd live on, that the failure is reported, and
+driver freeze; it proves the part specfleet controls: which process the kernel kills (the container's cgroup is capped
+at MemTotal less memory_reserve_gb, and it runs with --oom-score-adj=1000), that SSH answers throughout and sshd and dockerd live on, that the failure is reported, and
 that the host serves its release again. The trtllm-serve stand-in's modes oom_load (allocate without bound while
 loading) and oom_request (on a long prompt) exhaust the guest's 2 GiB. One guest of its own, the session fleet
 paused meanwhile: --full."""
@@ -116,12 +116,16 @@ def oom_kills(guest, since: float) -> tuple[list[str], list[dict]]:
 
 
 def assert_the_container_was_the_victim(kernel: list[str]) -> None:
-    """Every process the OOM killer took was the serving container's: in a docker cgroup, with its oom_score_adj."""
+    """Every process the OOM killer took was the serving container's: in a docker cgroup, with its oom_score_adj, and
+    killed by its cgroup's cap (constraint=CONSTRAINT_MEMCG, the memory cap drop-caches computes), never by the whole
+    guest running out (CONSTRAINT_NONE: the thrashing that made SSH logins wait past the bound before the cap)."""
     victims = [line for line in kernel if "Killed process" in line]
     assert victims, "the kernel's OOM killer killed nothing"
     assert all(f"oom_score_adj:{OOM_SCORE_ADJ}" in line for line in victims), victims
-    memcgs = [line.split("task_memcg=", 1)[1].split(",", 1)[0] for line in kernel if "task_memcg=" in line]
+    kills = [line for line in kernel if "oom-kill:" in line]
+    memcgs = [line.split("task_memcg=", 1)[1].split(",", 1)[0] for line in kills if "task_memcg=" in line]
     assert memcgs and all("docker" in m for m in memcgs), kernel
+    assert all("constraint=CONSTRAINT_MEMCG" in line for line in kills), kills
 
 
 def serving(guest) -> dict:
