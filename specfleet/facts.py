@@ -12,7 +12,7 @@ from importlib import resources
 from pyinfra.api import FactBase
 
 from .host import release_state
-from .host.layout import Layout
+from .host.layout import DOCKER_UNIT, Layout, main_pid
 
 # The probe (a shell program of its own, shipped in the one remote command; paths from host/layout.py), and THE
 # reader of the release state it runs (host/release_state.py, also installed next to the host tool).
@@ -104,7 +104,7 @@ class SpecfleetHost(FactBase):
             "KEYS": "\n".join(keys),
             "PINGS": "\n".join(pings),
             "STATS": "\n".join(stats),
-            "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,
+            "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv, "DOCKERD_PID": main_pid(DOCKER_UNIT),
             "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
             "FILE_STATUS": FILE_STATUS,
         }

@@ -27,6 +27,15 @@ DROP_CACHES_TOOL = "drop-caches"  # the serving unit's ExecStartPre: sync + drop
 CONTAINER_MEMORY_VAR = "SPECFLEET_CONTAINER_MEMORY"  # drop-caches' cap for the container (docker run --memory=$VAR)
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
+DOCKER_UNIT = "docker.service"  # docker's unit: dockerd is its main process (a snap's docker is not found: left alone)
+SSH_UNIT = "ssh.service"  # OpenSSH's unit: the sshd listener is its main process (sessions are its children)
+
+
+def main_pid(unit: str) -> str:
+    """THE shell command that prints a unit's main process id (0: not running): how dockerd and sshd are found."""
+    return f"systemctl show -p MainPID --value {unit}"
+
+
 NETPLAN_FILE = "/etc/netplan/60-specfleet-pair.yaml"  # a pair host's link addresses (pair_files.netplan)
 PAIR_USER = "specfleet-mpi"  # the worker's login for the head's MPI key: no password, may sudo the gate only
 PAIR_HOME = "/var/lib/specfleet-mpi"  # PAIR_USER's home, root-owned: .ssh/authorized_keys names the head's MPI key
@@ -136,7 +145,7 @@ class Layout:
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")
     unit_dropins = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service.d")  # drop-ins beside the unit
     start_marker_dropin = property(lambda self: f"{self.unit_dropins}/specfleet-start-marker.conf")  # behind gateways
-    dockerd_oom_dropin = property(lambda self: f"{UNIT_DIR}/docker.service.d/specfleet-oom.conf")  # a serving Spark
+    dockerd_oom_dropin = property(lambda self: f"{UNIT_DIR}/{DOCKER_UNIT}.d/specfleet-oom.conf")  # a serving Spark
     pair_dir = property(lambda self: f"{self.data_dir}/pair")  # a pair host's link and MPI files (root 0700)
     netplan_staged = property(lambda self: f"{self.pair_dir}/netplan.yaml")  # the link's netplan, as rendered
     netplan_previous = property(lambda self: f"{self.pair_dir}/netplan.previous")  # NETPLAN_FILE before a try

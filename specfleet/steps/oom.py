@@ -13,6 +13,7 @@ from io import StringIO
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
+from ..host.layout import DOCKER_UNIT, main_pid
 from ..render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin
 from .state import current_plan, differs, host_status
 
@@ -38,5 +39,5 @@ def oom_protection():
     work = dockerd_work(plan)
     if work:
         server.shell(name=f"{work[0].upper()}{work[1:]} (at once: no docker restart)",
-                     commands=[f"p=$(systemctl show -p MainPID --value docker.service) && [ \"$p\" -gt 0 ] && "
+                     commands=[f"p=$({main_pid(DOCKER_UNIT)}) && [ \"$p\" -gt 0 ] && "
                                f"echo {DOCKERD_OOM_SCORE_ADJ} > /proc/$p/oom_score_adj"])

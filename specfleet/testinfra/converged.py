@@ -9,7 +9,16 @@ import json
 import pytest
 
 from specfleet.constants import GB
-from specfleet.host.layout import CONFIG_FILE, DRAFT_LINK, NETPLAN_FILE, PAIR_USER, SUDOERS_FILE
+from specfleet.host.layout import (
+    CONFIG_FILE,
+    DOCKER_UNIT,
+    DRAFT_LINK,
+    NETPLAN_FILE,
+    PAIR_USER,
+    SSH_UNIT,
+    SUDOERS_FILE,
+    main_pid,
+)
 from specfleet.pair_files import gate_command
 from specfleet.render import DOCKERD_OOM_SCORE_ADJ, OOM_SCORE_ADJ, config_yaml, dockerd_oom_dropin, unit_text
 from specfleet.settings import TIKTOKEN_FILES
@@ -121,8 +130,8 @@ def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_l
                                          "echo $p $(cat /proc/$p/oom_score_adj 2>/dev/null); done").splitlines()
         # the sshd listener and dockerd: their units' main processes (sessions are sshd children that come and go)
         daemons = spark.host.check_output(
-            "for u in ssh docker; do p=$(systemctl show -p MainPID --value $u.service); "
-            "echo $(cat /proc/$p/comm) $(cat /proc/$p/oom_score_adj); done").split()
+            "; ".join(f"p=$({main_pid(unit)}); echo $(cat /proc/$p/comm) $(cat /proc/$p/oom_score_adj)"
+                      for unit in (SSH_UNIT, DOCKER_UNIT))).split()
         dropin = spark.host.file(spark.plan.paths.dockerd_oom_dropin)
         assert dropin.exists and dropin.content_string == dockerd_oom_dropin()
     adjs = [line.split()[1] for line in served if len(line.split()) == 2]  # a process may end between the two reads
