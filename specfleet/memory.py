@@ -40,10 +40,17 @@ class Fit:
         return (f"{self.profile} needs ~{self.need / GB:.1f} GB{share}, host has {has} "
                 f"(reserve {self.reserve / GB:g} GB)")
 
+    def cap(self, mem_total: int) -> int:
+        """The container's memory cap in bytes: MemTotal less the reserve, as the unit's drop-caches computes it in kB
+        before each start (render.memory_cap_args)."""
+        return mem_total - self.reserve // 1024 * 1024
+
     def plan_line(self, mem_total: int, mem_available: int) -> str:
-        """`plan`'s figure: `line`, and what is available now (page cache and other processes take the rest, until
-        the unit's drop-caches before the start)."""
-        return self.line(mem_total) + (f"; {mem_available / GB:.1f} GB available now" if mem_available > 0 else "")
+        """`plan`'s figure: `line`, the container's cap, and what is available now (page cache and other processes
+        take the rest, until the unit's drop-caches before the start)."""
+        cap = f"; container capped at {self.cap(mem_total) / GB:.1f} GB" if mem_total > 0 else ""
+        now = f"; {mem_available / GB:.1f} GB available now" if mem_available > 0 else ""
+        return self.line(mem_total) + cap + now
 
 
 def fit(settings, pins: dict) -> Fit | None:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from specfleet.constants import GB
 from specfleet.host.layout import CONTAINER_MEMORY_VAR
-from specfleet.render import unit_text
+from specfleet.memory import Fit
+from specfleet.render import memory_cap_args, unit_text
 from tests.unit.test_quoting import _settings, exec_line
 
 SCRIPT = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "drop_caches.sh"
@@ -83,3 +85,15 @@ def test_the_unit_runs_it_first_before_every_start_and_reads_the_cap_it_writes()
     assert f"\nEnvironmentFile=-{s.data_dir}/container-memory.env\n" in unit  # `-`: its first start has none yet
     assert exec_line(unit, "ExecStart")[2:4] == [f"--memory=${{{CONTAINER_MEMORY_VAR}}}",
                                                 f"--memory-swap=${{{CONTAINER_MEMORY_VAR}}}"]
+
+
+def test_plan_shows_the_cap_the_script_computes(tmp_path):
+    """`plan`'s `container capped at` (memory.Fit.cap) is the arithmetic drop-caches does with the unit's arguments."""
+    s = _settings()
+    pre, _ = memory_cap_args(s)
+    cap_file = tmp_path / "container-memory.env"
+    proc, _, _ = _run(tmp_path, cap=(pre[2], str(cap_file), CONTAINER_MEMORY_VAR))
+    assert proc.returncode == 0, proc.stderr
+    written_kb = int(cap_file.read_text().split("=", 1)[1].rstrip("k\n"))
+    fit = Fit(s.profile_name, need=0, weights=0, reserve=int(s.memory_reserve_gb * GB), pair=False)
+    assert written_kb * 1024 == fit.cap(127535000 * 1024)

@@ -100,7 +100,8 @@ def test_plan_shows_the_figure_whether_or_not_anything_changes():
     run_deploy({"spark-01": plan}, deploy("read")(lambda: read(plan)), responses=lambda p: responses)
     assert found["mem"] == int(121.7 * GB) // 1024 * 1024
     lines = describe("spark-01", (found["ch"], False))
-    assert "  memory: eagle3 needs ~75.3 GB, host has 121.7 GB (reserve 8 GB); 100.0 GB available now" in lines, lines
+    assert ("  memory: eagle3 needs ~75.3 GB, host has 121.7 GB (reserve 8 GB); container capped at 113.7 GB; "
+            "100.0 GB available now") in lines, lines
 
 
 def test_a_pair_whose_worker_lacks_the_memory_is_refused_on_both_hosts():
