@@ -19,7 +19,12 @@ meminfo() { awk -v k="$1:" '$1 == k {print $2}' /proc/meminfo; }
 if [ $# -ge 4 ]; then
   reserve=$2 cap_file=$3 name=$4
   total=$(meminfo MemTotal)
-  case "$reserve$total" in *[!0-9]*|"") echo "drop-caches: no container cap: MemTotal '$total' kB, reserve '$reserve' kB" >&2; exit 1;; esac
+  for n in "$total" "$reserve"; do  # each a plain decimal (an empty one would count as 0 in $((...)))
+    case "$n" in ""|*[!0-9]*|0?*)
+      echo "drop-caches: no container cap: MemTotal '$total' kB or the reserve '$reserve' kB is not a number" >&2
+      exit 1;;
+    esac
+  done
   cap=$((total - reserve))
   if [ "$cap" -lt 65536 ]; then
     echo "drop-caches: no container cap: MemTotal $total kB less the reserve $reserve kB leaves under 64 MiB" >&2

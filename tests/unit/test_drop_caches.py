@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.constants import GB
+from specfleet import memory
 from specfleet.host.layout import CONTAINER_MEMORY_VAR
-from specfleet.memory import Fit
 from specfleet.render import memory_cap_args, unit_text
-from tests.unit.test_quoting import _settings, exec_line
+from tests.unit.test_quoting import EXPANDED, _settings, exec_line
 
 SCRIPT = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "drop_caches.sh"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace (CI is root)")
@@ -67,11 +66,12 @@ def test_it_writes_the_containers_cap_memtotal_less_the_reserve(tmp_path):
     assert drop.read_text().strip() == "3" and json.loads(record.read_text())["after_kb"] == 122880000
 
 
-@pytest.mark.parametrize("reserve", ["127500000", "-5", "8G"])
+@pytest.mark.parametrize("reserve", ["127500000", "-5", "8G", "012"])
 def test_a_cap_it_cannot_compute_fails_the_start_and_writes_none(tmp_path, reserve):
     cap_file = tmp_path / "container-memory.env"
     proc, _, _ = _run(tmp_path, cap=(reserve, str(cap_file), CONTAINER_MEMORY_VAR))
-    assert proc.returncode == 1 and "drop-caches: no container cap" in proc.stderr, (proc.stdout, proc.stderr)
+    assert proc.returncode == 1 and "drop-caches: no container cap: " in proc.stderr, (proc.stdout, proc.stderr)
+    assert ("is not a number" in proc.stderr) == (reserve != "127500000"), proc.stderr
     assert not cap_file.exists()
 
 
@@ -83,8 +83,7 @@ def test_the_unit_runs_it_first_before_every_start_and_reads_the_cap_it_writes()
     assert first == [f"{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json", "7812500",
                      f"{s.data_dir}/container-memory.env", CONTAINER_MEMORY_VAR]
     assert f"\nEnvironmentFile=-{s.data_dir}/container-memory.env\n" in unit  # `-`: its first start has none yet
-    assert exec_line(unit, "ExecStart")[2:4] == [f"--memory=${{{CONTAINER_MEMORY_VAR}}}",
-                                                f"--memory-swap=${{{CONTAINER_MEMORY_VAR}}}"]
+    assert exec_line(unit, "ExecStart")[2:4] == [f"--memory={EXPANDED}", f"--memory-swap={EXPANDED}"]
 
 
 def test_plan_shows_the_cap_the_script_computes(tmp_path):
@@ -95,5 +94,4 @@ def test_plan_shows_the_cap_the_script_computes(tmp_path):
     proc, _, _ = _run(tmp_path, cap=(pre[2], str(cap_file), CONTAINER_MEMORY_VAR))
     assert proc.returncode == 0, proc.stderr
     written_kb = int(cap_file.read_text().split("=", 1)[1].rstrip("k\n"))
-    fit = Fit(s.profile_name, need=0, weights=0, reserve=int(s.memory_reserve_gb * GB), pair=False)
-    assert written_kb * 1024 == fit.cap(127535000 * 1024)
+    assert written_kb * 1024 == memory.fit(s, {}).cap(127535000 * 1024)

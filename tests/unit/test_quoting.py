@@ -28,16 +28,17 @@ _C_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "
 
 
 MEANT = "${" + CONTAINER_MEMORY_VAR + "}"  # the one variable specfleet means: drop-caches' cap (render.memory_cap_args)
+EXPANDED = "<expanded by systemd>"  # what the parser returns for it, so a test sees which words systemd expands
 
 
 def _expand(word: str) -> str:
     """%% -> % (specifiers) and $$ -> $ (environment variables); any other specifier or variable is an error
-    here, because specfleet never means one but MEANT (kept as written)."""
+    here, because specfleet never means one but MEANT (returned as EXPANDED)."""
     out, i = [], 0
     while i < len(word):
         c = word[i]
         if word.startswith(MEANT, i):
-            out.append(MEANT)
+            out.append(EXPANDED)
             i += len(MEANT)
         elif c in "%$":
             if word[i + 1:i + 2] != c:
@@ -149,6 +150,7 @@ HOSTILE_ENV = {
     "SPACES": "a b  c", "SQUOTE": "it's", "DQUOTE": 'say "hi"', "BACKSLASH": "C:\\dir\\", "PERCENT": "100% %n %%",
     "DOLLAR": "$HOME ${PATH} $$", "SEMI": "a ; b;c", "HASH": "#not a comment", "EQUALS": "k=v=w",
     "ESCAPES": "\\n \\x41 \\\\", "MIXED": "'\"\\%$;#= x",
+    "THE_CAP": "${SPECFLEET_CONTAINER_MEMORY}",
 }
 INTENDED_EXEC = ["ExecStartPre=", "ExecStartPre=", "ExecStart=", "ExecStop=", "ExecStopPost="]
 
@@ -165,7 +167,9 @@ def test_exec_start_parses_to_exactly_the_argument_list(profile):
     argv = exec_line(unit, "ExecStart")
     pre, cap = memory_cap_args(s)
     assert cap == ["--memory=${SPECFLEET_CONTAINER_MEMORY}", "--memory-swap=${SPECFLEET_CONTAINER_MEMORY}"]
-    assert argv == ["/usr/bin/docker", "run", *cap, *docker_run_args(s), s.image, "trtllm-serve", *serve_args(s)]
+    # systemd expands the cap's two words and nothing else (a value holding "${...}" is escaped: HOSTILE_ENV)
+    assert argv[2:4] == [c.replace(MEANT, EXPANDED) for c in cap]
+    assert argv == ["/usr/bin/docker", "run", *argv[2:4], *docker_run_args(s), s.image, "trtllm-serve", *serve_args(s)]
     for key, value in HOSTILE_ENV.items():
         assert argv[argv.index(f"{key}={value}") - 1] == "-e"
     assert exec_line(unit, "ExecStartPre", 0) == pre == [f"{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json",
