@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from .constants import GB
 
 
+def reserve_kb(reserve: int) -> int:
+    """THE reserve as the container's cap subtracts it: whole kB, the unit drop-caches works in (/proc/meminfo's)."""
+    return reserve // 1024
+
+
 @dataclass(frozen=True)
 class Fit:
     profile: str
@@ -43,7 +48,7 @@ class Fit:
     def cap(self, mem_total: int) -> int:
         """The container's memory cap in bytes: MemTotal less the reserve, as the unit's drop-caches computes it in kB
         before each start (render.memory_cap_args)."""
-        return mem_total - self.reserve // 1024 * 1024
+        return mem_total - reserve_kb(self.reserve) * 1024
 
     def plan_line(self, mem_total: int, mem_available: int) -> str:
         """`plan`'s figure: `line`, the container's cap, and what is available now (page cache and other processes

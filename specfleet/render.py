@@ -23,6 +23,7 @@ from .host.layout import (
     SMOKE_FILE,
     Layout,
 )
+from .memory import reserve_kb
 from .pair_launch import mpirun_argv
 from .settings import Settings
 
@@ -138,8 +139,8 @@ def memory_cap_args(s: Settings) -> tuple[list[str], list[str]]:
     before every start) and docker run's, which read it there. Both --memory and --memory-swap: no swap beyond it.
     systemd expands the ${VAR} (so these are rendered as they are, not by systemd_word, which would escape it)."""
     layout = Layout.of(s)
-    reserve_kb = int(s.memory_reserve_gb * GB) // 1024
-    pre = [layout.drop_caches_tool, layout.mem_at_start, str(reserve_kb), layout.container_memory, CONTAINER_MEMORY_VAR]
+    reserve = str(reserve_kb(int(s.memory_reserve_gb * GB)))  # bytes as memory.fit counts them, then THE kB
+    pre = [layout.drop_caches_tool, layout.mem_at_start, reserve, layout.container_memory, CONTAINER_MEMORY_VAR]
     var = "${" + CONTAINER_MEMORY_VAR + "}"
     return pre, [f"--memory={var}", f"--memory-swap={var}"]
 
