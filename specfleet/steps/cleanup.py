@@ -3,7 +3,8 @@ gateway-facing units and files, and on a pair host its MPI trust and link (steps
 model cache, encodings and releases stay unless purge_models is true; then they go too, with the release state
 (current link, previous, gate state, job logs) and the token file. dockerd's OOM drop-in (steps/oom.py) goes; the
 running dockerd keeps its figure until its next start. A gateway host: HAProxy stopped and removed with
-every file the gateway deploy wrote (steps/gateway.py)."""
+every file the gateway deploy wrote (steps/gateway.py), then whatever it still holds from serving as a Spark before
+it joined the gateway group (the same Spark-side removals, each only where the one status read finds it)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,7 @@ from .state import current_plan, host_status
 def cleanup():
     plan = current_plan()
     if plan.is_gateway:
-        gateway_cleanup()
-        return
+        gateway_cleanup()  # then what a former Spark left: its unit, container and drop-in (none: nothing runs)
     s, layout = plan.settings, plan.paths
     st = host_status(plan)
     remove_spark_side(plan)

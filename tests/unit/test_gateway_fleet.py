@@ -1,6 +1,8 @@
 """The gateway group's roles in a profile run (issue 18): a profile deploy leaves gateway hosts and Sparks that
 serve another profile alone, and a fleet without a gateway group is planned exactly as before."""
 
+import re
+
 import pytest
 
 from specfleet.preview import collect, report
@@ -212,15 +214,47 @@ def test_a_fleet_that_dropped_its_gateway_group_removes_what_it_left_and_cleanup
 
 def test_cleanup_of_a_gateway_host_stops_haproxy_and_removes_its_files_and_package():
     from specfleet.steps import cleanup
+    from tests.unit.fakehost import SPECFLEET_FACT
 
     plans = make_plans(FLEET, None, groups={"gateway": ["gw-1"]})
     status = ["haproxy\t2.8.5", "features\t+LUA +PROMEX", "active\tactive", "enabled\tenabled", "admin\tyes",
               "file\t644|root|root|x\t/etc/haproxy/haproxy.cfg", "file\t600|root|root|x\t/etc/haproxy/specfleet-keys.map"]
     state = run_deploy({"gw-1": plans["gw-1"]}, cleanup, responses=lambda p: {"gateway.GatewayStatus": status})
-    cmds = "\n".join(executed(state)["gw-1"])
+    ran = executed(state)["gw-1"]
+    cmds = "\n".join(ran)
     assert "systemctl disable --now haproxy" in cmds
     assert "rm -f /etc/haproxy/haproxy.cfg /etc/haproxy/specfleet-keys.map" in cmds
-    assert "specfleet-trtllm" not in cmds  # a gateway host has no Spark service to stop
+    # a gateway host that never served: its status read finds no Spark service, and nothing Spark-side runs
+    assert [c for c in ran if SPECFLEET_FACT.search(c)], ran  # the Spark side's one status read, which finds nothing
+    assert not [c for c in ran if "specfleet-trtllm" in c and not SPECFLEET_FACT.search(c)], ran
+
+
+def test_cleanup_of_a_gateway_host_that_served_as_a_spark_removes_what_it_left():
+    """A Spark moved into the gateway group keeps its serving unit, container, dockerd's drop-in and gateway-facing
+    units until the cleanup deploy: that removes them after HAProxy's files, found by the one status read."""
+    from specfleet.gateway_files import spark_paths
+    from specfleet.steps import cleanup
+    from tests.unit.fakehost import SPECFLEET_FACT
+
+    plans = make_plans(FLEET, None, groups={"gateway": ["gw-1"]})
+    gw = plans["gw-1"]
+    svc, dropin = gw.settings.service_name, gw.paths.dockerd_oom_dropin
+    left = [f"file\tfile|644|root|root|{'0' * 64}\t{path}"
+            for path in (*spark_paths(make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"].settings),
+                         dropin)]
+    state = run_deploy({"gw-1": gw}, cleanup, responses=lambda p: {
+        "gateway.GatewayStatus": ["active\tinactive", "enabled\tdisabled"],
+        SPECFLEET_FACT: ["active\tactive", "enabled\tenabled", "container\ttrue", *left],
+        "--property SubState": [f"Id={svc}.service", "SubState=running"],
+        "--property UnitFileState": [f"Id={svc}.service", "UnitFileState=enabled"],
+        re.compile(rf"stat -c .* {re.escape(dropin)} 2>"):
+            f"user=root group=root mode=-rw-r--r-- atime=0 mtime=0 ctime=0 size=1 '{dropin}'"})
+    cmds = "\n".join(executed(state)["gw-1"])
+    assert not state.failed_hosts
+    assert f"systemctl stop {svc}.service" in cmds and f"systemctl disable {svc}.service" in cmds, cmds[-1500:]
+    assert f"docker rm -f {svc}" in cmds
+    assert f"systemctl disable --now {svc}-gateway.socket" in cmds
+    assert f"rm -f {dropin}" in cmds
 
 
 def test_plan_shows_the_spark_side_writes_and_the_leftovers_it_would_remove():
