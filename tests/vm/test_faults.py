@@ -15,6 +15,7 @@ import time
 import pytest
 import yaml
 
+from specfleet.host.layout import DOCKER_UNIT, main_pid
 from tests.vm import lab
 from tests.vm.conftest import figure
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
@@ -278,7 +279,7 @@ def test_guest_without_the_nvidia_toolkit_is_refused_and_keeps_serving(vm_fleet,
     def runtimes() -> str:
         return guest.ssh("docker info --format '{{json .Runtimes}}'", check=False).stdout
 
-    reload_docker = "kill -HUP $(systemctl show -p MainPID --value docker.service)"
+    reload_docker = f"kill -HUP $({main_pid(DOCKER_UNIT)})"
     assert '"nvidia"' in runtimes()
     guest.ssh("set -e; cp /etc/docker/daemon.json /root/daemon.json.standin; "
               "echo '{\"runtimes\": {}}' > /etc/docker/daemon.json; "

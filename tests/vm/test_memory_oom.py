@@ -14,7 +14,7 @@ import time
 import pytest
 
 from specfleet import defaults
-from specfleet.host.layout import Layout
+from specfleet.host.layout import DOCKER_UNIT, SSH_UNIT, Layout, main_pid
 from specfleet.render import OOM_SCORE_ADJ
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
@@ -54,7 +54,7 @@ def spark(tmp_path_factory, request, hub, wheelhouse):
 def daemons(guest) -> dict[str, str]:
     """The sshd listener's and dockerd's PIDs (ssh.service's and docker.service's main processes) with their start
     times (/proc/PID/stat field 22): unchanged means never killed (sessions are sshd children that come and go)."""
-    out = guest.ssh("for u in ssh docker; do p=$(systemctl show -p MainPID --value $u.service); "
+    out = guest.ssh(f"for u in {SSH_UNIT} {DOCKER_UNIT}; do p=$({main_pid('$u')}); "
                     "echo \"$(cat /proc/$p/comm) $p $(cut -d' ' -f22 /proc/$p/stat)\"; done").stdout
     found = {f"{name} {pid}": start for name, pid, start in (line.split() for line in out.splitlines())}
     assert len(found) == 2, f"expected the sshd listener and dockerd: {out!r}"  # never a vacuous comparison
