@@ -15,6 +15,7 @@ from .constants import GB
 from .host.layout import (
     CONFIG_FILE,
     CONTAINER_MEMORY_VAR,
+    DOCKER_UNIT,
     DRAFT_LINK,
     PAIR_AGENT,
     PAIR_AGENT_ENV,
@@ -149,7 +150,7 @@ def unit_text(s: Settings) -> str:
     layout = Layout.of(s)
     pre, cap = memory_cap_args(s)
     return ENV.get_template("trtllm-serve.service.j2").render(
-        profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current,
+        profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current, docker_unit=DOCKER_UNIT,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
         drop_caches=systemd_args(pre), cap_env=layout.container_memory,
         docker_args=" ".join([*cap, systemd_args(docker_run_args(s))]), command=systemd_args(container_command(s)),

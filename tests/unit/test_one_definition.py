@@ -23,3 +23,12 @@ def test_a_units_main_pid_is_found_in_one_place():
 def test_the_scan_finds_a_copy(tmp_path):
     """The scan can fail: it finds the definition's own file when that is not skipped."""
     assert written_out("MainPID", tmp_path) == [str(DEFINED_IN.relative_to(ROOT))]
+
+
+def test_templates_take_dockers_unit_name_from_layout():
+    """The serving unit's Requires=/After= name docker's unit through layout.DOCKER_UNIT (rendered the same)."""
+    from specfleet.host.layout import DOCKER_UNIT
+
+    templates = ROOT / "specfleet" / "templates"
+    assert [p.name for p in sorted(templates.glob("*.j2")) if DOCKER_UNIT in p.read_text()] == []
+    assert any("{{ docker_unit }}" in p.read_text() for p in templates.glob("*.j2"))
