@@ -19,6 +19,7 @@ from specfleet.host.layout import (
     SUDOERS_FILE,
     main_pid,
 )
+from specfleet.memory import reserve_kb
 from specfleet.pair_files import gate_command
 from specfleet.render import DOCKERD_OOM_SCORE_ADJ, OOM_SCORE_ADJ, config_yaml, dockerd_oom_dropin, unit_text
 from specfleet.settings import TIKTOKEN_FILES
@@ -112,10 +113,15 @@ def test_container_runs_with_the_seed_flags(spark):
     assert binds and all(b.endswith(":ro") for b in binds), binds
     assert any(b.startswith(f"{spark.plan.paths.hf_home}:") for b in binds)
     assert hc["OomScoreAdj"] == OOM_SCORE_ADJ  # the kernel's OOM killer takes the serving container first
-    # its cgroup is capped at MemTotal less the reserve (drop-caches computes it at each start), swap included
+    # its cgroup is capped at MemTotal less the reserve (drop-caches computes it at each start), swap included where
+    # the kernel accounts swap: without that, docker keeps the memory cap and stores MemorySwap -1 (moby's
+    # verifyPlatformContainerResources: "Memory limited without swap")
     total_kb = int(spark.host.check_output("awk '/^MemTotal:/{print $2}' /proc/meminfo"))
-    cap = (total_kb - int(spark.s.memory_reserve_gb * GB) // 1024) * 1024
-    assert (hc["Memory"], hc["MemorySwap"]) == (cap, cap), (hc["Memory"], hc["MemorySwap"], cap)
+    cap = (total_kb - reserve_kb(int(spark.s.memory_reserve_gb * GB))) * 1024
+    with spark.host.sudo():
+        swap_limit = spark.host.check_output("docker info --format '{{.SwapLimit}}'").strip() == "true"
+    want = (cap, cap if swap_limit else -1)
+    assert (hc["Memory"], hc["MemorySwap"]) == want, (hc["Memory"], hc["MemorySwap"], want, swap_limit)
 
 
 def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_last(spark):
