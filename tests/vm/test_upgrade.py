@@ -1,7 +1,9 @@
-"""Upgrading specfleet restarts nothing (issue 17, point 7): the fleet converged by the last release before the
-redesign (BASE, run from a git worktree of that commit) is converged again by this tree. The rendered files and
-release ids are pinned byte for byte by tests/unit/test_golden_render.py; this shows it on real guests: the
-containers keep their start time, the gate is not re-run, and what changes is the host tools only."""
+"""Upgrading specfleet does what the README's upgrade notes say (issue 17, point 7, then the rendering bumps of issue
+20): the fleet converged by the last release before the redesign (BASE, run from a git worktree of that commit) is
+converged again by this tree. BASE renders with rendering 2 and this tree with render.RENDERING, whose bumps (3 and 4,
+unified memory) change the release ids on the lab's TensorRT-LLM version: `plan` names that as its own reason on every
+host, the converge switches each host once, and a second converge changes and restarts nothing. Within one rendering
+the rendered files and release ids are pinned byte for byte by tests/unit/test_golden_render.py (nothing restarts)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specfleet.render import RENDERING
 from tests.vm import lab
 from tests.vm.conftest import figure
 from tests.vm.test_ci_sequence import started_at
@@ -20,9 +23,7 @@ from tests.vm.test_rollout import serving_inventory
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
 BASE = "1722c52"  # main before issue 17 (the layers, the host layout, the lab out of the wheel)
-HOST_TOOL_WRITES = ("Install specfleet-host", "Install fetch-model", "Install layout.py", "Install hostlib.py",
-                    "Install release_state.py", "Install drain.py", "Install gateway-agent",  # issue 18
-                    "Take the run lock", "Release the run lock")  # a converge with work takes the host's run lock
+BASE_RENDERING = 2  # render.RENDERING at BASE
 
 
 @pytest.fixture(scope="module")
@@ -55,26 +56,28 @@ def _without_fleet_addresses(inventory: Path, out: Path) -> Path:
     return lab.write_lock(out)
 
 
-def test_a_converge_after_the_upgrade_restarts_nothing(vm_fleet, lab_inventory, base_tree):
-    # what the fleet serves now: the lab's release, or in --full the one the rollout tests left (C); converging
-    # that with the old tree switches nothing, so this test costs converges, not a fleet-wide switch
+def test_an_upgrade_switches_each_host_once_for_its_rendering_and_then_nothing(vm_fleet, lab_inventory, base_tree):
+    # what the fleet serves now: the lab's release, or in --full the one the rollout tests left (C)
     lab_inventory = serving_inventory(lab_inventory)
     # the lab's guests have a fleet_address (the shared network) that the old tree does not know (it refuses unknown
     # vars); without a gateway group it changes nothing, so both trees converge the fleet file without it
     lab_inventory = _without_fleet_addresses(lab_inventory, lab_inventory.with_name("upgrade.yml"))
-    old = _converge_with(base_tree, lab_inventory)
+    old = _converge_with(base_tree, lab_inventory)  # the fleet as BASE serves it: its own rendering's release ids
     assert "specfleet/host/layout.py" not in old.stdout  # the old tree knows nothing of the layout module
     before = started_at(vm_fleet)
     assert all(before.values()), before
+    plan = lab.run_specfleet("plan", "inventory.py", "deploys/eagle3.py", inventory=lab_inventory)
+    reason = f"specfleet renders differently: rendering {BASE_RENDERING} -> {RENDERING} (README: upgrade notes)"
+    assert plan.returncode == 10 and plan.stdout.count(reason) == len(vm_fleet.guests), plan.stdout + plan.stderr
     run = lab.run_pyinfra(lab_inventory, "eagle3")
     assert run.returncode == 0, run.output()[-4000:]
-    assert started_at(vm_fleet) == before, "the upgrade restarted a container"
-    changed = {h: [op for op in ops if not any(w in op for w in HOST_TOOL_WRITES)] for h, ops in run.changed.items()}
-    assert changed == {h: [] for h in run.changed}, f"the upgrade changed more than the host tools: {changed}"
-    assert run.changed, "the upgrade rewrites the host tools (they changed): the check above saw them"
+    after = started_at(vm_fleet)
+    assert all(after[h] != before[h] for h in before), (before, after)  # each host switched to the new release
     again = lab.run_pyinfra(lab_inventory, "eagle3")
     assert again.returncode == 0 and again.changed == {}, again.changed
-    for guest in vm_fleet.guests:  # and each host still serves its release
+    assert started_at(vm_fleet) == after, "a second converge after the upgrade restarted a container"
+    for guest in vm_fleet.guests:  # and each host serves its release
         assert lab.guest_curl_completion(guest)["choices"][0]["text"].strip(), guest.name
-    figure("upgrade from before issue 17: operations that changed something / containers restarted",
-           f"{sum(len(v) for v in run.changed.values())} (host tools + run lock) / 0")
+    figure(f"upgrade from before issue 17 (rendering {BASE_RENDERING} -> {RENDERING}): hosts switched / operations "
+           "the upgrade's converge changed / the next one changed", f"{len(after)} / "
+           f"{sum(len(v) for v in run.changed.values())} / {sum(len(v) for v in again.changed.values())}")
