@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.full]
 
 BASE = "1722c52"  # main before issue 17 (the layers, the host layout, the lab out of the wheel)
 BASE_RENDERING = 2  # render.RENDERING at BASE
+VARS_AFTER_BASE = ("memory_reserve_gb",)  # of the lab's vars (lab.ci_vars), those BASE does not know (it refuses them)
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +47,14 @@ def _converge_with(tree, inventory) -> lab.PyinfraRun:
     return proc
 
 
-def _without_fleet_addresses(inventory: Path, out: Path) -> Path:
+def _without_vars(inventory: Path, out: Path, fleet_vars: tuple = ()) -> Path:
+    """The fleet file without the hosts' fleet_address and without `fleet_vars` (of all.vars), locked."""
     inv = yaml.safe_load(inventory.read_text())
     for group in inv["all"].get("children", {}).values():
         for host_vars in (group.get("hosts") or {}).values():
             (host_vars or {}).pop("fleet_address", None)
+    for key in fleet_vars:
+        inv["all"].get("vars", {}).pop(key, None)
     out.write_text(yaml.safe_dump(inv, sort_keys=False))
     Path(f"{out}.lock").write_text(Path(f"{inventory}.lock").read_text())
     return lab.write_lock(out)
@@ -60,9 +64,11 @@ def test_an_upgrade_switches_each_host_once_for_its_rendering_and_then_nothing(v
     # what the fleet serves now: the lab's release, or in --full the one the rollout tests left (C)
     lab_inventory = serving_inventory(lab_inventory)
     # the lab's guests have a fleet_address (the shared network) that the old tree does not know (it refuses unknown
-    # vars); without a gateway group it changes nothing, so both trees converge the fleet file without it
-    lab_inventory = _without_fleet_addresses(lab_inventory, lab_inventory.with_name("upgrade.yml"))
-    old = _converge_with(base_tree, lab_inventory)  # the fleet as BASE serves it: its own rendering's release ids
+    # vars); without a gateway group it changes nothing, so both trees converge the fleet file without it. The old
+    # tree's also lacks the vars added after BASE, as a fleet file of that time did (the upgrade then adds them)
+    lab_inventory = _without_vars(lab_inventory, lab_inventory.with_name("upgrade.yml"))
+    base_inventory = _without_vars(lab_inventory, lab_inventory.with_name("upgrade-base.yml"), VARS_AFTER_BASE)
+    old = _converge_with(base_tree, base_inventory)  # the fleet as BASE serves it: its own rendering's release ids
     assert "specfleet/host/layout.py" not in old.stdout  # the old tree knows nothing of the layout module
     before = started_at(vm_fleet)
     assert all(before.values()), before
