@@ -167,28 +167,51 @@ def modelled_request_s(prompt_tokens: int, tokens_per_iter: int, k: int) -> floa
     return (TARGET_MS + PREFILL_MS * prompt_tokens + iters * (TARGET_MS + k * EAGLE["draft_step_ms"])) / 1000
 
 
-def test_bench_recovers_acceptance_and_speedup_from_the_standin(standin):
-    buckets = {"short": 24, "long": 1024}
-    base = bench.variant_result(bench.Variant("baseline", "baseline"), "h1", None, raw=run_load(standin(None), buckets))
-    v = bench.parse_variants(["eagle3:max_draft_len=3"])[0]
-    spec = bench.variant_result(v, "h2", None, raw=run_load(standin(3, EAGLE), buckets))
-    results = [base, spec]
-    bench.add_speedups(results)
+TIMING_ATTEMPTS = 3  # a measurement whose wall-clock figures a busy machine pushed out of tolerance is taken again
+
+
+def _timing_misses(base: dict, spec: dict, buckets: dict[str, int]) -> list[str]:
+    """The wall-clock checks, each miss named with what was measured: the figures that another process's load on the
+    machine (a VM tier booting beside the unit tests) can move, unlike the counts and acceptance."""
+    misses = []
     for b, words in buckets.items():
         f = spec["buckets"][b]
-        assert f["requests"] == 3 and not f["errors"] and f["output_tokens"] == 3 * MAX_TOKENS
-        assert f["acceptance_length"] == pytest.approx(3.0, rel=0.005)
-        assert f["acceptance_rate"] == pytest.approx(2 / 3, rel=0.005)
-        assert base["buckets"][b]["acceptance_length"] is None  # no speculation, no specDecodingStats
         expected = modelled_request_s(words, 1, 0) / modelled_request_s(words, 3, 3)
-        assert f["speedup"] == pytest.approx(expected, rel=0.10), (b, f["speedup"], expected)
-        # TTFT is the context iteration: target step + prefill of the prompt
-        assert f["ttft_s"]["p50"] == pytest.approx((TARGET_MS + PREFILL_MS * words) / 1000, abs=0.03)
-        assert f["itl_s"]["mean"] == pytest.approx((TARGET_MS + 3 * EAGLE["draft_step_ms"]) / 1000, rel=0.3)
-        assert f["latency_s"]["p50"] <= f["latency_s"]["p90"]
-    assert spec["buckets"]["long"]["ttft_s"]["p50"] > spec["buckets"]["short"]["ttft_s"]["p50"] + 0.03
-    assert "host_bytes" in spec["buckets"]["short"]["mem_peak"]  # MemAvailable-based, no nvidia-smi here
-    assert spec["env"]["arch"] and spec["host_class"] == base["host_class"]
+        if f["speedup"] != pytest.approx(expected, rel=0.10):
+            misses.append(f"{b}: speed-up {f['speedup']:.3f}, modelled {expected:.3f} (10 %)")
+        ttft = (TARGET_MS + PREFILL_MS * words) / 1000  # the context iteration: target step + prefill of the prompt
+        if f["ttft_s"]["p50"] != pytest.approx(ttft, abs=0.03):
+            misses.append(f"{b}: TTFT p50 {f['ttft_s']['p50']:.3f} s, modelled {ttft:.3f} s (30 ms)")
+        itl = (TARGET_MS + 3 * EAGLE["draft_step_ms"]) / 1000
+        if f["itl_s"]["mean"] != pytest.approx(itl, rel=0.3):
+            misses.append(f"{b}: ITL mean {f['itl_s']['mean']:.4f} s, modelled {itl:.4f} s (30 %)")
+    if not spec["buckets"]["long"]["ttft_s"]["p50"] > spec["buckets"]["short"]["ttft_s"]["p50"] + 0.03:
+        misses.append("the long prompt's TTFT is not 30 ms over the short one's")
+    return misses
+
+
+def test_bench_recovers_acceptance_and_speedup_from_the_standin(standin):
+    buckets = {"short": 24, "long": 1024}
+    v = bench.parse_variants(["eagle3:max_draft_len=3"])[0]
+    for attempt in range(1, TIMING_ATTEMPTS + 1):
+        base = bench.variant_result(bench.Variant("baseline", "baseline"), "h1", None,
+                                    raw=run_load(standin(None), buckets))
+        spec = bench.variant_result(v, "h2", None, raw=run_load(standin(3, EAGLE), buckets))
+        bench.add_speedups([base, spec])
+        for b in buckets:  # what no load can move: every attempt holds these exactly
+            f = spec["buckets"][b]
+            assert f["requests"] == 3 and not f["errors"] and f["output_tokens"] == 3 * MAX_TOKENS
+            assert f["acceptance_length"] == pytest.approx(3.0, rel=0.005)
+            assert f["acceptance_rate"] == pytest.approx(2 / 3, rel=0.005)
+            assert base["buckets"][b]["acceptance_length"] is None  # no speculation, no specDecodingStats
+            assert f["latency_s"]["p50"] <= f["latency_s"]["p90"]
+        assert "host_bytes" in spec["buckets"]["short"]["mem_peak"]  # MemAvailable-based, no nvidia-smi here
+        assert spec["env"]["arch"] and spec["host_class"] == base["host_class"]
+        misses = _timing_misses(base, spec, buckets)
+        if not misses:
+            break
+        print(f"attempt {attempt} of {TIMING_ATTEMPTS}: wall-clock figures out of tolerance: {'; '.join(misses)}")
+    assert not misses, f"in each of {TIMING_ATTEMPTS} attempts; the last: {misses}"
 
 
 def test_bench_recovers_drawn_acceptance(standin):
