@@ -83,6 +83,7 @@ operator_users = []  # existing host users appended to the docker group (docker 
 disk_headroom_gb = 20  # noqa: E501  # free disk (GB) that must remain after the models still to fetch (and the image still to pull) are downloaded
 image_size_gb = 25  # noqa: E501  # disk (GB) the serving image takes once pulled; counted by the disk preflight while the image is still to pull (an estimate: check `docker system df` on a host that has it)
 memory_reserve_gb = 8  # noqa: E501  # memory (GB) of MemTotal the weights and their overhead must leave (the OS, docker, sshd, what the KV cache leaves); the preflight refuses a profile that would not leave it, and testinfra checks a serving host keeps it available
+earlyoom_available_gb = None  # noqa: E501  # MemAvailable (GB) below which earlyoom (the distribution's, installed by the deploy) ends the serving container first (SIGKILL): it sees a GB10's GPU allocations, which the container's cap does not; None: a quarter of memory_reserve_gb; 0 leaves earlyoom alone
 memory_overhead_fraction = 0.15  # noqa: E501  # memory a server needs beyond its weights, as a fraction of them (CUDA context, runtime, CUDA graphs, activations, a minimal KV cache): an estimate, not an upstream figure
 
 # --- systemd service -----------------------------------------------------------------------------

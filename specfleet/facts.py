@@ -12,7 +12,7 @@ from importlib import resources
 from pyinfra.api import FactBase
 
 from .host import release_state
-from .host.layout import DOCKER_UNIT, Layout, main_pid
+from .host.layout import DOCKER_UNIT, EARLYOOM_BIN, EARLYOOM_UNIT, Layout, main_pid
 
 # The probe (a shell program of its own, shipped in the one remote command; paths from host/layout.py), and THE
 # reader of the release state it runs (host/release_state.py, also installed next to the host tool).
@@ -73,6 +73,8 @@ class HostStatus:
     mem_total: int = 0  # bytes of memory (/proc/meminfo MemTotal: a GB10's one pool for CPU and GPU); 0 unknown
     mem_available: int = 0  # bytes available now (MemAvailable)
     dockerd_oom: int | None = None  # the running dockerd's oom_score_adj (None: no dockerd found)
+    # earlyoom: its binary ("": not installed), its unit's ActiveState and UnitFileState ("enabled", "disabled", ...)
+    earlyoom: tuple[str, str, str] = ("", "", "")
 
     def gate_passed(self, release: str) -> bool:
         """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
@@ -105,6 +107,7 @@ class SpecfleetHost(FactBase):
             "PINGS": "\n".join(pings),
             "STATS": "\n".join(stats),
             "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv, "DOCKERD_PID": main_pid(DOCKER_UNIT),
+            "EARLYOOM_BIN": EARLYOOM_BIN, "EARLYOOM_UNIT": EARLYOOM_UNIT,
             "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
             "FILE_STATUS": FILE_STATUS,
         }
@@ -141,11 +144,10 @@ class SpecfleetHost(FactBase):
                 same, _, path = more.partition("\t")
                 st.docker_root, st.docker_root_free = path, int(free) if free.isdigit() else 0
                 st.docker_root_same_fs = {"same": True, "other": False}.get(same)
+            elif key in ("apparmor", "earlyoom"):  # three tab-separated fields, each possibly empty
+                setattr(st, key, tuple((rest.split("\t") + ["", ""])[:3]))
             elif key == "gpu_hook":
                 st.gpu_hook = rest
-            elif key == "apparmor":
-                enabled, loaded, parser = (rest.split("\t") + ["", "", ""])[:3]
-                st.apparmor = (enabled, loaded, parser)
             elif key == "dpkg_busy":
                 st.dpkg_busy = rest.split()
             elif key == "ifaces":

@@ -24,6 +24,12 @@ def reserve_kb(reserve: int) -> int:
     return reserve // 1024
 
 
+def earlyoom_floor_gb(settings) -> float:
+    """earlyoom's floor (steps/oom.py): earlyoom_available_gb, or a quarter of memory_reserve_gb (0: left alone)."""
+    given = settings.earlyoom_available_gb
+    return settings.memory_reserve_gb / 4 if given is None else given
+
+
 @dataclass(frozen=True)
 class Fit:
     profile: str

@@ -77,6 +77,7 @@ def describe(name: str, found) -> list[str]:
         out.append(f"  docker group: add {', '.join(ch.users)}")
     if ch.dockerd:
         out.append(f"  {ch.dockerd}")
+    out += [f"  {line}" for line in ch.earlyoom]
     if ch.install:
         out.append(f"  install {ch.install} in the fetch venv")
     if ch.writes:

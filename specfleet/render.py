@@ -17,6 +17,7 @@ from .host.layout import (
     CONTAINER_MEMORY_VAR,
     DOCKER_UNIT,
     DRAFT_LINK,
+    EARLYOOM_BIN,
     PAIR_AGENT,
     PAIR_AGENT_ENV,
     PAIR_MOUNT,
@@ -24,7 +25,7 @@ from .host.layout import (
     SMOKE_FILE,
     Layout,
 )
-from .memory import reserve_kb
+from .memory import earlyoom_floor_gb, reserve_kb
 from .pair_launch import mpirun_argv
 from .settings import Settings
 
@@ -50,6 +51,9 @@ OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first c
 # dockerd comes last, as Docker's packaging puts containerd (-999: chosen only when nothing else can be; not -1000,
 # which its children would inherit, making them unkillable). Debian's docker.io leaves dockerd at 0.
 DOCKERD_OOM_SCORE_ADJ = -999
+# earlyoom never picks these (matched against /proc/PID/comm): the box's init, its SSH listener, docker's daemons. A
+# backstop: their oom_score is already the lowest (sshd -1000, dockerd -999), and earlyoom takes the highest.
+EARLYOOM_AVOID = "^(init|systemd|sshd|dockerd|containerd)$"
 
 
 def config_yaml(s: Settings) -> str:
@@ -193,6 +197,23 @@ def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, 
     if s.hf_token is not None:
         files[layout.token_file] = token_text(s, redact)
     return files
+
+
+def earlyoom_kib(s: Settings) -> tuple[int, int]:
+    """earlyoom's `-M SIZE,KILL_SIZE` in KiB: both its floor of MemAvailable, so that it sends SIGKILL at once. A
+    SIGTERM is a graceful shutdown that exits 0 (uvicorn's, which trtllm-serve serves with: not checked on the NGC
+    image; the stand-in does the same), which the unit's Restart=on-failure takes for a stop: the host would serve
+    nothing. And a graceful shutdown holds the memory while the box runs out."""
+    floor = int(earlyoom_floor_gb(s) * GB) // 1024
+    return floor, floor
+
+
+def earlyoom_dropin(s: Settings) -> str:
+    """earlyoom.service's drop-in on a serving Spark: its own command line, thresholds and the processes it avoids
+    (systemd expands `$` in ExecStart: written `$$`)."""
+    term, kill = earlyoom_kib(s)
+    return ENV.get_template("earlyoom.conf.j2").render(binary=EARLYOOM_BIN, term_kib=term, kill_kib=kill,
+                                                      avoid=EARLYOOM_AVOID.replace("$", "$$"))
 
 
 def dockerd_oom_dropin() -> str:

@@ -128,6 +128,7 @@ class Settings(BaseModel):
     image_size_gb: NonNegInt
     memory_reserve_gb: Annotated[float, Field(ge=0, le=4096, allow_inf_nan=False)]
     memory_overhead_fraction: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]
+    earlyoom_available_gb: Annotated[float, Field(ge=0, le=4096, allow_inf_nan=False)] | None
     service_name: str
     restart_sec: PosInt
     start_limit_burst: PosInt
@@ -180,6 +181,15 @@ class Settings(BaseModel):
         for name, digest in v.items():
             if not re.fullmatch(r"[0-9a-f]{64}", digest):
                 raise ValueError(f"'{name}': '{digest}' is not a lowercase hex SHA-256 (64 characters)")
+        return v
+
+    @field_validator("earlyoom_available_gb")
+    @classmethod
+    def _v_earlyoom(cls, v: float | None, info: ValidationInfo) -> float | None:
+        reserve = info.data.get("memory_reserve_gb")
+        if v and reserve is not None and v >= reserve:
+            raise ValueError(f"{v:g} GB is not below memory_reserve_gb ({reserve:g} GB), which earlyoom acts in "
+                             "(allowed: 0, which leaves earlyoom alone, or a figure below memory_reserve_gb)")
         return v
 
     @field_validator("serves")

@@ -29,6 +29,8 @@ PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
 DOCKER_UNIT = "docker.service"  # docker's unit: dockerd is its main process (a snap's docker is not found: left alone)
 SSH_UNIT = "ssh.service"  # OpenSSH's unit: the sshd listener is its main process (sessions are its children)
+EARLYOOM_UNIT = "earlyoom.service"  # the distribution's earlyoom (Debian/Ubuntu package earlyoom), a serving Spark's
+EARLYOOM_BIN = "/usr/bin/earlyoom"  # where that package installs it (its unit's ExecStart, which the drop-in replaces)
 
 
 def main_pid(unit: str) -> str:
@@ -146,6 +148,8 @@ class Layout:
     unit_dropins = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service.d")  # drop-ins beside the unit
     start_marker_dropin = property(lambda self: f"{self.unit_dropins}/specfleet-start-marker.conf")  # behind gateways
     dockerd_oom_dropin = property(lambda self: f"{UNIT_DIR}/{DOCKER_UNIT}.d/specfleet-oom.conf")  # a serving Spark
+    earlyoom_dropin = property(lambda self: f"{UNIT_DIR}/{EARLYOOM_UNIT}.d/specfleet.conf")  # its floor, whom it spares
+    earlyoom_marker = property(lambda self: f"{self.data_dir}/earlyoom.specfleet")  # what the deploy did: the cleanup's
     pair_dir = property(lambda self: f"{self.data_dir}/pair")  # a pair host's link and MPI files (root 0700)
     netplan_staged = property(lambda self: f"{self.pair_dir}/netplan.yaml")  # the link's netplan, as rendered
     netplan_previous = property(lambda self: f"{self.pair_dir}/netplan.previous")  # NETPLAN_FILE before a try

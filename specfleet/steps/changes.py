@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..gateway_files import spark_paths
 from ..plan import HostPlan
-from .oom import dockerd_work
+from .oom import dockerd_work, earlyoom_work
 from .pair import trust
 from .pair_link import link_work
 from .service import RESTARTS, switch_checks
@@ -49,6 +49,7 @@ class Changes:
     pair: list[str] = field(default_factory=list)  # a pair host's link and MPI trust (steps/pair_link, steps/pair)
     memory: str | None = None  # what the profile needs of the host's memory (memory.Fit.line): shown, not a change
     dockerd: str | None = None  # the running dockerd's OOM score to set (steps/oom.py)
+    earlyoom: list[str] = field(default_factory=list)  # earlyoom to install, start or restart (steps/oom.py)
 
     @property
     def restart(self) -> list[str]:
@@ -66,6 +67,7 @@ class Changes:
         out += [f"add {u} to the docker group" for u in self.users]
         if self.dockerd:
             out.append(self.dockerd)
+        out += self.earlyoom
         if self.validate:
             out.append(f"validate the config with {self.validate}'s own TensorRT-LLM (no cached verdict)")
         if self.install:
@@ -103,7 +105,7 @@ def changes(plan: HostPlan) -> Changes:
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
                    removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
-                   pair=_pair_lines(plan), dockerd=dockerd_work(plan),
+                   pair=_pair_lines(plan), dockerd=dockerd_work(plan), earlyoom=earlyoom_work(plan),
                    memory=plan.memory_fit.plan_line(st.mem_total, st.mem_available) if plan.memory_fit else None)
 
 

@@ -2,7 +2,8 @@
 gateway-facing units and files, and on a pair host its MPI trust and link (steps/pair.py, steps/pair_link.py). The
 model cache, encodings and releases stay unless purge_models is true; then they go too, with the release state
 (current link, previous, gate state, job logs) and the token file. dockerd's OOM drop-in (steps/oom.py) goes; the
-running dockerd keeps its figure until its next start. A gateway host: HAProxy stopped and removed with
+running dockerd keeps its figure until its next start; earlyoom's drop-in goes, and what the deploy did to earlyoom
+(installed or enabled it) is undone. A gateway host: HAProxy stopped and removed with
 every file the gateway deploy wrote (steps/gateway.py), then whatever it still holds from serving as a Spark before
 it joined the gateway group (the same Spark-side removals, each only where the one status read finds it)."""
 
@@ -13,6 +14,7 @@ from pyinfra.operations import files, server, systemd
 
 from .behind_gateways import remove_spark_side
 from .gateway import gateway_cleanup
+from .oom import remove_earlyoom
 from .pair import remove_pair_trust
 from .pair_link import remove_pair_link
 from .state import current_plan, host_status
@@ -36,6 +38,7 @@ def cleanup():
     if layout.dockerd_oom_dropin in st.files:  # the running dockerd keeps its figure until its next start
         files.file(name=f"Remove {layout.dockerd_oom_dropin}", path=layout.dockerd_oom_dropin, present=False)
         systemd.daemon_reload(name="systemd daemon-reload (docker.service's drop-in removed; dockerd keeps running)")
+    remove_earlyoom(plan)
     if s.purge_models:
         for path in (layout.hf_home, layout.drafts, layout.releases, layout.tiktoken, layout.jobs):
             files.directory(name=f"Purge {path}", path=path, present=False)

@@ -17,9 +17,10 @@ from ..facts import HostStatus, SpecfleetHost
 from ..gateway_files import spark_files, spark_paths
 from ..grammars import pinned_version
 from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
+from ..memory import earlyoom_floor_gb
 from ..pair_files import pair_reads
 from ..plan import HostPlan
-from ..render import dockerd_oom_dropin, token_text
+from ..render import dockerd_oom_dropin, earlyoom_dropin, token_text
 from ..settings import TIKTOKEN_FILES
 from ..validate_in_image import config_key, image_key
 
@@ -135,6 +136,8 @@ def _wanted_files(plan: HostPlan) -> dict[str, Want]:
             want[f"{layout.tiktoken}/{name}"] = Want("file", "644", sha256=s.tiktoken_sha256[name])
     if not plan.is_mirror:  # a serving Spark: dockerd comes last under memory pressure (steps/oom.py)
         want[layout.dockerd_oom_dropin] = Want("file", "644", sha256=sha256(dockerd_oom_dropin()))
+        if earlyoom_floor_gb(s) > 0:  # earlyoom's command line (steps/oom.py)
+            want[layout.earlyoom_dropin] = Want("file", "644", sha256=sha256(earlyoom_dropin(s)))
     rdir = layout.release_dir(plan.release_id)
     want[layout.releases] = Want("dir")
     want[rdir] = Want("dir")
@@ -155,7 +158,8 @@ def _read_status(plan: HostPlan, on: Host) -> HostStatus:
         sizes += tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs)
     files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
     files += () if s.gateways else spark_paths(s)  # left over from a gateway group the fleet no longer has
-    files += () if plan.paths.dockerd_oom_dropin in files else (plan.paths.dockerd_oom_dropin,)  # for the cleanup
+    files += tuple(p for p in (plan.paths.dockerd_oom_dropin, plan.paths.earlyoom_dropin, plan.paths.earlyoom_marker)
+                   if p not in files)  # what steps/oom.py left: the cleanup removes it; the marker says what it did
     trust = pair_reads(s, plan.paths) if s.pair else {}
     return on.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
                        image=s.image, sizes=sizes, files=files + tuple(trust.get("files", ())),

@@ -13,15 +13,26 @@ from specfleet.host.layout import (
     CONFIG_FILE,
     DOCKER_UNIT,
     DRAFT_LINK,
+    EARLYOOM_BIN,
+    EARLYOOM_UNIT,
     NETPLAN_FILE,
     PAIR_USER,
     SSH_UNIT,
     SUDOERS_FILE,
     main_pid,
 )
-from specfleet.memory import reserve_kb
+from specfleet.memory import earlyoom_floor_gb, reserve_kb
 from specfleet.pair_files import gate_command
-from specfleet.render import DOCKERD_OOM_SCORE_ADJ, OOM_SCORE_ADJ, config_yaml, dockerd_oom_dropin, unit_text
+from specfleet.render import (
+    DOCKERD_OOM_SCORE_ADJ,
+    EARLYOOM_AVOID,
+    OOM_SCORE_ADJ,
+    config_yaml,
+    dockerd_oom_dropin,
+    earlyoom_dropin,
+    earlyoom_kib,
+    unit_text,
+)
 from specfleet.settings import TIKTOKEN_FILES
 
 
@@ -144,6 +155,23 @@ def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_l
     assert adjs and all(int(a) == OOM_SCORE_ADJ for a in adjs), served
     # sshd's listener: OpenSSH's own -1000 (oom_adjust_setup); dockerd: the deploy's (steps/oom.py)
     assert daemons == ["sshd", "-1000", "dockerd", str(DOCKERD_OOM_SCORE_ADJ)], daemons
+
+
+def test_earlyoom_watches_available_memory_with_the_deploys_floor(spark):
+    """Unified memory (README): earlyoom runs with the drop-in's command line, so it ends the serving container while
+    the floor is still available (a GB10's GPU allocations, which the container's cap does not hold, count there)."""
+    floor = earlyoom_floor_gb(spark.s)
+    if floor <= 0:
+        pytest.skip("earlyoom_available_gb: 0 (earlyoom is left as it is)")
+    term, kill = earlyoom_kib(spark.s)
+    with spark.host.sudo():
+        dropin = spark.host.file(spark.plan.paths.earlyoom_dropin)
+        assert dropin.exists and dropin.content_string == earlyoom_dropin(spark.s)
+        unit = spark.host.service(EARLYOOM_UNIT.removesuffix(".service"))
+        assert unit.is_running and unit.is_enabled
+        argv = spark.host.check_output(f"tr '\\0' ' ' < /proc/$({main_pid(EARLYOOM_UNIT)})/cmdline").split()
+    assert argv[:3] == [EARLYOOM_BIN, "-M", f"{term},{kill}"], argv
+    assert argv[argv.index("--avoid") + 1] == EARLYOOM_AVOID, argv  # systemd turned the drop-in's `$$` into `$`
 
 
 def test_port_listening_on_the_configured_address(spark):

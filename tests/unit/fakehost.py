@@ -21,7 +21,7 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
-from specfleet.host.layout import HOST_PROGRAMS, MODULES
+from specfleet.host.layout import EARLYOOM_BIN, HOST_PROGRAMS, MODULES
 from specfleet.hub import ModelPin, models_of
 from specfleet.inventory import Inventory as FleetInventory
 from specfleet.inventory import load_inventory
@@ -89,6 +89,7 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
         "listen": "1", "active": "active", "enabled": "enabled",
         "current": plan.release_id if s.profile else "", "unit_sha256": unit_sha, "container": "true",
         "free": str(500 * 10**9), "image": "sha256:" + "c" * 64, "dockerd_oom": str(DOCKERD_OOM_SCORE_ADJ),
+        "earlyoom": f"{EARLYOOM_BIN}\tactive\tenabled",  # installed, running with its drop-in (steps/oom.py)
     }
     fields.update({k: str(v) for k, v in over.items() if k in fields})
     lines = [f"{k}\t{v}" for k, v in fields.items()]

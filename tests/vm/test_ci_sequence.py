@@ -12,7 +12,7 @@ import time
 import pytest
 
 from specfleet import defaults
-from specfleet.host.layout import Layout
+from specfleet.host.layout import EARLYOOM_UNIT, Layout
 from tests.vm import lab
 from tests.vm.conftest import figure
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
@@ -153,6 +153,11 @@ def test_cleanup_stops_and_keeps_the_cache(vm_fleet, lab_inventory, hub):
         state = g.ssh("systemctl is-active specfleet-trtllm; systemctl is-enabled specfleet-trtllm", check=False).stdout.split()
         assert state == ["inactive", "disabled"], state
         assert g.ssh("docker ps -aq --filter name=specfleet-trtllm").stdout.strip() == ""
+        # earlyoom as the image has it (installed, disabled: the deploy enabled it, and its marker said so)
+        eo = g.ssh(f"systemctl is-active {EARLYOOM_UNIT}; systemctl is-enabled {EARLYOOM_UNIT}; "
+                   f"ls {Layout(defaults.data_dir).earlyoom_marker} {Layout(defaults.data_dir).earlyoom_dropin}",
+                   check=False).stdout.split()
+        assert eo == ["inactive", "disabled"], eo
         listing = g.ssh("/var/lib/specfleet/venv/bin/hf cache ls --cache-dir /var/lib/specfleet/hf/hub --format json").stdout
         cached = {entry["repo_id"] for entry in json.loads(listing)}
         assert {"nvidia/Llama-3.3-70B-Instruct-FP4", "openai/gpt-oss-120b"} <= cached, cached

@@ -2,19 +2,21 @@
 driver freeze; it proves the part specfleet controls: which process the kernel kills (the container's cgroup is capped
 at MemTotal less memory_reserve_gb, and it runs with --oom-score-adj=1000), that SSH answers throughout and sshd and dockerd live on, that the failure is reported, and
 that the host serves its release again. The trtllm-serve stand-in's modes oom_load (allocate without bound while
-loading) and oom_request (on a long prompt) exhaust the guest's 2 GiB. One guest of its own, the session fleet
-paused meanwhile: --full."""
+loading) and oom_request (on a long prompt) exhaust the guest's 2 GiB. Case (c): memory taken outside the container
+(the stand-in for a GB10's GPU allocations, which its cap does not see) is met by earlyoom, which ends the container.
+One guest of its own, the session fleet paused meanwhile: --full."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from specfleet import defaults
-from specfleet.host.layout import DOCKER_UNIT, SSH_UNIT, Layout, main_pid
+from specfleet.host.layout import DOCKER_UNIT, EARLYOOM_UNIT, SSH_UNIT, Layout, main_pid
 from specfleet.render import OOM_SCORE_ADJ
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
@@ -140,6 +142,17 @@ def serving(guest) -> dict:
     return st
 
 
+def assert_the_restart_policy_served_it_again(guest, since: float, st: dict, release: str, before: dict,
+                                              poll: SshPoller) -> None:
+    """The unit's journal: the container's main process was killed (137), drop-caches ran before the restart; the
+    same release serves again; sshd and dockerd live on; SSH answered every poll."""
+    journal = guest.ssh(f"journalctl -u {SERVICE} --since @{int(since)} --no-pager -o cat").stdout
+    assert "status=137" in journal and "drop-caches: flushed dirty pages" in journal, journal[-3000:]
+    assert st["release"] == release, st
+    assert daemons(guest) == before, "sshd or dockerd was killed or restarted"
+    assert not poll.misses, f"SSH did not answer {len(poll.misses)} of {poll.polls} polls: {poll.misses[:5]}"
+
+
 def test_a_load_that_exhausts_memory_is_killed_and_the_gate_reverts(spark):
     """(a) Release B's server allocates without bound while loading: the kernel kills the container's process (its
     log names the victim, in the container's cgroup, oom_score_adj 1000), not sshd or dockerd; SSH answers throughout; the gate fails and reverts, and the host serves A again."""
@@ -187,11 +200,58 @@ def test_a_request_that_exhausts_memory_is_killed_and_the_restart_policy_serves_
     assert asked.returncode != 0, "the long request was answered: nothing ran out of memory"
     kernel, events = oom_kills(guest, since)
     assert_the_container_was_the_victim(kernel)
-    journal = guest.ssh(f"journalctl -u {SERVICE} --since @{int(since)} --no-pager -o cat").stdout
-    assert "status=137" in journal and "drop-caches: flushed dirty pages" in journal, journal[-3000:]
-    assert st["release"] == c["release"], st
-    assert daemons(guest) == before, "sshd or dockerd was killed or restarted"
-    assert not poll.misses, f"SSH did not answer {len(poll.misses)} of {poll.polls} polls: {poll.misses[:5]}"
+    assert_the_restart_policy_served_it_again(guest, since, st, c["release"], before, poll)
     figure("memory: (b) OOM on a request -> C serving again (the restart policy)",
            f"{back - since:.1f} s from the request; SSH answered {poll.polls} polls, longest {poll.longest:.1f} s; "
            "docker's oom event " + (f"{back - events[0]['time']:.1f} s before" if events else "missed"))
+
+
+HOG_UNIT = "specfleet-test-unified-memory"  # the stand-in for a GB10's GPU allocations, as a transient unit
+HOG = Path(__file__).with_name("unified_memory_standin.py")
+
+
+def earlyoom_floor_kib(guest) -> int:
+    """The floor earlyoom runs with (its SIGKILL size, from its command line: what the deploy's drop-in gave it)."""
+    argv = guest.ssh(f"tr '\\0' ' ' < /proc/$({main_pid(EARLYOOM_UNIT)})/cmdline").stdout.split()
+    assert argv[1] == "-M", argv
+    return int(argv[2].split(",")[1])
+
+
+def test_memory_taken_outside_the_container_is_met_by_earlyoom_which_ends_the_container(spark):
+    """(c) On a GB10 the GPU's allocations are not charged to the container's cgroup: its cap cannot hold them. A root
+    process outside the container (the stand-in for them, tied to the container's life as the driver's allocations
+    are to the server's) takes memory until MemAvailable is one piece below earlyoom's floor: earlyoom kills the
+    container's process (the highest oom_score), not the stand-in, sshd or dockerd, and before the kernel's OOM killer
+    has to act; SSH answers throughout; the stand-in's memory goes with the container, and the restart policy serves
+    the release again."""
+    guest, inventory = spark
+    now = serving(guest)
+    assert now["text"], now
+    floor = earlyoom_floor_kib(guest)
+    restarts = int(guest.ssh(f"systemctl show -p NRestarts --value {SERVICE}").stdout.strip() or 0)
+    init = int(guest.ssh(f"docker inspect --format '{{{{.State.Pid}}}}' {SERVICE}").stdout.strip())
+    before, since = daemons(guest), float(guest.ssh("date +%s.%N").stdout)
+    guest.ssh("cat > /run/unified_memory_standin.py", input=HOG.read_bytes())
+    guest.ssh(f"systemd-run --unit={HOG_UNIT} --quiet python3 /run/unified_memory_standin.py {floor - 8 * 1024} {init}")
+    try:
+        with SshPoller(guest) as poll:
+            lab.wait_for("the unit to restart the container (its restart policy)", lambda: int(
+                guest.ssh(f"systemctl show -p NRestarts --value {SERVICE}").stdout.strip() or 0) > restarts, 300, 2)
+            st = lab.wait_for("the release to serve again", lambda: (s := serving(guest))["text"] and s, 300, 2)
+    finally:
+        guest.ssh(f"systemctl stop {HOG_UNIT}; systemctl reset-failed {HOG_UNIT}", check=False)
+    back = time.time()
+    kills = guest.ssh(f"journalctl -u {EARLYOOM_UNIT} --since @{int(since)} --no-pager -o cat", check=False).stdout
+    victims = [line for line in kills.splitlines() if line.startswith("sending SIG")]
+    # earlyoom 1.7: `sending SIGKILL to process PID uid U "NAME": badness N, VmRSS M MiB`; its badness is the kernel's
+    # oom_score, at least 1000 for the container's processes (oom_score_adj 1000), under 1000 for anything else
+    scores = [int(line.split("badness ", 1)[1].split(",", 1)[0]) for line in victims]
+    assert victims and min(scores) >= OOM_SCORE_ADJ, kills[-3000:]
+    hog = guest.ssh(f"journalctl -u {HOG_UNIT} --since @{int(since)} --no-pager -o cat", check=False).stdout
+    assert f"process {init} ended" in hog, hog  # the stand-in lived to see the container end: earlyoom spared it
+    kernel, _ = oom_kills(guest, since)
+    assert not [line for line in kernel if "Killed process" in line], kernel  # earlyoom acted before the kernel had to
+    assert_the_restart_policy_served_it_again(guest, since, st, now["release"], before, poll)
+    figure("memory: (c) memory taken outside the container -> earlyoom's kill -> serving again (restart policy)",
+           f"{back - since:.1f} s from the stand-in's start; floor {floor // 1024} MiB; SSH answered {poll.polls} "
+           f"polls, longest {poll.longest:.1f} s; earlyoom: {victims[0].split(':', 1)[0]}")

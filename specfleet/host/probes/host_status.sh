@@ -1,7 +1,7 @@
 #!/bin/sh
 # The one status read of a specfleet host (facts.SpecfleetHost): everything the converge decides on, as
 # `key<TAB>value` lines, in one remote command. Read-only. Paths come from the environment (host/layout.py):
-# DATA UNIT VALIDATED VENV, DOCKERD_PID (the command printing dockerd's PID: layout.main_pid), RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py), FILE_STATUS
+# DATA UNIT VALIDATED VENV, EARLYOOM_BIN EARLYOOM_UNIT, DOCKERD_PID (the command printing dockerd's PID: layout.main_pid), RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py), FILE_STATUS
 # (the text of host/probes/file_status.py), and
 # SVC PORT IMAGE CFG SIZES FILES USERS (the service, its port, the image, the config's verdict key, and newline-
 # separated lists of paths whose size / state to report and users whose groups to report), LINKS (a pair host's
@@ -30,6 +30,8 @@ if [ -n "$droot" ]; then set -- $(df -PB1 "$d" "$droot" 2>/dev/null | awk 'NR>1{
 # the running dockerd's OOM score: docker.service's main process (none: docker runs otherwise, e.g. as a snap)
 echo "dockerd_oom	$(p=$($DOCKERD_PID 2>/dev/null) && [ "${p:-0}" -gt 0 ] &&
   cat "/proc/$p/oom_score_adj" 2>/dev/null)"
+# earlyoom (a serving Spark's, steps/oom.py): its binary where installed, its unit's active and unit-file states
+echo "earlyoom	$([ -x "$EARLYOOM_BIN" ] && echo "$EARLYOOM_BIN")	$(systemctl show -p ActiveState -p UnitFileState --value "$EARLYOOM_UNIT" 2>/dev/null | tr '\n' '\t')"
 echo "mem	$(awk '/^MemTotal:/{t=$2} /^MemAvailable:/{a=$2} END{print t "\t" a}' /proc/meminfo 2>/dev/null)"  # kB
 echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
 # Sizes, file states and groups: one python3 (host/probes/file_status.py, shipped in $FILE_STATUS), not a few
