@@ -51,6 +51,9 @@ OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first c
 # dockerd comes last, as Docker's packaging puts containerd (-999: chosen only when nothing else can be; not -1000,
 # which its children would inherit, making them unkillable). Debian's docker.io leaves dockerd at 0.
 DOCKERD_OOM_SCORE_ADJ = -999
+# earlyoom's options as v1.7 documents them (rfjakob/earlyoom README; the version Debian 12 and Ubuntu 24.04 package;
+# checked with Debian's 1.7-1+b1 binary): `-M SIZE[,KILL_SIZE]` in KiB, `-s` swap percent (memory AND swap must be
+# low for it to act), `--avoid REGEX` matched against /proc/PID/comm.
 # earlyoom never picks these (matched against /proc/PID/comm): the box's init, its SSH listener, docker's daemons. A
 # backstop: their oom_score is already the lowest (sshd -1000, dockerd -999), and earlyoom takes the highest.
 EARLYOOM_AVOID = "^(init|systemd|sshd|dockerd|containerd)$"

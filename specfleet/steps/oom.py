@@ -45,6 +45,13 @@ def earlyoom_managed(plan) -> bool:
     return plan.settings.profile is not None and not plan.is_mirror and earlyoom_floor_gb(plan.settings) > 0
 
 
+def _earlyoom_steps(plan) -> tuple[bool, bool, bool]:
+    """THE decision for a managed earlyoom, from the one status read: (install, enable, restart)."""
+    binary, active, enabled = host_status(plan).earlyoom
+    rewrite = differs(plan, plan.paths.earlyoom_dropin)
+    return not binary, not binary or enabled != "enabled", not binary or rewrite or active != "active"
+
+
 def earlyoom_work(plan) -> list[str]:
     """What the deploy does to earlyoom beyond writing its drop-in (a `writes` line), as `plan` says it."""
     st = host_status(plan)
@@ -53,13 +60,12 @@ def earlyoom_work(plan) -> list[str]:
     if not earlyoom_managed(plan):
         left = plan.paths.earlyoom_dropin in st.files or plan.paths.earlyoom_marker in st.files
         return ["undo what specfleet did to earlyoom (earlyoom_available_gb: 0)"] if left else []
-    binary, active, enabled = st.earlyoom
+    install, enable, restart = _earlyoom_steps(plan)
     floor = f"ends the serving container below {earlyoom_floor_gb(plan.settings):g} GB available"
-    if not binary:
+    if install:
         return [f"install earlyoom from the distribution and start it ({floor})"]
-    if enabled != "enabled" or active != "active" or differs(plan, plan.paths.earlyoom_dropin):
-        return [f"{'restart' if active == 'active' else 'start'} earlyoom ({floor})"]
-    return []
+    verbs = (["enable"] if enable else []) + (["restart" if st.earlyoom[1] == "active" else "start"] if restart else [])
+    return [f"{' and '.join(verbs)} earlyoom ({floor})"] if verbs else []
 
 
 @deploy("Memory protection")
@@ -85,30 +91,26 @@ def oom_protection():
 
 def _earlyoom(plan) -> None:
     layout, st = plan.paths, host_status(plan)
-    binary, active, enabled = st.earlyoom
-    marker = None
-    if not binary:
+    install, enable, restart = _earlyoom_steps(plan)
+    if install:
         apt.packages(name=f"earlyoom from the distribution (waits up to {DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock)",
                      packages=["earlyoom"], update=False,
                      extra_install_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")
-        marker = EARLYOOM_INSTALLED
-    elif enabled != "enabled":
-        marker = EARLYOOM_ENABLED
+    marker = EARLYOOM_INSTALLED if install else EARLYOOM_ENABLED if enable else None
     if marker and layout.earlyoom_marker not in st.files:  # the first deploy's record stands: it knows the host before
         files.put(name=f"Record in {layout.earlyoom_marker} that specfleet {marker.split(' by ')[0]} earlyoom",
                   src=StringIO(marker), dest=layout.earlyoom_marker, user="root", group="root", mode="644")
-    rewrite = differs(plan, layout.earlyoom_dropin)
-    if rewrite:
+    if differs(plan, layout.earlyoom_dropin):
         files.put(name=f"Write {layout.earlyoom_dropin} (earlyoom's floor and the processes it avoids)",
                   src=StringIO(earlyoom_dropin(plan.settings)), dest=layout.earlyoom_dropin,
                   user="root", group="root", mode="644")
         systemd.daemon_reload(name="systemd daemon-reload (earlyoom.service's drop-in)")
-    commands = [f"systemctl enable {EARLYOOM_UNIT}"] if enabled != "enabled" or not binary else []
-    if rewrite or active != "active" or not binary:
-        commands.append(f"systemctl restart {EARLYOOM_UNIT}")
+    commands = ([f"systemctl enable {EARLYOOM_UNIT}"] if enable else []) + \
+        ([f"systemctl restart {EARLYOOM_UNIT}"] if restart else [])
     if commands:
-        server.shell(name=f"{'Restart' if active == 'active' else 'Start'} earlyoom with specfleet's command line "
-                          f"(it ends the serving container below {earlyoom_floor_gb(plan.settings):g} GB available)",
+        floor = earlyoom_floor_gb(plan.settings)
+        server.shell(name=f"{'Restart' if st.earlyoom[1] == 'active' else 'Start'} earlyoom with specfleet's command "
+                          f"line (it ends the serving container below {floor:g} GB available)",
                      commands=commands)
 
 
