@@ -1,8 +1,8 @@
 """Test-run wide options: the `--full` tier and SIGTERM handling.
 
 `--full` (tests/run.sh --full) also runs the tests marked `full`: the heaviest VM scenarios, kept out of CI's
-default tier for time. A SIGTERM (CI's time limit) is turned into KeyboardInterrupt, so pytest unwinds and
-the session fixtures tear the VM fleet down."""
+default tier for time. A SIGTERM (CI's time limit) is turned into KeyboardInterrupt, once, so pytest unwinds and
+the session fixtures tear the VM fleet down; a later one does not interrupt that teardown."""
 
 from __future__ import annotations
 
@@ -19,7 +19,15 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "full: heaviest VM scenarios, run only with --full (tests/run.sh --full)")
 
+    stopping = []
+
     def _interrupt(signum, frame):
+        # once only: a second SIGTERM (a whole process group signalled, and tests/full_tier.sh passing it on too)
+        # must not break off the teardown the first one started
+        if stopping:
+            print(f"signal {signum}: already stopping, the VM fleet's teardown goes on", flush=True)
+            return
+        stopping.append(signum)
         raise KeyboardInterrupt(f"signal {signum}: stopping the test run and tearing the VM fleet down")
 
     signal.signal(signal.SIGTERM, _interrupt)

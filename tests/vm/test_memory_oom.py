@@ -219,20 +219,22 @@ def earlyoom_floor_kib(guest) -> int:
 
 def test_memory_taken_outside_the_container_is_met_by_earlyoom_which_ends_the_container(spark):
     """(c) On a GB10 the GPU's allocations are not charged to the container's cgroup: its cap cannot hold them. A root
-    process outside the container (the stand-in for them, tied to the container's life as the driver's allocations
-    are to the server's) takes memory until MemAvailable is one piece below earlyoom's floor: earlyoom kills the
-    container's process (the highest oom_score), not the stand-in, sshd or dockerd, and before the kernel's OOM killer
-    has to act; SSH answers throughout; the stand-in's memory goes with the container, and the restart policy serves
-    the release again."""
+    process outside the container (the stand-in for the driver) fills the server's device memory (a memfd the
+    trtllm-serve stand-in holds: the pages are charged to the filler's cgroup and go when the server's process does)
+    until MemAvailable is one piece below earlyoom's floor: earlyoom kills the container's processes and nothing
+    else, before the kernel's OOM killer has to act; SSH answers throughout; the memory goes with the server, and the
+    restart policy serves the release again."""
     guest, inventory = spark
     now = serving(guest)
     assert now["text"], now
     floor = earlyoom_floor_kib(guest)
     restarts = int(guest.ssh(f"systemctl show -p NRestarts --value {SERVICE}").stdout.strip() or 0)
-    init = int(guest.ssh(f"docker inspect --format '{{{{.State.Pid}}}}' {SERVICE}").stdout.strip())
+    container = set(guest.ssh(f"docker top {SERVICE} -eo pid").stdout.split()[1:])  # host PIDs, under the header
+    # the serving unit's own processes (its `docker run` client): the container's, but in the unit's cgroup
+    unit = set(guest.ssh(f"cat /sys/fs/cgroup$(systemctl show -p ControlGroup --value {SERVICE})/cgroup.procs").stdout.split())
     before, since = daemons(guest), float(guest.ssh("date +%s.%N").stdout)
     guest.ssh("cat > /run/unified_memory_standin.py", input=HOG.read_bytes())
-    guest.ssh(f"systemd-run --unit={HOG_UNIT} --quiet python3 /run/unified_memory_standin.py {floor - 8 * 1024} {init}")
+    guest.ssh(f"systemd-run --unit={HOG_UNIT} --quiet python3 /run/unified_memory_standin.py {floor - 8 * 1024}")
     try:
         with SshPoller(guest) as poll:
             lab.wait_for("the unit to restart the container (its restart policy)", lambda: int(
@@ -242,16 +244,20 @@ def test_memory_taken_outside_the_container_is_met_by_earlyoom_which_ends_the_co
         guest.ssh(f"systemctl stop {HOG_UNIT}; systemctl reset-failed {HOG_UNIT}", check=False)
     back = time.time()
     kills = guest.ssh(f"journalctl -u {EARLYOOM_UNIT} --since @{int(since)} --no-pager -o cat", check=False).stdout
-    victims = [line for line in kills.splitlines() if line.startswith("sending SIG")]
-    # earlyoom 1.7: `sending SIGKILL to process PID uid U "NAME": badness N, VmRSS M MiB`; its badness is the kernel's
-    # oom_score, at least 1000 for the container's processes (oom_score_adj 1000), under 1000 for anything else
-    scores = [int(line.split("badness ", 1)[1].split(",", 1)[0]) for line in victims]
-    assert victims and min(scores) >= OOM_SCORE_ADJ, kills[-3000:]
+    # earlyoom 1.7: `sending SIGKILL to process PID uid U "NAME": badness N, VmRSS M MiB`. The first victim is the
+    # container's; earlyoom looks again 100 ms after it has seen the server end (a zombie), and when the server's memory
+    # is still being freed then (1.4 GB under TCG, by its last thread), it may take the serving unit's `docker run`
+    # client too: that is the serving unit's, which restarts anyway. Nothing else, ever.
+    sent = [line for line in kills.splitlines() if line.startswith("sending SIG")]
+    victims = [line.split()[4] for line in sent]
+    assert victims and victims[0] in container and set(victims) <= container | unit, (container, unit, kills[-3000:])
     hog = guest.ssh(f"journalctl -u {HOG_UNIT} --since @{int(since)} --no-pager -o cat", check=False).stdout
-    assert f"process {init} ended" in hog, hog  # the stand-in lived to see the container end: earlyoom spared it
+    filled = hog.split("filling process ", 1)[-1].split("'", 1)[0]
+    assert filled in container, (container, hog)  # the device memory it filled was the server's
+    assert f"process {filled} ended: its" in hog, hog  # and went with it; the filler was no one's victim
     kernel, _ = oom_kills(guest, since)
     assert not [line for line in kernel if "Killed process" in line], kernel  # earlyoom acted before the kernel had to
     assert_the_restart_policy_served_it_again(guest, since, st, now["release"], before, poll)
     figure("memory: (c) memory taken outside the container -> earlyoom's kill -> serving again (restart policy)",
            f"{back - since:.1f} s from the stand-in's start; floor {floor // 1024} MiB; SSH answered {poll.polls} "
-           f"polls, longest {poll.longest:.1f} s; earlyoom: {victims[0].split(':', 1)[0]}")
+           f"polls, longest {poll.longest:.1f} s; earlyoom: " + "; ".join(line.split(":", 1)[0] for line in sent))

@@ -10,9 +10,11 @@ the tarball size and the cold / cached / variant build times -- run with -s to s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -565,6 +567,38 @@ def test_empty_mode(world, serve):
     assert st == 200 and chat["choices"][0]["message"]["content"] == ""
     assert http(s.port, "GET", "/health")[0] == 200
     assert s.stop()[0] == 0
+
+
+def test_device_memory_filled_from_outside_goes_with_the_server(world, serve):
+    """The device-memory STAND-IN (hold_device_memory) and its filler (tests/vm/unified_memory_standin.py, VM case c):
+    a served stand-in holds an empty memfd; another process fills it through copies of that fd, keeping none; the
+    pages are the server's and the kernel frees them while the server ends: when its pidfd says it ended, they are
+    gone, with nothing having to react to its death."""
+    from tests.vm import unified_memory_standin as filler
+
+    s = serve(eagle_args).wait_ready()
+    holders = {pid: fd for pid, fd in [filler.find_device_memory()]}
+    assert list(holders) == [s.proc.pid], holders  # the server, found as the VM test finds it
+
+    def shmem_kib():
+        return int(next(x for x in open("/proc/meminfo") if x.startswith("Shmem:")).split()[1])
+
+    pidfd, before = os.pidfd_open(s.proc.pid), shmem_kib()
+    for piece in range(8):  # 64 MiB
+        assert filler.take(pidfd, holders[s.proc.pid], piece * filler.CHUNK)
+    held = shmem_kib() - before
+    assert held >= 60 * 1024, held  # the pages are taken, and held with no fd of this process open on them
+    mine = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # listdir's own fd, closed by now
+            mine.append(os.readlink(f"/proc/self/fd/{fd}"))
+    assert not [link for link in mine if link.startswith(filler.DEVICE_MEMORY)], mine
+    s.proc.kill()
+    select.select([pidfd], [], [], 30)
+    freed = before + held - shmem_kib()
+    assert freed >= 60 * 1024, (held, freed)  # gone by the time the process had ended, not later
+    assert not filler.take(pidfd, holders[s.proc.pid], 0)  # and there is nothing left to fill
+    os.close(pidfd)
 
 
 def test_local_dir_model_id_is_basename(world, serve):

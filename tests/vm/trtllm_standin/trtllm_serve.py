@@ -45,6 +45,12 @@ moment it closes, so a world missing a rank never serves.
 Any error in steps 1-3 prints one clear ERROR line and exits 1 before the
 port is ever listened on.  SIGTERM/SIGINT exit (status 0) within a second.
 
+Device memory: once loaded, the server holds an empty memfd named
+DEVICE_MEMORY for its life, the STAND-IN for what a GB10's driver allocates
+for it (hold_device_memory): a test fills it from outside the container, so
+that memory is not charged to the container's cgroup and goes with the
+server's process (tests/vm/test_memory_oom.py, case c).
+
 Extra environment knobs (stand-in only): TRTLLM_STANDIN_CONFIG (config
 path), TRTLLM_STANDIN_STRICT_TIKTOKEN=1 (refuse tiktoken files whose
 SHA-256 differs from the published one; default: warn only).
@@ -188,6 +194,20 @@ def exhaust_memory(when):
         held.append(bytearray(b"\x01") * OOM_CHUNK)
         if len(held) % 16 == 0:
             log("holding %d MiB" % (len(held) * OOM_CHUNK >> 20), "W")
+
+
+DEVICE_MEMORY = "trtllm-standin-device-memory"  # the memfd's name: /proc/PID/fd/N -> "/memfd:<name> (deleted)"
+
+
+def hold_device_memory():
+    """STAND-IN for the allocations a GB10's driver makes for this process (its CUDA context, weights, KV cache): an
+    empty memfd held open for the process's life. It takes no memory here. A test fills it from outside the container
+    (tests/vm/unified_memory_standin.py, through pidfd_getfd): those pages are then charged to the filler's cgroup,
+    not the container's, as the GPU's are not, and they go when this process does (its files are closed before it is
+    a zombie), as the driver frees a dead process's allocations."""
+    fd = os.memfd_create(DEVICE_MEMORY, os.MFD_CLOEXEC)
+    log("device memory (STAND-IN, empty memfd %s, fd %d): held while this process lives" % (DEVICE_MEMORY, fd))
+    return fd
 
 
 class StartupError(Exception):
@@ -1496,6 +1516,7 @@ def main(argv=None):
         srv.server_close()
         log("stopped while loading")
         return 0
+    hold_device_memory()  # an fd, open until the process ends
     Handler.state = ServerState(behaviour, served_id, args.model, eff, gpt_oss)
     log("performance model (SYNTHETIC, sleeps the modelled time): %s; iteration stats at /metrics: %s"
         % (Handler.state.describe(), "on" if eff.get("enable_iter_perf_stats") else "off "
