@@ -85,6 +85,15 @@ def test_either_run_failing_fails_the_tier(tmp_path, rcs):
     assert f"exited {rcs.get('main', 0)}, the own fleets' run {rcs.get('side', 0)}" in out
 
 
+@pytest.mark.parametrize(("rcs", "tier"), [({"side": 5}, 0), ({"main": 5}, 0), ({"main": 5, "side": 5}, 5),
+                                          ({"main": 5, "side": 1}, 1)])
+def test_a_run_that_selected_no_test_does_not_fail_the_tier(tmp_path, rcs, tier):
+    """pytest's 5: `-k` matched only the other run's tests. Both 5: the tier ran nothing, and says so."""
+    proc = start(tmp_path, **rcs)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == tier, out
+
+
 def test_a_sigterm_reaches_both_runs_and_waits_for_their_teardown(tmp_path):
     proc = start(tmp_path, mode="hold")
     deadline = time.monotonic() + 60
