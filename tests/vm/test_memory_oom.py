@@ -21,7 +21,7 @@ from specfleet.render import OOM_SCORE_ADJ
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure, own_guests
-from tests.vm.trtllm_standin.trtllm_serve import OOM_PROMPT_TOKENS
+from tests.vm.trtllm_standin.trtllm_serve import DEVICE_MEMORY, OOM_PROMPT_TOKENS
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
@@ -234,7 +234,8 @@ def test_memory_taken_outside_the_container_is_met_by_earlyoom_which_ends_the_co
     unit = set(guest.ssh(f"cat /sys/fs/cgroup$(systemctl show -p ControlGroup --value {SERVICE})/cgroup.procs").stdout.split())
     before, since = daemons(guest), float(guest.ssh("date +%s.%N").stdout)
     guest.ssh("cat > /run/unified_memory_standin.py", input=HOG.read_bytes())
-    guest.ssh(f"systemd-run --unit={HOG_UNIT} --quiet python3 /run/unified_memory_standin.py {floor - 8 * 1024}")
+    guest.ssh(f"systemd-run --unit={HOG_UNIT} --quiet python3 /run/unified_memory_standin.py {floor - 8 * 1024} "
+              f"{DEVICE_MEMORY}")
     try:
         with SshPoller(guest) as poll:
             lab.wait_for("the unit to restart the container (its restart policy)", lambda: int(

@@ -577,27 +577,27 @@ def test_device_memory_filled_from_outside_goes_with_the_server(world, serve):
     from tests.vm import unified_memory_standin as filler
 
     s = serve(eagle_args).wait_ready()
-    holders = {pid: fd for pid, fd in [filler.find_device_memory()]}
-    assert list(holders) == [s.proc.pid], holders  # the server, found as the VM test finds it
+    pid, fd = filler.find_device_memory(standin.DEVICE_MEMORY)
+    assert pid == s.proc.pid, pid  # the server, found as the VM test finds it
 
     def shmem_kib():
         return int(next(x for x in open("/proc/meminfo") if x.startswith("Shmem:")).split()[1])
 
     pidfd, before = os.pidfd_open(s.proc.pid), shmem_kib()
     for piece in range(8):  # 64 MiB
-        assert filler.take(pidfd, holders[s.proc.pid], piece * filler.CHUNK)
+        assert filler.take(pidfd, fd, piece * filler.CHUNK)
     held = shmem_kib() - before
     assert held >= 60 * 1024, held  # the pages are taken, and held with no fd of this process open on them
     mine = []
-    for fd in os.listdir("/proc/self/fd"):
+    for n in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # listdir's own fd, closed by now
-            mine.append(os.readlink(f"/proc/self/fd/{fd}"))
-    assert not [link for link in mine if link.startswith(filler.DEVICE_MEMORY)], mine
+            mine.append(os.readlink(f"/proc/self/fd/{n}"))
+    assert not [link for link in mine if standin.DEVICE_MEMORY in link], mine
     s.proc.kill()
     select.select([pidfd], [], [], 30)
     freed = before + held - shmem_kib()
     assert freed >= 60 * 1024, (held, freed)  # gone by the time the process had ended, not later
-    assert not filler.take(pidfd, holders[s.proc.pid], 0)  # and there is nothing left to fill
+    assert not filler.take(pidfd, fd, 0)  # and there is nothing left to fill
     os.close(pidfd)
 
 

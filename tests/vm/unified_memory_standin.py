@@ -2,10 +2,10 @@
 the one pool without it being charged to the container's cgroup, and which goes when that process does. Run in the
 guest as root, as a transient systemd unit:
 
-    python3 unified_memory_standin.py TARGET_KIB
+    python3 unified_memory_standin.py TARGET_KIB NAME
 
-The trtllm-serve stand-in holds an empty memfd for its life (trtllm_serve.py, hold_device_memory). This finds it
-(/proc/*/fd), and until MemAvailable is at or below TARGET_KIB it takes a copy of that fd (pidfd_getfd), allocates
+The trtllm-serve stand-in holds an empty memfd for its life (trtllm_serve.py, hold_device_memory; NAME is its
+DEVICE_MEMORY, given by the test). This finds it (/proc/*/fd), and until MemAvailable is at or below TARGET_KIB it takes a copy of that fd (pidfd_getfd), allocates
 the next 8 MiB of the file through it (the pages are charged to this process's cgroup, not the container's) and
 closes it at once. So this holds no reference of its own between pieces: the pages belong to the server's open
 file, and the kernel frees them while the server's process ends, before it is reaped, as the driver frees a dead
@@ -21,7 +21,6 @@ import select
 import sys
 
 CHUNK = 8 << 20
-DEVICE_MEMORY = "/memfd:trtllm-standin-device-memory"  # trtllm_serve.py DEVICE_MEMORY, as /proc/PID/fd shows it
 SYS_PIDFD_GETFD = 438  # the same number on x86_64 and aarch64 (Linux 5.6+)
 LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -34,16 +33,17 @@ def available_kib() -> int:
     raise SystemExit("unified-memory stand-in: no MemAvailable in /proc/meminfo")
 
 
-def find_device_memory() -> tuple[int, int]:
-    """(pid, fd number) of the process holding the device-memory memfd: the trtllm-serve stand-in."""
+def find_device_memory(name: str) -> tuple[int, int]:
+    """(pid, fd number) of the process holding the memfd `name`: the trtllm-serve stand-in."""
+    link = f"/memfd:{name}"  # as /proc/PID/fd shows it, with " (deleted)" after
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(DEVICE_MEMORY):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(link):
                     return int(pid), int(fd)
         except OSError:  # gone meanwhile, or a kernel thread
             continue
-    raise SystemExit(f"unified-memory stand-in: no process holds {DEVICE_MEMORY}")
+    raise SystemExit(f"unified-memory stand-in: no process holds {link}")
 
 
 def take(pidfd: int, fd: int, offset: int) -> bool:
@@ -60,10 +60,10 @@ def take(pidfd: int, fd: int, offset: int) -> bool:
 
 
 def main() -> None:
-    target = int(sys.argv[1])
+    target, name = int(sys.argv[1]), sys.argv[2]
     with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
         f.write("-1000")
-    pid, fd = find_device_memory()
+    pid, fd = find_device_memory(name)
     pidfd = os.pidfd_open(pid)
     print(f"unified-memory stand-in: filling process {pid}'s device memory (fd {fd}) until MemAvailable <= "
           f"{target} kB", flush=True)
