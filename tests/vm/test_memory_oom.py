@@ -246,7 +246,8 @@ def test_memory_taken_outside_the_container_is_met_by_earlyoom_which_ends_the_co
     back = time.time()
     kills = guest.ssh(f"journalctl -u {EARLYOOM_UNIT} --since @{int(since)} --no-pager -o cat", check=False).stdout
     # earlyoom 1.7: `sending SIGKILL to process PID uid U "NAME": badness N, VmRSS M MiB`. The first victim is the
-    # container's; earlyoom looks again 100 ms after it has seen the server end (a zombie), and when the server's memory
+    # container's; earlyoom looks again 100 ms after it has seen the server end (a zombie: earlyoom v1.7 kill.c kill_wait,
+    # main.c poll_loop/sleep_time_ms' 100 ms minimum), and when the server's memory
     # is still being freed then (1.4 GB under TCG, by its last thread), it may take the serving unit's `docker run`
     # client too: that is the serving unit's, which restarts anyway. Nothing else, ever.
     sent = [line for line in kills.splitlines() if line.startswith("sending SIG")]
