@@ -1,10 +1,12 @@
-"""What specfleet renders for hosts, pinned byte for byte (issue 17's guard: a refactor changes no host).
+"""What specfleet renders for hosts, pinned byte for byte: a refactor changes no host, and a rendering change shows.
 
-For the example fleets x every profile x each supported TensorRT-LLM image: every rendered file (config, unit,
-smoke, and the Hub mirror's units and config) and every release id, compared with tests/unit/golden/rendered.json.
-A difference is a rendering change: hosts restart on their next converge. When it is intended, regenerate with
-`SPECFLEET_GOLDEN_WRITE=1 python3 -m pytest tests/unit/test_golden_render.py`, bump render.RENDERING and say so in
-the README's upgrade notes.
+For the example fleets x every profile x each supported TensorRT-LLM image, and a fleet behind a gateway: every
+rendered file (config, unit, smoke, the Hub mirror's units and config, the gateway's HAProxy files, the Sparks'
+gateway-facing units) and every release id, compared with tests/unit/golden/rendered.json. A changed release id is
+a rendering change: its host restarts on its next converge (bump render.RENDERING); a changed gateway file is a
+reload of HAProxy. When it is intended, regenerate with
+`SPECFLEET_GOLDEN_WRITE=1 python3 -m pytest tests/unit/test_golden_render.py` and say so in the README's upgrade
+notes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specfleet.gateway_files import backends, gateway_files, gateway_options, spark_files
 from specfleet.inventory import load_inventory
 from specfleet.mirror_files import mirror_files
 from specfleet.plan import PlanError, build_plans
@@ -57,10 +60,27 @@ all:
         spark-02: {ansible_host: 10.1.0.12, pair_role: worker}
 """
 
+# A fleet behind a gateway: the gateway's HAProxy files (keys given here: the key map holds their digests only), and
+# the Sparks' release ids and gateway-facing units.
+GATEWAY = """\
+all:
+  vars: {ssh_user: spark, _sudo: true, operator_users: [spark]}
+  hosts:
+    spark-01: {ansible_host: 10.1.0.11, serves: eagle3}
+    spark-02: {ansible_host: 10.1.0.12, serves: eagle3}
+    spark-03: {ansible_host: 10.1.0.13, serves: draft_target}
+  children:
+    gateway:
+      hosts:
+        gw-1: {ansible_host: 10.1.0.2}
+"""
+GATEWAY_KEYS = {"golden": "sk-specfleet-golden-0123456789"}
+FLEETS = {"lab": LAB, "pair": PAIR, "gateway": GATEWAY}
+
 
 def _fleet_file(tmp: Path, fleet: str, version: str) -> Path:
     """The fleet file with the version's image in all.vars, and the lock `specfleet lock` would write (fake pins)."""
-    text = EXAMPLE.read_text() if fleet == "example" else LAB if fleet == "lab" else PAIR
+    text = EXAMPLE.read_text() if fleet == "example" else FLEETS[fleet]
     doc = yaml.safe_load(text)
     doc["all"]["vars"]["image"] = IMAGES[version]
     path = tmp / f"{fleet}-{version}" / "fleet.yml"
@@ -73,7 +93,7 @@ def _fleet_file(tmp: Path, fleet: str, version: str) -> Path:
 def rendered(tmp: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for fleet, versions, profiles in (("example", IMAGES, SINGLE), ("lab", IMAGES, SINGLE),
-                                      ("pair", ["1.3.0rc12"], PAIRED)):
+                                      ("pair", ["1.3.0rc12"], PAIRED), ("gateway", ["1.3.0rc12"], [None])):
         for version in versions:
             inventory = load_inventory(_fleet_file(tmp, fleet, version))
             for profile in profiles:
@@ -83,9 +103,17 @@ def rendered(tmp: Path) -> dict[str, dict]:
                     out[f"{fleet}/{version}/{profile}"] = {"refused": exc.lines, "files": {}}
                     continue
                 for host, plan in plans.items():
-                    key = f"{fleet}/{version}/{profile}/{host}"
+                    key = f"{fleet}/{version}/{profile or 'serves'}/{host}"
                     if plan.is_mirror:
                         out[key] = {"files": mirror_files(plan.settings, plan.connection)}
+                    elif plan.is_gateway:
+                        s = plan.settings
+                        out[key] = {"files": gateway_files(gateway_options(s), backends(s.gateway_backends),
+                                                           GATEWAY_KEYS)}
+                    elif profile is None:  # a gateway fleet's Spark, as its own profile's deploy renders it
+                        spark = build_plans(inventory, plan.settings.serves)[host]
+                        out[key] = {"release_id": spark.release_id,
+                                    "files": {**spark.files(redact=True), **spark_files(spark.settings)}}
                     else:
                         out[key] = {"release_id": plan.release_id, "files": plan.files(redact=True)}
     return out
@@ -109,7 +137,7 @@ def test_rendered_files_and_release_ids_are_unchanged(tmp_path, monkeypatch):
             if a != b:
                 diffs.append(f"{key}: {path}\n" + "".join(difflib.unified_diff(
                     a.splitlines(True), b.splitlines(True), "golden", "now", n=1)))
-    assert not diffs, "rendering changed (hosts would restart):\n" + "\n".join(diffs[:20])
+    assert not diffs, "rendering changed (a release id restarts its host; a gateway file reloads HAProxy):\n" + "\n".join(diffs[:20])
 
 
 @pytest.mark.parametrize("version", sorted(IMAGES))
