@@ -24,10 +24,9 @@ POLL_EVERY = 2.0  # seconds between job status reads of a host tool without `job
 log = logging.getLogger("pyinfra.specfleet")
 
 
-def host_job(name: str, key: str, argv: list[str], env: dict[str, str] | None = None, serial: bool = False) -> None:
-    """An operation that runs `argv` as a host job (never a secret in argv or env: they are on a command line);
-    `serial`: one host after the other (pyinfra's _serial), each to the end of its job, instead of all at once."""
-    python.call(name=name, function=_follow, key=key, argv=list(argv), env=dict(env or {}), _serial=serial)
+def host_job(name: str, key: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    """An operation that runs `argv` as a host job (never a secret in argv or env: they are on a command line)."""
+    python.call(name=name, function=_follow, key=key, argv=list(argv), env=dict(env or {}))
 
 
 def run_on_host(state, host, command: str, stdin: str | None = None) -> tuple[bool, list[str], list[str]]:

@@ -37,12 +37,20 @@ def rollback():
     if target == st.current and st.active == "active" and st.gate_passed(target):
         return
     lock(CONVERGE_ID, kind="rollback")  # never interleaved with a converge or a rollout on the same host
-    # behind gateways, one Spark after the other (each drained, switched and gated before the next): the others
-    # keep serving the gateways' clients; without gateways all at once, as before
     # --rollback: a head leaving its pair's release asks its worker to serve alone again (a host tool that predates
     # the flag, before the next converge updates it, knows no pair to leave: it is not given it)
     flag = () if differs(plan, layout.host_tool) else ("--rollback",)
-    host_job(name=f"Switch back to release {target} and gate it" + (" (one Spark at a time)" if s.gateways else ""),
-             key=f"activate:{target}", argv=layout.host_tool_argv("activate", target, "--revert", *flag),
-             serial=bool(s.gateways))
+    argv = layout.host_tool_argv("activate", target, "--revert", *flag)
+    name = f"Switch back to release {target} and gate it"
+    if not s.gateways:  # all at once
+        host_job(name=name, key=f"activate:{target}", argv=argv)
+    else:
+        # behind gateways, one Spark after the other, each drained, switched and gated before the next, so the others
+        # serve the gateways' clients; in reverse inventory order, the rollout's order backwards: every mix of
+        # releases the fleet passes through is one the rollout already served (its canary leaves the new release
+        # last). One operation per host, ordered by its place in the loop (pyinfra's --serial order is a set's).
+        for name_in_order in host.loop(reversed([h.name for h in host.inventory])):
+            if name_in_order == host.name:
+                host_job(name=f"{name} (one Spark at a time, in reverse inventory order)", key=f"activate:{target}",
+                         argv=argv)
     unlock(CONVERGE_ID, kind="rollback")

@@ -142,6 +142,7 @@ def standin(tmp_path):
         servers.append(s)
         return f"http://127.0.0.1:{port}"
 
+    start.servers = servers  # in start order: a test stops one (Server.stop) to read what it logged
     yield start
     for s in servers:
         s.proc.kill()

@@ -202,21 +202,51 @@ def _op_names(state):
     return [", ".join(state.get_op_meta(h).names) for h in state.get_op_order()]
 
 
+@pytest.mark.parametrize("cli", [True, False])
 @pytest.mark.parametrize("gateways", [True, False])
-def test_behind_gateways_the_rollback_returns_one_spark_after_the_other(gateways):
+def test_behind_gateways_the_rollback_returns_one_spark_after_the_other_in_reverse_inventory_order(gateways, cli):
     """All at once, every Spark of a model would drain together (the gateways' clients would get 503s): behind
-    gateways the switch back runs host by host (pyinfra's _serial); without them, all at once as before."""
-    fleet = {"spark-01": {"ssh_hostname": "10.0.0.2"}, "spark-02": {"ssh_hostname": "10.0.0.3"}}
+    gateways the switch back is one operation per Spark, each run to its end before the next, from the last Spark of
+    the inventory to the first (the rollout's order backwards); without them, one operation on every host at once.
+    Both as the pyinfra command line orders operations and as its Python API does."""
+    sparks = {f"spark-0{i}": {"ssh_hostname": f"10.0.0.{i + 1}"} for i in (1, 2, 3)}
+    fleet = dict(sparks)
     if gateways:
-        fleet = {"gw-1": {"ssh_hostname": "10.0.0.1"}, **{h: {**v, "serves": "eagle3"} for h, v in fleet.items()}}
+        serving = {h: {**v, "serves": "eagle3"} for h, v in sparks.items()}
+        # a gateway amid the Sparks: not one of them
+        fleet = {"spark-01": serving["spark-01"], "gw-1": {"ssh_hostname": "10.0.0.1"},
+                 "spark-02": serving["spark-02"], "spark-03": serving["spark-03"]}
     plans = make_plans(fleet, None, groups={"gateway": ["gw-1"]} if gateways else None)
-    state = run_deploy(plans, rollback, responses=lambda p: {"exit 1": {"success": False}} if p.is_gateway else {
-        "export DATA SVC": [release_state_line(current="r-bbbbbbbbbbbb", previous="r-cccccccccccc",
-                                               releases=["r-bbbbbbbbbbbb", "r-cccccccccccc"]), "active\tactive"]})
+    state = run_deploy(plans, rollback, cli=cli, responses=lambda p: {"exit 1": {"success": False}} if p.is_gateway
+                       else {"export DATA SVC": [release_state_line(current="r-bbbbbbbbbbbb", previous="r-cccccccccccc",
+                                                                    releases=["r-bbbbbbbbbbbb", "r-cccccccccccc"]),
+                                                 "active\tactive"]})
     switch = [h for h in state.get_op_order() if "Switch back to release" in ", ".join(state.get_op_meta(h).names)]
-    assert len(switch) == 1
-    assert state.get_op_meta(switch[0]).global_arguments["_serial"] is gateways
+    hosts = [sorted(x.name.removeprefix("@fake/") for x in state.inventory if op in state.ops[x]) for op in switch]
+    if gateways:
+        assert hosts == [["spark-03"], ["spark-02"], ["spark-01"]], hosts
+    else:
+        assert hosts == [["spark-01", "spark-02", "spark-03"]], hosts
+    assert not any(state.get_op_meta(op).global_arguments["_serial"] for op in switch)
     assert not state.failed_hosts, "a gateway host has no release to return to: the rollback leaves it alone"
+    assert all(any("activate r-cccccccccccc --revert" in c for c in cmds)
+               for h, cmds in executed(state).items() if h.startswith("spark")), executed(state)
+
+
+def test_behind_gateways_a_spark_that_fails_its_switch_back_leaves_the_others_to_go_on():
+    """The rollback's job reverts a Spark whose target fails its gate (`activate --revert`); the operation fails on
+    that host, and the Sparks after it in the rollback's order still switch back."""
+    fleet = {"gw-1": {"ssh_hostname": "10.0.0.1"},
+             **{f"spark-0{i}": {"ssh_hostname": f"10.0.0.{i + 1}", "serves": "eagle3"} for i in (1, 2, 3)}}
+    plans = make_plans(fleet, None, groups={"gateway": ["gw-1"]})
+    failed_job = {"job status": '{"id": "j1", "key": "k", "state": "failed", "exit": 1}'}
+    state = run_deploy(plans, rollback, cli=True, responses=lambda p: {"exit 1": {"success": False}} if p.is_gateway
+                       else {"export DATA SVC": [release_state_line(current="r-bbbbbbbbbbbb", previous="r-cccccccccccc",
+                                                                    releases=["r-bbbbbbbbbbbb", "r-cccccccccccc"]),
+                                                 "active\tactive"],
+                             **(failed_job if p.connection.get("ssh_hostname") == "10.0.0.4" else {})})
+    assert sorted(h.name for h in state.failed_hosts) == ["@fake/spark-03"]
+    assert all(any("activate r-cccccccccccc --revert" in c for c in executed(state)[h]) for h in ("spark-01", "spark-02"))
 
 
 def test_a_job_is_followed_with_waiting_reads_and_an_older_host_tool_is_polled(monkeypatch, caplog):

@@ -104,6 +104,23 @@ def test_a_new_spark_is_a_checked_config_and_a_reload_that_keeps_the_drains():
     assert text.index("save-state /var/lib/haproxy/server-state") < text.index("systemctl reload haproxy")
 
 
+def test_a_gateway_that_forwards_credentials_gets_the_rules_by_a_checked_reload_and_no_spark_changes():
+    """A running gateway whose config lacks the rules that remove the client's credentials: the new config is
+    proven by `haproxy -c`, installed, and HAProxy reloads (no start, no restart); the Sparks are not touched."""
+    plans = _plans()
+    s = plans["gw-1"].settings
+    wanted = gateway_files(gateway_options(s), backends(s.gateway_backends), {"ci": KEY}, GatewayLayout())
+    forwarding = "".join(line for line in wanted[LAYOUT.config].splitlines(True) if "del-header" not in line)
+    assert forwarding != wanted[LAYOUT.config]
+    state, names, cmds = _run(plans, lambda p: _status(p, files={**wanted, LAYOUT.config: forwarding}))
+    assert names["gw-1"] == [f"Write {LAYOUT.config}.specfleet-new", f"Write {LAYOUT.config}.specfleet-check",
+                             "Check the new files with haproxy -c, then install them (1)",
+                             "Save the servers' states, then reload haproxy (no connection dropped)"], names
+    text = "\n".join(cmds["gw-1"])
+    assert "systemctl reload haproxy" in text and "restart" not in text and "systemctl start" not in text
+    assert names["spark-a"] == names["spark-b"] == [] and cmds["spark-a"] == cmds["spark-b"] == []
+
+
 def test_files_installed_by_a_run_cut_short_before_its_reload_are_loaded_by_the_next_run():
     plans = _plans()
     state, names, cmds = _run(plans, lambda p: _status(p, loaded=False))  # the files are right, HAProxy is not

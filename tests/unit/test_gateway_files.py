@@ -22,6 +22,7 @@ import pytest
 from specfleet.gateway_files import GatewayOptions, backends, gateway_files, key_digest, keys_map
 from specfleet.host.layout import GatewayLayout
 from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
+from tests.vm.trtllm_standin.trtllm_serve import CREDENTIALS_SEEN
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 KEY = "sk-specfleet-test-0123456789abcdef"
@@ -129,6 +130,47 @@ def test_keys_routing_and_models_through_the_real_engine(gateway):
     assert urllib.request.urlopen(api + "/healthz", timeout=10).status == 200  # no key needed for DNS/VIP checks
     text = urllib.request.urlopen(metrics + "/metrics", timeout=10).read().decode()
     assert 'haproxy_server_status{proxy="model_1_' in text
+
+
+# what clients of OpenAI-compatible APIs send their key in: OpenAI's SDK (Authorization: Bearer), Azure OpenAI's
+# (api-key), Anthropic-style and LiteLLM clients (x-api-key), Gemini's OpenAI layer (x-goog-api-key), a proxy's, and
+# a browser's cookies
+CREDENTIALS = {"Authorization": f"Bearer {KEY}", "api-key": KEY, "x-api-key": KEY, "x-goog-api-key": KEY,
+               "Proxy-Authorization": "Basic c3Bhcms6c2VjcmV0", "Cookie": f"session={KEY}"}
+
+
+def _post(url: str, body: dict, headers: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def test_the_client_credentials_stop_at_the_gateway_on_both_routes(gateway, standin):  # noqa: F811
+    """Once the gateway has checked the key, no credential header leaves it for a Spark: the stand-ins behind it log
+    the name of every credential-like header they receive (never its value); a request sent to one directly shows
+    that they would."""
+    api, _, _ = gateway
+    for route, body in ((api + "/v1/completions", {"model": EAGLE_MODEL, "prompt": "hi", "max_tokens": 4}),
+                        (api + f"/models/{EAGLE_MODEL}/v1/completions", {"prompt": "hi", "max_tokens": 4}),
+                        (api + f"/models/{EAGLE_MODEL}/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})):
+        for _ in range(2):  # leastconn: both Sparks get requests
+            status, answer = _post(route, body, CREDENTIALS)
+            assert status == 200 and answer["choices"][0], (route, status, answer)
+    direct = standin.servers[0]
+    status, _ = _post(f"http://127.0.0.1:{direct.port}/v1/completions", {"prompt": "direct", "max_tokens": 2},
+                      {"Authorization": "Bearer not-a-key"})
+    assert status == 200
+    logs = [server.stop()[2] for server in standin.servers]
+    served = [line for out in logs for line in out.splitlines() if '"POST /v1/' in line]
+    seen = [line.split("] ", 3)[-1] for out in logs for line in out.splitlines() if CREDENTIALS_SEEN in line]
+    assert len(served) == 7, served  # 6 through the gateway (path rewritten to /v1/...), 1 direct
+    assert seen == [f"{CREDENTIALS_SEEN}: authorization (values not logged) on POST /v1/completions"], seen
+    assert all(KEY not in out and "not-a-key" not in out for out in logs)
 
 
 def test_a_spark_whose_agent_says_down_leaves_within_the_bound(gateway):
@@ -377,3 +419,80 @@ def _https_models(api: int, ctx) -> tuple[bytes, list[str]]:
     conn.close()
     assert resp.status == 200, resp.status
     return der, [m["id"] for m in json.loads(body)["data"]]
+
+
+def _worker_pid(admin_socket: str) -> int:
+    """The PID of the worker that serves the admin socket now (`show info`: a reload's new worker takes it over)."""
+    from specfleet.host.haproxy_admin import ask
+    info = dict(line.split(": ", 1) for line in ask(admin_socket, "show info").splitlines() if ": " in line)
+    return int(info["Pid"])
+
+
+def test_the_credential_rules_reach_a_running_gateway_as_a_reload(tmp_path, standin):  # noqa: F811
+    """A gateway running a config that forwards the client's credentials takes the rendered one by a reload
+    (master-worker, `systemctl reload` = SIGUSR2): a stream running through the old worker finishes whole, every
+    connection opened meanwhile is answered, and from the new worker on no credential reaches the Spark. Requests
+    before the reload go to /v1/completions, after it to /v1/chat/completions: the stand-in's log says which
+    carried credentials."""
+    import http.client
+    import signal
+
+    api, metrics, agent_port = free_port(), free_port(), free_port()
+    agent = _Agent(agent_port)
+    threading.Thread(target=agent.serve_forever, daemon=True).start()
+    url = standin(None)
+    lay = _write(tmp_path, {"spark-01": (EAGLE_MODEL, url.split("//")[1])}, api, metrics, agent_port)
+    rendered = Path(lay.config).read_text()
+    forwarding = "".join(line for line in rendered.splitlines(True) if "http-request del-header" not in line)
+    assert forwarding != rendered
+    Path(lay.config).write_text(forwarding)
+    master = subprocess.Popen([HAPROXY, "-W", "-db", "-f", lay.config], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{api}"
+    completion = {"model": EAGLE_MODEL, "prompt": "hi", "max_tokens": 4}
+    chat = {"model": EAGLE_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # up, and the Spark in service (one check)
+            try:
+                if _post(base + "/v1/completions", completion, CREDENTIALS)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the gateway never served"
+            time.sleep(0.1)
+        old = _worker_pid(lay.admin_socket)
+        body = {**completion, "max_tokens": 1200, "ignore_eos": True, "stream": True}
+        stream = http.client.HTTPConnection("127.0.0.1", api, timeout=60)
+        stream.request("POST", "/v1/completions", json.dumps(body), {**CREDENTIALS, "Content-Type": "application/json"})
+        events = [stream.getresponse()]
+        assert events[0].status == 200 and events[0].readline().startswith(b"data: ")  # it runs on the old worker
+        done = threading.Event()
+
+        def read():
+            events.extend(line for line in events[0] if line.startswith(b"data: "))
+            done.set()
+        threading.Thread(target=read, daemon=True).start()
+        Path(lay.config).write_text(rendered)
+        master.send_signal(signal.SIGUSR2)
+        answered, deadline = 0, time.monotonic() + 60
+        while _worker_pid(lay.admin_socket) == old:  # every connection meanwhile answered (200, no refusal)
+            assert _call(base + "/v1/models")[0] == 200 and time.monotonic() < deadline
+            answered += 1
+            time.sleep(0.05)
+        reloaded_during_the_stream = not done.is_set()
+        for _ in range(3):
+            status, answer = _post(base + "/v1/chat/completions", chat, CREDENTIALS)
+            assert status == 200 and answer["choices"][0], answer
+        assert done.wait(60) and events[-1].strip() == b"data: [DONE]", events[-3:]  # finished whole
+        assert reloaded_during_the_stream, "the stream ended before the new worker served: nothing was tested"
+    finally:
+        master.terminate()
+        master.wait(timeout=30)
+        agent.shutdown()
+    out = standin.servers[0].stop()[2]
+    seen = {line.rsplit(" on ", 1)[1] for line in out.splitlines() if CREDENTIALS_SEEN in line}
+    chats = sum('"POST /v1/chat/completions' in line for line in out.splitlines())
+    print(f"\n  gateway reload: {answered} connections answered during it; credentials seen before it on {seen}, "
+          f"none on the {chats} requests after it; the running stream finished whole ({len(events) - 1} events)")
+    assert seen == {"POST /v1/completions"} and chats == 3, (seen, chats)

@@ -19,9 +19,11 @@ import pytest
 
 import specfleet_lab
 from specfleet.gateway_files import leave_bound_sec
+from specfleet.host.layout import main_pid
 from tests.vm import gateway_lab, lab
 from tests.vm.conftest import cache_dir, figure
 from tests.vm.test_ci_sequence import api_bytes, file_bytes, started_at
+from tests.vm.trtllm_standin.trtllm_serve import CREDENTIALS_SEEN
 
 pytestmark = pytest.mark.vm
 
@@ -38,6 +40,13 @@ def serving_inventory(lab_inventory):
 
 def current(fleet) -> dict[str, str]:
     return {g.name: g.ssh("basename $(readlink /var/lib/specfleet/current)").stdout.strip() for g in fleet.guests}
+
+
+def _seconds(docker_time: str) -> float:
+    """docker's RFC 3339 time with nanoseconds (trailing zeros trimmed) as seconds since the epoch."""
+    from datetime import datetime
+    whole, _, frac = docker_time.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole + "+00:00").timestamp() + float("0." + (frac or "0"))
 
 
 def config_of(guest, rid: str) -> str:
@@ -102,6 +111,8 @@ def _no_failed_requests(load, what: str) -> None:
 
 def test_baseline_release_serving(vm_fleet, lab_inventory, base_inventory, gateway, hub):
     if gateway:  # the gateway first (the Sparks' drains wait for it), then the Sparks join it: a converge, no restart
+        # each Spark's clock now: what its server logs from here on came through the gateway, or from this module
+        STATE["gateway_since"] = {g.name: g.ssh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip() for g in vm_fleet.guests}
         if any(g.ssh("systemctl is-active specfleet-trtllm", check=False).stdout.strip() != "active"
                for g in vm_fleet.guests):  # the module run alone (no CI sequence before it): the fleet serves first
             run = lab.run_pyinfra(lab_inventory, "eagle3")
@@ -177,6 +188,11 @@ def test_rollback_restores_the_previous_release_byte_for_byte(vm_fleet, base_inv
         assert answer["choices"][0]["text"].strip()
     assert file_bytes(hub) == 0 and api_bytes(hub) == 0, hub.bytes_served()
     figure("rollback: bytes served by the Hub stand-in", str(hub.total_bytes()))
+    if gateway:  # one Spark after the other, the last of the inventory first: the rollout's order backwards
+        starts = {h: _seconds(t) for h, t in started_at(vm_fleet).items()}
+        order = sorted(starts, key=starts.get)
+        figure("rollback behind the gateway: the Sparks' containers started in the order", " ".join(order))
+        assert order == [g.name for g in reversed(vm_fleet.guests)], starts
     listing = lab.run_specfleet("releases", "inventory.py", inventory=base_inventory)
     assert listing.returncode == 0
     for g in vm_fleet.guests:
@@ -203,6 +219,30 @@ def _gateway_curl(gateway, path: str, key: str | None, body: str | None = None) 
                             input=f"Authorization: Bearer {key}\n".encode() if key else b"").stdout
     code, _, text = out.partition("\n")
     return int(code), text
+
+
+@pytest.mark.full
+def test_a_gateway_whose_config_forwards_credentials_takes_the_rules_by_a_reload(vm_fleet, gateway, base_inventory):
+    """A running gateway whose config lacks the rules that remove the client's credentials (they are taken out of its
+    haproxy.cfg here, and HAProxy reloaded): the gateway deploy proves the rendered config and reloads HAProxy under
+    a client's load, which loses no request; the master process stays, no Spark restarts, no release id changes."""
+    cfg = "/etc/haproxy/haproxy.cfg"
+    gateway.guest.ssh(f"sudo sed -i '/http-request del-header/d' {cfg} && sudo systemctl reload haproxy")
+    master = gateway.guest.ssh(main_pid("haproxy")).stdout.strip()
+    before, releases = started_at(vm_fleet), current(vm_fleet)
+    plan = lab.run_specfleet("plan", "inventory.py", "deploys/gateway.py", inventory=base_inventory)
+    assert plan.returncode == 0 and "check the config with haproxy -c, then reload haproxy" in plan.stdout, plan.stdout
+    load = _start_load(gateway)
+    time.sleep(3)
+    run = lab.run_pyinfra(base_inventory, "gateway")
+    assert run.returncode == 0, run.output()[-3000:]
+    _no_failed_requests(load, "the gateway's reload")
+    assert any("reload haproxy" in op for op in run.changed.get(gateway_lab.GATEWAY, [])), run.changed
+    assert gateway.guest.ssh(f"grep -c 'http-request del-header' {cfg}").stdout.strip() == "4"
+    assert gateway.guest.ssh(main_pid("haproxy")).stdout.strip() == master, "HAProxy restarted: not a reload"
+    run = lab.run_pyinfra(base_inventory, "eagle3")
+    assert run.returncode == 0 and run.changed == {}, run.changed
+    assert started_at(vm_fleet) == before and current(vm_fleet) == releases
 
 
 @pytest.mark.full
@@ -283,9 +323,26 @@ def test_the_sparks_answer_only_the_gateways(vm_fleet, gateway):
 
 
 @pytest.mark.full
-def test_the_key_is_on_no_disk(vm_fleet, gateway):
-    # the gateway's whole writable tree; the Sparks' too, but their image layers (the key never goes near a Spark);
-    # the 4 guests searched at once (each guest's vCPU is its own thread on the controller)
+def test_the_key_is_on_no_disk_and_reaches_no_spark(vm_fleet, gateway):
+    """What reached each Spark: the trtllm-serve stand-in logs the name of every credential-like header a request
+    carries (never its value), and none came through the gateway in this module (thousands of requests with the key,
+    during the rollout, the rollback and the scenarios above), while a header sent to one directly is logged. Then
+    the key itself: in no file and no journal of any guest."""
+    for g in vm_fleet.guests:
+        since = STATE["gateway_since"][g.name]
+        log = g.ssh(f"journalctl -q --no-pager -o cat -u specfleet-trtllm --since '{since}'").stdout
+        relayed = sum('"POST /v1/' in line for line in log.splitlines())
+        seen = [line for line in log.splitlines() if CREDENTIALS_SEEN in line]
+        figure(f"gateway: {g.name}: requests the stand-in logged / with a credential header", f"{relayed} / {len(seen)}")
+        assert relayed > 0 and not seen, seen[:3]
+    spark = vm_fleet.guests[0]
+    spark.ssh("curl -fsS -m 10 -o /dev/null -H 'Authorization: Bearer not-a-key' http://127.0.0.1:8000/health")
+    deadline = time.monotonic() + 60
+    while CREDENTIALS_SEEN not in spark.ssh("journalctl -q --no-pager -o cat -u specfleet-trtllm -n 50").stdout:
+        assert time.monotonic() < deadline, "the stand-in did not log a credential header sent to it directly"
+        time.sleep(1)
+    # the gateway's whole writable tree; the Sparks' too, but their image layers; the 4 guests searched at once
+    # (each guest's vCPU is its own thread on the controller)
     def search(guest, skip: str) -> list[str]:
         # the key comes on stdin: on the command line, sudo would log it to the journal searched here
         return guest.ssh(f'k=$(cat); grep -rlsF -D skip {skip} -e "$k" /etc /var /tmp /root /home /run /usr/local '

@@ -51,6 +51,12 @@ for it (hold_device_memory): a test fills it from outside the container, so
 that memory is not charged to the container's cgroup and goes with the
 server's process (tests/vm/test_memory_oom.py, case c).
 
+Credentials: trtllm-serve has no use for a client's credentials (it has no
+authentication). The stand-in logs the NAMES of the credential-like headers a
+request carries (CREDENTIAL_HEADER: Authorization, api-key, x-api-key, cookies,
+...), never their values, in one CREDENTIALS_SEEN line, so that a test can tell
+what reached the server through a gateway.
+
 Extra environment knobs (stand-in only): TRTLLM_STANDIN_CONFIG (config
 path), TRTLLM_STANDIN_STRICT_TIKTOKEN=1 (refuse tiktoken files whose
 SHA-256 differs from the published one; default: warn only).
@@ -146,6 +152,10 @@ DEFAULT_CONFIG_PATH = "/etc/trtllm-standin.json"
 DEFAULT_VERSION = "1.2.0rc6"
 MODES = ("ok", "crash", "never_healthy", "empty", "oom_load", "oom_request")
 OOM_CHUNK = 32 << 20  # bytes written per allocation of the oom_* modes (filled, so the pages are really used)
+# a header whose name says it carries a credential (any client's: OpenAI's Authorization, Azure's api-key,
+# x-api-key, x-goog-api-key, Proxy-Authorization, cookies): broader than what a gateway removes, so a test sees a miss
+CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|session", re.I)
+CREDENTIALS_SEEN = "STAND-IN: credential header(s) received"
 OOM_PROMPT_TOKENS = 1000  # oom_request: a prompt longer than this (whitespace-separated words) exhausts memory
 # SYNTHETIC speculative-decoding model (see the module docstring): invented, plausible numbers.
 DEFAULT_SPECULATION = {
@@ -1119,6 +1129,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):
         log("http: " + (fmt % args), "D")
+
+    def parse_request(self):
+        ok = http.server.BaseHTTPRequestHandler.parse_request(self)
+        seen = sorted({name.lower() for name in self.headers if CREDENTIAL_HEADER.search(name)}) if ok else []
+        if seen:  # names only: a value is a secret, and this is the journal
+            log("%s: %s (values not logged) on %s %s" % (CREDENTIALS_SEEN, ", ".join(seen), self.command,
+                                                         self.path.split("?", 1)[0]), "W")
+        return ok
 
     def _send(self, status, payload, content_type="application/json"):
         body = payload if isinstance(payload, bytes) else json.dumps(payload).encode("utf-8")
