@@ -344,6 +344,22 @@ def _pair(tmp_path, name: str) -> tuple[str, bytes]:
     return cert + (tmp_path / f"{name}.key").read_text(), ssl.PEM_cert_to_DER_cert(cert)
 
 
+def _long_stream(conn, headers: dict) -> tuple[list, threading.Event]:
+    """A 1200-token stream started on `conn` and read in the background: ([the response, its events...], set once
+    it ended). It runs when this returns (its first event came)."""
+    body = {"model": EAGLE_MODEL, "prompt": "hello", "max_tokens": 1200, "ignore_eos": True, "stream": True}
+    conn.request("POST", "/v1/completions", json.dumps(body), {**headers, "Content-Type": "application/json"})
+    events = [conn.getresponse()]
+    assert events[0].status == 200 and events[0].readline().startswith(b"data: ")
+    done = threading.Event()
+
+    def read():
+        events.extend(line for line in events[0] if line.startswith(b"data: "))
+        done.set()
+    threading.Thread(target=read, daemon=True).start()
+    return events, done
+
+
 def test_a_new_certificate_is_a_reload_that_keeps_a_running_stream_and_refuses_no_connection(tmp_path, standin):  # noqa: F811
     """Changing the TLS pair reloads HAProxy (master-worker, as the distribution's unit runs it: `systemctl reload` =
     SIGUSR2 to the master): a stream running through the old worker finishes whole, and every connection opened
@@ -378,18 +394,8 @@ def test_a_new_certificate_is_a_reload_that_keeps_a_running_stream_and_refuses_n
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        body = {"model": EAGLE_MODEL, "prompt": "hello", "max_tokens": 1200, "ignore_eos": True, "stream": True}
-        stream = http.client.HTTPSConnection("127.0.0.1", api, timeout=60, context=ctx)
-        stream.request("POST", "/v1/completions", json.dumps(body),
-                       {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
-        events = [stream.getresponse()]
-        assert events[0].status == 200 and events[0].readline().startswith(b"data: ")  # it runs on the old worker
-        done = threading.Event()
-
-        def read():
-            events.extend(line for line in events[0] if line.startswith(b"data: "))
-            done.set()
-        threading.Thread(target=read, daemon=True).start()
+        events, done = _long_stream(http.client.HTTPSConnection("127.0.0.1", api, timeout=60, context=ctx),
+                                    {"Authorization": f"Bearer {KEY}"})
         Path(lay.tls_pem).write_text(new_pem)
         master.send_signal(signal.SIGUSR2)
         answered, deadline = 0, time.monotonic() + 60
@@ -462,17 +468,7 @@ def test_the_credential_rules_reach_a_running_gateway_as_a_reload(tmp_path, stan
             assert time.monotonic() < deadline, "the gateway never served"
             time.sleep(0.1)
         old = _worker_pid(lay.admin_socket)
-        body = {**completion, "max_tokens": 1200, "ignore_eos": True, "stream": True}
-        stream = http.client.HTTPConnection("127.0.0.1", api, timeout=60)
-        stream.request("POST", "/v1/completions", json.dumps(body), {**CREDENTIALS, "Content-Type": "application/json"})
-        events = [stream.getresponse()]
-        assert events[0].status == 200 and events[0].readline().startswith(b"data: ")  # it runs on the old worker
-        done = threading.Event()
-
-        def read():
-            events.extend(line for line in events[0] if line.startswith(b"data: "))
-            done.set()
-        threading.Thread(target=read, daemon=True).start()
+        events, done = _long_stream(http.client.HTTPConnection("127.0.0.1", api, timeout=60), CREDENTIALS)
         Path(lay.config).write_text(rendered)
         master.send_signal(signal.SIGUSR2)
         answered, deadline = 0, time.monotonic() + 60
