@@ -83,16 +83,17 @@ This package re-exports the API the tests and scripts use: ``up``, ``down``, ``l
 """
 
 from .arch import ARCHES, DEFAULT_ARCH, guest_arches, host_arch, parse_arch, parse_arches
+from .drivers import Driver, choose
 from .errors import SSHError, VMError
-from .fleet import down, up
-from .guest import OPERATOR, Guest
+from .fleet import FIRST_HOST, down, up
+from .host import OPERATOR, Host
 from .image import ImageInfo, build_image
 from .local import default_cache_dir, default_workdir
 from .recipe import DISK_SIZE, recipe_hash
 from .state import Fleet, load, write_inventory
 
 __all__ = [
-    "ARCHES", "DEFAULT_ARCH", "DISK_SIZE", "OPERATOR", "Fleet", "Guest", "ImageInfo", "SSHError", "VMError",
-    "build_image", "default_cache_dir", "default_workdir", "down", "guest_arches", "host_arch", "load",
-    "parse_arch", "parse_arches", "recipe_hash", "up", "write_inventory",
+    "ARCHES", "DEFAULT_ARCH", "DISK_SIZE", "FIRST_HOST", "OPERATOR", "Driver", "Fleet", "Host", "ImageInfo",
+    "SSHError", "VMError", "build_image", "choose", "default_cache_dir", "default_workdir", "down", "guest_arches",
+    "host_arch", "load", "parse_arch", "parse_arches", "recipe_hash", "up", "write_inventory",
 ]

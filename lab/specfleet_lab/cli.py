@@ -11,9 +11,10 @@ from pathlib import Path
 import click
 
 from .arch import DEFAULT_ARCH, guest_arches, parse_arches
+from .drivers import DEFAULT, REGISTRY, choose
 from .errors import VMError
-from .fleet import down, up
-from .guest import OPERATOR
+from .fleet import down, down_all, up
+from .host import OPERATOR
 from .image import build_image
 from .state import load
 
@@ -51,7 +52,7 @@ _cache_opt = click.option(
     envvar="SPECFLEET_CACHE_DIR", default="~/.cache/specfleet", show_default=True,
     help="Image cache (env SPECFLEET_CACHE_DIR).")
 
-main = click.Group("specfleet-lab", help="A fleet of QEMU VMs standing in for DGX Spark hosts (CI).")
+main = click.Group("specfleet-lab", help="A fleet of hosts standing in for DGX Sparks (containers, or QEMU guests).")
 
 
 def _arch_option(ctx, param, value):
@@ -76,13 +77,16 @@ def _arch_option(ctx, param, value):
 @_cache_opt
 @click.option("--smp", type=click.IntRange(1, 64), default=None,
               help="vCPUs per guest (default: chosen from host cores and --count).")
-@click.option("--lan", is_flag=True, help="Also put the guests on a shared network of their own (a second NIC, eth1, "
-                                          "static 10.88.x.11, .12, ...; the inventory's fleet_address).")
+@click.option("--lan", is_flag=True, help="Also put the hosts on a shared network of their own (a second NIC, eth1, "
+                                          "static .11, .12, ...; the inventory's fleet_address).")
+@click.option("--driver", type=click.Choice(sorted(REGISTRY)), envvar="SPECFLEET_LAB_DRIVER", default=None,
+              help=f"What runs the hosts [default: {DEFAULT}, or qemu with one line saying why where containers "
+                   "cannot run; env SPECFLEET_LAB_DRIVER]. arm64 hosts are always QEMU guests.")
 @click.option("--pair-link", is_flag=True, help="Join the first two guests by a stand-in ConnectX-7 link of their own "
                                                 "(two more NICs each, named enp1s0f1np1 and enP2p1s0f1np1).")
 def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, cache_dir: Path,
-           smp: int | None, lan: bool, pair_link: bool) -> None:
-    """Boot COUNT guests and write WORKDIR/inventory.yml."""
+           smp: int | None, lan: bool, pair_link: bool, driver: str | None) -> None:
+    """Start COUNT hosts and write WORKDIR/inventory.yml."""
     _setup_logging()
     try:
         arches = guest_arches(count, arch)
@@ -90,22 +94,30 @@ def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, 
         raise click.UsageError(str(e)) from None
     try:
         with exit_on_sigterm():
+            drv = choose(driver, arches=arches, workdir=workdir, say=lambda line: click.echo(line, err=True))
             fleet = up(count=len(arches), workdir=workdir, cache_dir=Path(cache_dir).expanduser(),
-                       memory_mb=memory_mb, smp=smp, arch=arches, lan=lan, pair_link=pair_link)
+                       memory_mb=memory_mb, smp=smp, arch=arches, lan=lan, pair_link=pair_link, driver=drv)
     except VMError as e:
         raise click.ClickException(str(e)) from None
     for g in fleet.guests:
-        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}" + (f"\t{g.lan_address}" if g.lan_address else ""))
+        click.echo(f"{g.name}\t{g.ssh_host}:{g.ssh_port}\t{g.arch}" + (f"\t{g.lan_address}" if g.lan_address else ""))
     click.echo(f"inventory: {fleet.inventory_path}")
     click.echo(f"log in:    {fleet.guests[0].login_command()}   (operator {OPERATOR}; sudo -i for root)")
 
 
 @main.command("down")
 @_workdir_opt
-def down_cmd(workdir: Path) -> None:
-    """Stop the fleet's guests and remove overlays, pid files and fleet.json."""
+@click.option("--all", "everything", is_flag=True,
+              help="Every fleet up on this machine, and every container engine of the lab (also what a killed run "
+                   "left).")
+def down_cmd(workdir: Path, everything: bool) -> None:
+    """Stop the fleet's hosts and remove what it made (console logs are kept)."""
     _setup_logging()
     try:
+        if everything:
+            for done in down_all():
+                click.echo(f"down: {done}")
+            return
         down(workdir)
     except VMError as e:
         raise click.ClickException(str(e)) from None
@@ -136,5 +148,5 @@ def status_cmd(workdir: Path) -> None:
     except VMError as e:
         raise click.ClickException(str(e)) from None
     for g in fleet.guests:
-        state = f"running (pid {g.pid})" if g.is_running() else "stopped"
-        click.echo(f"{g.name}\t127.0.0.1:{g.port}\t{g.arch}\t{state}")
+        state = "running" if g.is_running() else "stopped"
+        click.echo(f"{g.name}\t{g.driver}\t{g.ssh_host}:{g.ssh_port}\t{g.arch}\t{state}")

@@ -1,7 +1,9 @@
-"""The guest image: built once per recipe hash with mmdebstrap + `mkfs.ext4 -d` into the cache
-(`<cache>/images/<hash>/`: disk.img, vmlinuz, initrd, the fleet's SSH key, recipe.json), under a per-recipe
-lock so that concurrent builders wait and reuse. A build is renamed into place only when complete; an
-interrupted one is removed (also by the next builder)."""
+"""The host image: built once per recipe hash, from one mmdebstrap rootfs, into its two outputs in the cache
+(`<cache>/images/<hash>/`): the QEMU disk (disk.img by `mkfs.ext4 -d`, vmlinuz, initrd) and, for the machine's own
+architecture, the container image (container.tar: the same tree with the container hook's changes, without the
+kernel); beside them the fleet's SSH key and recipe.json. Under a per-recipe lock, so that concurrent builders wait
+and reuse. A build is renamed into place only when complete; an interrupted one is removed (also by the next
+builder)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,18 @@ from pathlib import Path
 from .arch import ARCHES, DEFAULT_ARCH, host_arch, parse_arch
 from .errors import VMError
 from .local import default_cache_dir, resolve, run, safe_rmtree, tail
-from .recipe import CUSTOMIZE_HOOK, DISK_SIZE, DPKG_OPTS, MIRRORS, SUITE, packages, recipe, recipe_hash
+from .recipe import (
+    CONTAINER_FILES,
+    CONTAINER_HOOK,
+    CUSTOMIZE_HOOK,
+    DISK_SIZE,
+    DPKG_OPTS,
+    MIRRORS,
+    SUITE,
+    packages,
+    recipe,
+    recipe_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +59,16 @@ class ImageInfo:
     def pubkey(self) -> Path:
         return self.key.with_name(self.key.name + ".pub")
 
+    @property
+    def container_tar(self) -> Path:
+        """The container output (the machine's own architecture only)."""
+        return self.dir / CONTAINER_TAR
+
 
 IMAGE_FILES = ("disk.img", "vmlinuz", "initrd", "id_ed25519", "id_ed25519.pub", "recipe.json")
+CONTAINER_TAR = "container.tar"
+#: what the container image leaves out of the rootfs: the kernel and its modules (a container runs the machine's)
+CONTAINER_EXCLUDES = ("./boot", "./lib/modules", "./usr/lib/modules", "./lost+found", "./vmlinuz*", "./initrd.img*")
 
 
 def _image_info(d: Path, h: str, built: bool, seconds: float, arch: str = DEFAULT_ARCH) -> ImageInfo:
@@ -63,8 +84,8 @@ def _image_info(d: Path, h: str, built: bool, seconds: float, arch: str = DEFAUL
     )
 
 
-def _image_complete(d: Path) -> bool:
-    return all((d / f).is_file() for f in IMAGE_FILES)
+def _image_complete(d: Path, arch: str) -> bool:
+    return all((d / f).is_file() for f in IMAGE_FILES + ((CONTAINER_TAR,) if arch == host_arch() else ()))
 
 
 def _check_emulation(arch: str) -> None:
@@ -88,13 +109,13 @@ def build_image(cache_dir=None, arch: str = DEFAULT_ARCH, pair: bool = False) ->
     images.mkdir(parents=True, exist_ok=True)
     h = recipe_hash(arch, pair)
     target = images / h
-    if _image_complete(target):
+    if _image_complete(target, arch):
         log.info("image cached: %s", target)
         return _image_info(target, h, built=False, seconds=time.monotonic() - t0, arch=arch)
 
     with open(images / f".{h}.lock", "w") as lockf:
         fcntl.flock(lockf, fcntl.LOCK_EX)  # one builder per recipe; others wait and reuse
-        if _image_complete(target):
+        if _image_complete(target, arch):
             log.info("image cached: %s (built concurrently)", target)
             return _image_info(target, h, built=False, seconds=time.monotonic() - t0, arch=arch)
         _check_builder(images, h, target, arch)
@@ -155,11 +176,25 @@ def _build_into(tmp: Path, lock_fd: int, arch: str = DEFAULT_ARCH, pair: bool = 
     run(["mkfs.ext4", "-q", "-F", "-L", "specfleet-root", "-d", rootfs,
          tmp / "disk.img", DISK_SIZE], capture_output=True)
     log.info("mkfs.ext4 -d: %.0f s", time.monotonic() - t0)
+    if arch == host_arch():
+        _container_output(tmp, rootfs)
     safe_rmtree(rootfs)
     (tmp / "customize.sh").unlink()
     with contextlib.suppress(FileNotFoundError):
         (tmp / "essential.sh").unlink()
     build_log.unlink()
+
+
+def _container_output(tmp: Path, rootfs: Path) -> None:
+    """container.tar: the rootfs after the disk image was made from it, changed by the container hook."""
+    t0 = time.monotonic()
+    hook = tmp / "container.sh"
+    hook.write_text(CONTAINER_HOOK)
+    run(["sh", hook, rootfs, str(CONTAINER_FILES)], capture_output=True)
+    hook.unlink()
+    run(["tar", "-C", rootfs, "--numeric-owner", "--xattrs", "--acls", *(f"--exclude={e}" for e in CONTAINER_EXCLUDES),
+         "-cf", tmp / CONTAINER_TAR, "."], capture_output=True)
+    log.info("container image (tar): %.0f s", time.monotonic() - t0)
 
 
 def _mmdebstrap_argv(tmp: Path, rootfs: Path, arch: str, pair: bool = False) -> list:

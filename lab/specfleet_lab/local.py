@@ -1,17 +1,14 @@
-"""The controller side of the lab: its directories, local commands, TCP ports, the QEMU processes it started
-(found by pid file and checked by command line before any signal) and mounts left by a killed image build."""
+"""The controller side of the lab, whatever the driver: its directories, local commands, TCP ports, pid files and
+mounts left by a killed build or run."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -22,6 +19,12 @@ log = logging.getLogger(__name__)
 
 def default_workdir() -> Path:
     return Path(os.environ.get("SPECFLEET_VM_DIR") or ".vm")
+
+
+def lab_root() -> Path:
+    """Where the lab keeps what outlives one process: the registry of fleets up (`down --all`), the container engines
+    of its runs and their address pools (SPECFLEET_LAB_ROOT)."""
+    return Path(os.environ.get("SPECFLEET_LAB_ROOT") or "/var/tmp/specfleet-lab")
 
 
 def default_cache_dir() -> Path:
@@ -76,46 +79,6 @@ def read_pid(pidfile: Path) -> int | None:
         return int(Path(pidfile).read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def qesc(path) -> str:
-    """A path inside a QEMU option string (commas are doubled)."""
-    return str(path).replace(",", ",,")
-
-
-def pid_is_our_qemu(pid: int, overlay: Path) -> bool:
-    """True if pid is a live (non-zombie) QEMU process running `overlay`."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    if state in ("Z", "X"):
-        return False
-    args = cmdline.split(b"\0")
-    needle = f"file={qesc(overlay)},".encode()
-    return b"qemu" in cmdline and any(needle in a for a in args)
-
-
-def wait_gone(pid: int, overlay: Path, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not pid_is_our_qemu(pid, overlay):
-            return True
-        time.sleep(0.1)
-    return not pid_is_our_qemu(pid, overlay)
-
-
-def stop_qemu(pid: int, overlay: Path, term_timeout: float = 5.0) -> bool:
-    """SIGTERM, then SIGKILL, a QEMU process we started. Returns True if one was stopped."""
-    if not pid_is_our_qemu(pid, overlay):
-        return False
-    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        if wait_gone(pid, overlay, wait):
-            return True
-    raise VMError(f"QEMU pid {pid} ({overlay}) survived SIGKILL")
 
 
 def _mounts_under(path: Path) -> list[str]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 from importlib import resources
+from pathlib import Path
 
 from .arch import ARCHES, DEFAULT_ARCH, parse_arch
 
 #: Bump to force a rebuild of every cached image (changes the recipe hash).
-RECIPE_VERSION = 2  # 2: operator-only SSH (PermitRootLogin no), stand-in NVIDIA container toolkit
+RECIPE_VERSION = 2
 
 SUITE = "bookworm"
 MIRRORS = (
@@ -52,6 +53,20 @@ def _hook(name: str) -> str:
 #: identity, the operator user `spark` (no root SSH) and the stand-in NVIDIA container toolkit.
 CUSTOMIZE_HOOK = _hook("customize.sh")
 
+#: The container output (hooks/container.sh): run on the rootfs after the disk image was made from it, with the
+#: files of container_files/ copied over it first (the ifnames unit, the rlimit clamp). Made for the machine's own
+#: architecture only.
+CONTAINER_HOOK = _hook("container.sh")
+CONTAINER_FILES = resources.files(__package__) / "container_files"
+
+
+def container_files() -> dict[str, str]:
+    """container_files/ as {path: "mode content"}: what the recipe hashes of it."""
+    root = Path(str(CONTAINER_FILES))
+    return {str(f.relative_to(root)): f"{f.stat().st_mode & 0o777:o} {f.read_text(encoding='utf-8')}"
+            for f in sorted(root.rglob("*")) if f.is_file()}
+
+
 #: mmdebstrap essential hook (hooks/initramfs.sh) of images built under emulation (qemu-user via binfmt_misc):
 #: runs after the Essential:yes packages and BEFORE the kernel package is configured. mkinitramfs with the default
 #: MODULES=most forks thousands of emulated processes (20+ min measured); MODULES=list with the few modules
@@ -68,10 +83,9 @@ def packages(arch: str = DEFAULT_ARCH, pair: bool = False) -> list:
 
 
 def recipe(arch: str = DEFAULT_ARCH, pair: bool = False) -> dict:
-    """Everything that determines the image; its hash keys the cache. The x86_64 recipe has no `arch` key
-    (it is the recipe from before arm64 guests existed, so its cached images stay valid); any other
-    architecture's recipe names its Debian arch and adds the initramfs hook its emulated build needs. `pair`: the
-    image of a pair's guests, with PAIR_PACKAGES and a `pair` key (the other images' recipes are unchanged)."""
+    """Everything that determines the image (both outputs: the disk and the container image); its hash keys the
+    cache. An architecture other than x86_64 names its Debian arch and adds the initramfs hook its emulated build
+    needs. `pair`: the image of a pair's hosts, with PAIR_PACKAGES."""
     arch = parse_arch(arch)
     r = {
         "recipe_version": RECIPE_VERSION,
@@ -82,6 +96,8 @@ def recipe(arch: str = DEFAULT_ARCH, pair: bool = False) -> dict:
         "dpkg_opts": list(DPKG_OPTS),
         "customize_hook": CUSTOMIZE_HOOK,
         "disk_size": DISK_SIZE,
+        "container_hook": CONTAINER_HOOK,
+        "container_files": container_files(),
     }
     if arch != DEFAULT_ARCH:
         r.update(arch=ARCHES[arch].debian, essential_hook=INITRAMFS_HOOK)

@@ -9,15 +9,16 @@ import yaml
 from click.testing import CliRunner
 
 from specfleet.inventory import load_inventory
-from specfleet_lab import Fleet, Guest, ImageInfo, VMError, accel, cli, guest_arches, recipe, write_inventory
+from specfleet_lab import Fleet, ImageInfo, VMError, cli, guest_arches, recipe, write_inventory
 from specfleet_lab.arch import qemu_binary
-from specfleet_lab.guest import qemu_argv
+from specfleet_lab.qemu import accel
+from specfleet_lab.qemu.guest import QemuHost, qemu_argv
 from tests.vm import wheelhouse
 from tests.vm.trtllm_standin import image as standin_image
 
 
-def guest(arch: str, tmp_path: Path, name: str = "spark-1", port: int = 2222) -> Guest:
-    return Guest(name=name, port=port, overlay=tmp_path / f"{name}.qcow2", pidfile=tmp_path / f"{name}.pid",
+def guest(arch: str, tmp_path: Path, name: str = "spark-1", port: int = 2222) -> QemuHost:
+    return QemuHost(name=name, ssh_port=port, overlay=tmp_path / f"{name}.qcow2", pidfile=tmp_path / f"{name}.pid",
                  console_log=tmp_path / f"{name}.log", key_path=tmp_path / "id", argv=[], arch=arch)
 
 
@@ -115,11 +116,11 @@ def test_default_smp_per_arch(monkeypatch):
 
 def test_guest_json_roundtrip_keeps_the_arch(tmp_path):
     g = guest("arm64", tmp_path)
-    back = Guest.from_json(g.to_json())
+    back = QemuHost.from_json(g.to_json())
     assert back.arch == "arm64" and wheelhouse.guest_arch(back) == "aarch64"
     old = g.to_json()
     del old["arch"]  # fleet.json of a fleet brought up before arm64 guests
-    assert Guest.from_json(old).arch == "x86_64"
+    assert QemuHost.from_json(old).arch == "x86_64"
 
 
 def test_inventory_groups_guests_by_arch_and_loads(tmp_path):

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet_lab import Guest, recipe, write_inventory
-from specfleet_lab.guest import as_user
+from specfleet_lab import recipe, write_inventory
+from specfleet_lab.host import as_user
+from specfleet_lab.qemu.guest import QemuHost
 
 
 def _heredoc(target: str) -> str:
@@ -88,8 +89,8 @@ def test_quoting_survives_the_remote_shell():
     assert out.stdout == "a b|c'd|42|/root-home|", out
 
 
-def _guest(tmp_path) -> Guest:
-    return Guest(name="spark-1", port=2222, overlay=tmp_path / "o.qcow2", pidfile=tmp_path / "p",
+def _guest(tmp_path) -> QemuHost:
+    return QemuHost(name="spark-1", ssh_port=2222, overlay=tmp_path / "o.qcow2", pidfile=tmp_path / "p",
                  console_log=tmp_path / "c.log", key_path=tmp_path / "id_ed25519", argv=[])
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from specfleet_lab import Fleet, Guest, VMError
-from specfleet_lab.guest import as_user
+from specfleet_lab import Fleet, VMError
+from specfleet_lab.host import as_user
+from specfleet_lab.qemu.guest import QemuHost
 from tests.vm import lab, wheelhouse
 from tests.vm.phases import PhaseClock
 
@@ -229,7 +230,7 @@ def test_load_image_streams_into_docker_import(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(argv, 0, b"sha256:abc\n", b"")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
-    guests = [Guest(name=f"spark-{i}", port=2220 + i, overlay=tmp_path / f"{i}.qcow2", pidfile=tmp_path / f"{i}.pid",
+    guests = [QemuHost(name=f"spark-{i}", ssh_port=2220 + i, overlay=tmp_path / f"{i}.qcow2", pidfile=tmp_path / f"{i}.pid",
                     console_log=tmp_path / f"{i}.log", key_path=tmp_path / "key", argv=[]) for i in (1, 2)]
     fleet = Fleet(guests=guests, workdir=tmp_path, inventory_path=tmp_path / "inv.yml", key_path=tmp_path / "key")
     seconds = fleet.load_image(tarball, "specfleet/x:1", changes=["ENV A=b c", 'CMD ["/bin/sh"]'])

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import yaml
 
-from specfleet_lab import Guest, write_inventory
-from specfleet_lab.guest import qemu_argv
-from specfleet_lab.lan import GROUP, Lan, new_lan
+from specfleet_lab import write_inventory
+from specfleet_lab.qemu.guest import QemuHost, qemu_argv
+from specfleet_lab.qemu.lan import GROUP, Lan, new_lan
 
 
-def _guest(tmp_path: Path, lan: Lan | None, host: int, name: str = "spark-1") -> Guest:
-    return Guest(name=name, port=2222, overlay=tmp_path / f"{name}.qcow2", pidfile=tmp_path / f"{name}.pid",
+def _guest(tmp_path: Path, lan: Lan | None, host: int, name: str = "spark-1") -> QemuHost:
+    return QemuHost(name=name, ssh_port=2222, overlay=tmp_path / f"{name}.qcow2", pidfile=tmp_path / f"{name}.pid",
                  console_log=tmp_path / f"{name}.log", key_path=tmp_path / "id", argv=[], lan=lan, lan_host=host)
 
 
@@ -47,14 +47,14 @@ def test_a_joining_fleet_has_addresses_and_macs_of_its_own():
 def test_the_network_is_kept_in_the_fleet_state_and_the_inventory(tmp_path):
     lan = Lan(40124, "10.88.8.0/24")
     g = _guest(tmp_path, lan, 12, "spark-2")
-    again = Guest.from_json(json.loads(json.dumps(g.to_json())))
+    again = QemuHost.from_json(json.loads(json.dumps(g.to_json())))
     assert again.lan == lan and again.lan_address == "10.88.8.12"
     inv = tmp_path / "inventory.yml"
     write_inventory(inv, [g], tmp_path / "id")
     host = yaml.safe_load(inv.read_text())["all"]["children"]["vm_fleet"]["hosts"]["spark-2"]
     assert host["fleet_address"] == "10.88.8.12"
     old = {k: v for k, v in g.to_json().items() if k not in ("lan", "lan_host")}  # a fleet.json from before
-    assert Guest.from_json(old).lan is None
+    assert QemuHost.from_json(old).lan is None
 
 
 def test_multicast_on_the_loopback_reaches_a_second_member():

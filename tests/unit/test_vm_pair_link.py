@@ -9,13 +9,12 @@ import json
 import shutil
 from pathlib import Path
 
-from specfleet_lab import Guest
-from specfleet_lab.guest import qemu_argv
-from specfleet_lab.pair_link import GROUP, IFNAMES, PairLink, new_pair_link
+from specfleet_lab.qemu.guest import QemuHost, qemu_argv
+from specfleet_lab.qemu.pair_link import GROUP, IFNAMES, PairLink, new_pair_link
 
 
-def _guest(tmp_path: Path, link: PairLink | None, side: int) -> Guest:
-    return Guest(name=f"spark-{side + 1}", port=2222, overlay=tmp_path / "g.qcow2", pidfile=tmp_path / "g.pid",
+def _guest(tmp_path: Path, link: PairLink | None, side: int) -> QemuHost:
+    return QemuHost(name=f"spark-{side + 1}", ssh_port=2222, overlay=tmp_path / "g.qcow2", pidfile=tmp_path / "g.pid",
                  console_log=tmp_path / "g.log", key_path=tmp_path / "id", argv=[], pair_link=link, pair_side=side)
 
 
@@ -48,10 +47,10 @@ def test_the_link_files_name_each_nic_like_a_sparks_interface_by_its_mac():
 
 def test_the_link_is_kept_in_the_fleet_state(tmp_path):
     g = _guest(tmp_path, PairLink((40203, 40204)), 1)
-    again = Guest.from_json(json.loads(json.dumps(g.to_json())))
+    again = QemuHost.from_json(json.loads(json.dumps(g.to_json())))
     assert (again.pair_link, again.pair_side) == (PairLink((40203, 40204)), 1)
     old = {k: v for k, v in g.to_json().items() if k not in ("pair_link", "pair_side")}  # a fleet.json from before
-    assert Guest.from_json(old).pair_link is None
+    assert QemuHost.from_json(old).pair_link is None
 
 
 def test_the_labs_interface_names_are_the_products_defaults():  # seen failing with a renamed IFNAMES entry

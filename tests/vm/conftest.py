@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -48,44 +47,82 @@ def session_work(name: str):
 
 
 @pytest.fixture(scope="session")
-def hub():
-    with session_work("session setup: hub"):
-        server = HubStandin(bind="127.0.0.1", port=0).__enter__()
+def lab_driver():
+    """What runs the session fleet's hosts: SPECFLEET_LAB_DRIVER, else containers (QEMU, with one line saying why,
+    where they cannot run). Closed at the session's end, once every fleet is down (the container engine stops)."""
+    drv = specfleet_lab.choose(None, arches=["x86_64"], session=True,
+                               say=lambda line: (print(line), figure("lab driver", line)))
+    figure("lab driver of the session fleet", drv.name)
     try:
-        yield server
+        yield drv
     finally:
-        server.__exit__(None, None, None)
+        with session_work("session teardown: lab driver"):
+            drv.close()
 
 
 @pytest.fixture(scope="session")
-def wheelhouse():
-    """The guests' PyPI mirror: the deploy's pinned hub client and its dependencies, downloaded once on the
-    controller (cached by requirement) and served on the controller's loopback (10.0.2.2 from a guest).
-    None when the download failed (one line printed): the guests then use pip's default index."""
-    with session_work("session setup: wheelhouse"):
-        house = wheelhouse_mod.prepare(cache_dir(), say=lambda line: (print(line), figure("wheelhouse", line)))
-        if house is not None:
-            figure("prepare: wheelhouse " + ("download (cold)" if house.downloaded else "(cached)"),
-                   f"{house.seconds:.1f} s")
-            server = wheelhouse_mod.WheelhouseServer(list(house.dirs.values()), bind="127.0.0.1", port=0,
-                                                     arches=house.arches).start()
-    if house is None:
-        yield None
-        return
-    try:
-        yield server
-    finally:
-        figure("wheelhouse: wheel files served to the guests", str(server.files_served()))
-        server.stop()
+def qemu_driver(lab_driver):
+    """The QEMU driver, for the modules that need a kernel of their own (pytest.mark.kernel, docs/dev/lab.md)."""
+    return lab_driver if lab_driver.name == "qemu" else specfleet_lab.choose("qemu", session=True)
+
+
+class Standins:
+    """The stand-ins the controller serves to the hosts of one driver (its bind address): the Hub, and the guests'
+    PyPI mirror (the wheelhouse: the deploy's pinned hub client and its dependencies, downloaded once and cached;
+    None when the download failed, one line printed: the hosts then use pip's default index)."""
+
+    def __init__(self, bind: str):
+        with session_work(f"session setup: stand-ins on {bind}"):
+            self.hub = HubStandin(bind=bind, port=0).__enter__()
+            house = wheelhouse_mod.prepare(cache_dir(), say=lambda line: (print(line), figure("wheelhouse", line)))
+            self.wheelhouse = None
+            if house is not None:
+                figure("prepare: wheelhouse " + ("download (cold)" if house.downloaded else "(cached)"),
+                       f"{house.seconds:.1f} s")
+                self.wheelhouse = wheelhouse_mod.WheelhouseServer(list(house.dirs.values()), bind=bind, port=0,
+                                                                  arches=house.arches).start()
+
+    def stop(self) -> None:
+        if self.wheelhouse is not None:
+            figure("wheelhouse: wheel files served to the hosts", str(self.wheelhouse.files_served()))
+            self.wheelhouse.stop()
+        self.hub.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")
-def vm_fleet(tmp_path_factory, request):
+def standins_for():
+    """driver -> its Standins, started on first use (bound to the driver's bind address), stopped at the end."""
+    started: dict[str, Standins] = {}
+
+    def get(driver) -> Standins:
+        if driver.bind_address not in started:
+            started[driver.bind_address] = Standins(driver.bind_address)
+        return started[driver.bind_address]
+
+    try:
+        yield get
+    finally:
+        for s in started.values():
+            s.stop()
+
+
+@pytest.fixture(scope="session")
+def hub(lab_driver, standins_for):
+    return standins_for(lab_driver).hub
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(lab_driver, standins_for):
+    return standins_for(lab_driver).wheelhouse
+
+
+@pytest.fixture(scope="session")
+def vm_fleet(tmp_path_factory, request, lab_driver):
     with session_work("session setup: vm_fleet (image build + boot)"):
-        return _boot_fleet(tmp_path_factory, request)
+        return _boot_fleet(tmp_path_factory, request, lab_driver)
 
 
-def _boot_fleet(tmp_path_factory, request):
+def _boot_fleet(tmp_path_factory, request, driver):
     count = int(os.environ.get("SPECFLEET_VM_COUNT", "3"))
     workdir = tmp_path_factory.mktemp("fleet")
     # image build timings: cold (if not cached yet) and cached, side by side
@@ -95,18 +132,18 @@ def _boot_fleet(tmp_path_factory, request):
     figure("guest image build (cached)", f"{second.seconds:.2f} s")
     start = time.monotonic()
     try:
-        # on a shared guest network of its own (specfleet_lab/lan.py): a gateway guest joins it in --full
-        fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir(), lan=True)
+        # on a shared network of its own: a gateway host joins it in --full
+        fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir(), lan=True, driver=driver)
     except BaseException:
         specfleet_lab.down(workdir)
         raise
-    figure(f"boot {count} guests to SSH + systemd running", f"{time.monotonic() - start:.1f} s")
+    figure(f"boot {count} {driver.name} hosts to SSH + systemd running", f"{time.monotonic() - start:.1f} s")
     SESSION_FLEETS.append(fleet)
 
     def down():
         with PHASES.session_work("session teardown: fleet down"):
             try:
-                _signal_guests(fleet, signal.SIGCONT)  # a stopped QEMU would not act on down()'s SIGTERM
+                fleet.resume()  # a frozen host would not act on down()'s stop
             finally:
                 specfleet_lab.down(workdir)  # whatever happened above
 
@@ -123,7 +160,7 @@ def lab_inventory(vm_fleet, hub, wheelhouse):
 def _prepare_lab(vm_fleet, hub, wheelhouse):
     start = time.monotonic()
     n_cas = lab.trust_controller_cas(vm_fleet)
-    index_url = wheelhouse.index_url_for(lab.GUEST_SEES_CONTROLLER) if wheelhouse else None
+    index_url = wheelhouse.index_url_for(vm_fleet.controller_address) if wheelhouse else None
     mirrored = [g for g in vm_fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
     lab.configure_guest_pip(vm_fleet, index_url, cert=n_cas > 0, guests=mirrored)  # others: as trust_controller_cas left it
     others = [g for g in vm_fleet.guests if g not in mirrored]
@@ -134,48 +171,44 @@ def _prepare_lab(vm_fleet, hub, wheelhouse):
     figure("prepare: load stand-in image per guest (streamed into docker import -)",
            ", ".join(f"{name} {s:.1f} s" for name, s in sorted(seconds.items())))
     figure("prepare: build + load stand-in image into every guest", f"{time.monotonic() - start:.1f} s")
-    return lab.write_ci_inventory(vm_fleet.inventory_path, hub.port, vm_fleet.workdir / "ci-inventory.yml")
-
-
-def _signal_guests(fleet, sig) -> list[str]:
-    """Send `sig` to the QEMU process of every running guest of `fleet`; the names of those signalled."""
-    done = []
-    for g in fleet.guests:
-        pid = g.pid  # a property: the pidfile's pid, None when not running
-        if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-                done.append(g.name)
-    return done
+    return lab.write_ci_inventory(vm_fleet, hub.port, vm_fleet.workdir / "ci-inventory.yml")
 
 
 @contextlib.contextmanager
 def paused_session_fleet():
-    """Stop the session fleet's idle guests (SIGSTOP to their QEMU processes) for a module that boots its own
-    fleet and runs last (test_arm64.py): on 2 cores, the emulated arm64 guest gets the CPU time that three idle
-    TCG guests would otherwise burn. Always continued (SIGCONT) afterwards, also when the module fails."""
+    """Freeze the session fleet's idle hosts (Fleet.pause) for a module that boots its own fleet: on 2 cores, an
+    emulated guest gets the CPU time the idle hosts would otherwise burn. Always resumed afterwards, also when the
+    module fails."""
     fleets = list(SESSION_FLEETS)
-    paused = [name for f in fleets for name in _signal_guests(f, signal.SIGSTOP)]
+    paused = [name for f in fleets for name in f.pause()]
     if paused:
-        figure("session fleet paused while the arm64 module ran (SIGSTOP/SIGCONT)", ", ".join(paused))
+        figure("session fleet paused while a module with hosts of its own ran", ", ".join(paused))
     try:
         yield paused
     finally:
         for f in fleets:
-            _signal_guests(f, signal.SIGCONT)
+            f.resume()
+
+
+def driver_of(request):
+    """The driver of a module's own hosts: QEMU where it needs a kernel of its own (pytest.mark.kernel naming its
+    ledger row in docs/dev/lab.md), else the session's."""
+    needs_kernel = request.node.get_closest_marker("kernel") is not None
+    return request.getfixturevalue("qemu_driver" if needs_kernel else "lab_driver")
 
 
 def own_guests(tmp_path_factory, request, name: str, what: str, count: int = 2, **up):
-    """`count` guests of a module's own (specfleet_lab.up(count=count, **up)), the session fleet paused meanwhile:
-    they are undone at module teardown, also on failure or SIGTERM. Prints the boot time as `<what>`."""
+    """`count` hosts of a module's own (specfleet_lab.up(count=count, **up)) on the module's driver (driver_of), the
+    session fleet paused meanwhile: they are undone at module teardown, also on failure or SIGTERM. Prints the boot
+    time as `<what>`."""
     pause = contextlib.ExitStack()
     pause.enter_context(paused_session_fleet())
     request.addfinalizer(pause.close)
     workdir = tmp_path_factory.mktemp(name)
     request.addfinalizer(lambda: specfleet_lab.down(workdir))
     start = time.monotonic()
-    fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir(), **up)
-    figure(what, f"{time.monotonic() - start:.1f} s")
+    fleet = specfleet_lab.up(count=count, workdir=workdir, cache_dir=cache_dir(), driver=driver_of(request), **up)
+    figure(f"{what} ({fleet.driver.name})", f"{time.monotonic() - start:.1f} s")
     return fleet
 
 

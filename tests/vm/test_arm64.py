@@ -68,13 +68,13 @@ def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
         t0 = time.monotonic()
         n_cas = lab.trust_controller_cas(fleet)
         mirrored = [g for g in fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
-        index_url = wheelhouse.index_url_for(lab.GUEST_SEES_CONTROLLER) if wheelhouse else None
+        index_url = wheelhouse.index_url_for(fleet.controller_address) if wheelhouse else None
         lab.configure_guest_pip(fleet, index_url, cert=n_cas > 0, guests=mirrored)
         figure(f"{ARCH} fleet: prepare: controller CAs ({n_cas}) + pip mirror", f"{time.monotonic() - t0:.1f} s")
         seconds = lab.load_standin_image(fleet, cache_dir())
         figure(f"{ARCH} fleet: load stand-in image per guest (streamed into docker import -)",
                ", ".join(f"{name} {s:.1f} s" for name, s in sorted(seconds.items())))
-        inventory = lab.write_ci_inventory(fleet.inventory_path, hub.port, workdir / "ci-inventory.yml")
+        inventory = lab.write_ci_inventory(fleet, hub.port, workdir / "ci-inventory.yml")
         figure(f"{ARCH} fleet: prepare (CAs, pip mirror, stand-in image, CI inventory + lock)",
                f"{time.monotonic() - t0:.1f} s")
         yield fleet, inventory

@@ -39,12 +39,12 @@ def spark(tmp_path_factory, request, hub, wheelhouse):
     t0 = time.monotonic()
     n_cas = lab.trust_controller_cas(fleet)
     mirrored = [g for g in fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
-    index_url = wheelhouse.index_url_for(lab.GUEST_SEES_CONTROLLER) if wheelhouse else None
+    index_url = wheelhouse.index_url_for(fleet.controller_address) if wheelhouse else None
     lab.configure_guest_pip(fleet, index_url, cert=n_cas > 0, guests=mirrored)
     lab.load_standin_image(fleet, cache_dir())
     for mode, tag in TAGS.items():
         lab.make_variant_in_guests(fleet, mode, tag)
-    inventory = lab.write_ci_inventory(fleet.inventory_path, hub.port, fleet.workdir / "ci-inventory.yml")
+    inventory = lab.write_ci_inventory(fleet, hub.port, fleet.workdir / "ci-inventory.yml")
     run = lab.run_pyinfra(inventory, DEPLOY)
     assert run.returncode == 0, run.output()[-4000:]
     figure("memory: prepare + first converge of release A", f"{time.monotonic() - t0:.1f} s")

@@ -41,7 +41,7 @@ def pair_inventory(fleet, hub_port: int, out):
     """The lab's fleet file (ci_vars, the pair's stand-in image) with its two guests as group pair_a: spark-1 the
     head, spark-2 the worker; the link's names, subnets and addresses are the defaults (NVIDIA's). Locked."""
     inv = yaml.safe_load(fleet.inventory_path.read_text())
-    inv["all"].setdefault("vars", {}).update(lab.ci_vars(hub_port, PAIR_TAG), operator_users=["spark"])
+    inv["all"].setdefault("vars", {}).update(lab.ci_vars(hub_port, fleet.controller_address, PAIR_TAG), operator_users=["spark"])
     hosts = inv["all"]["children"]["vm_fleet"]["hosts"]
     hosts["spark-1"]["pair_role"], hosts["spark-2"]["pair_role"] = "head", "worker"
     inv["all"]["children"]["pair_a"] = {"hosts": {"spark-1": {}, "spark-2": {}}}
@@ -61,7 +61,7 @@ def pair(tmp_path_factory, request, hub, wheelhouse):
     t0 = time.monotonic()
     n_cas = lab.trust_controller_cas(fleet)
     mirrored = [g for g in fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
-    index_url = wheelhouse.index_url_for(lab.GUEST_SEES_CONTROLLER) if wheelhouse else None
+    index_url = wheelhouse.index_url_for(fleet.controller_address) if wheelhouse else None
     lab.configure_guest_pip(fleet, index_url, cert=n_cas > 0, guests=mirrored)
     lab.load_standin_image(fleet, cache_dir(), tag=PAIR_TAG, version="1.3.0rc12", pair=True)
     inventory = pair_inventory(fleet, hub.port, fleet.workdir / "pair-inventory.yml")

@@ -28,7 +28,7 @@ def main() -> int:
     lab.trust_controller_cas(fleet)
     lab.load_standin_image(fleet, cache)
     with HubStandin(bind="127.0.0.1", port=0) as hub:
-        inventory = lab.write_ci_inventory(fleet.inventory_path, hub.port, workdir / "ci-inventory.yml")
+        inventory = lab.write_ci_inventory(fleet, hub.port, workdir / "ci-inventory.yml")
         print(f"==> SPECFLEET_INVENTORY={inventory} pyinfra -y inventory.py deploys/eagle3.py")
         env = {**os.environ, "SPECFLEET_INVENTORY": str(inventory), "HF_TOKEN": STANDIN_TOKEN}
         rc = subprocess.call([sys.executable, "-m", "pyinfra", "-y", "inventory.py", "deploys/eagle3.py"],

@@ -12,10 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .arch import DEFAULT_ARCH, host_arch, parse_arch, qemu_binary
-from .guest import OPERATOR, Guest, qemu_argv
-from .image import ImageInfo
-from .local import default_cache_dir, free_port, resolve, run, tail
+from ..arch import DEFAULT_ARCH, host_arch, parse_arch, qemu_binary
+from ..host import OPERATOR
+from ..image import ImageInfo
+from ..local import default_cache_dir, free_port, resolve, run, tail
+from .guest import QemuHost, qemu_argv
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
         run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", image.disk, "-F", "raw",
              overlay], capture_output=True)
         port = free_port()
-        guest = Guest(name="kvm-probe", port=port, overlay=overlay, pidfile=td / "probe.pid",
-                      console_log=td / "console.log", key_path=image.key, argv=[], arch=image.arch)
+        guest = QemuHost(name="kvm-probe", key_path=image.key, ssh_port=port, overlay=overlay, pidfile=td / "probe.pid",
+                         console_log=td / "console.log", arch=image.arch)
         argv = qemu_argv(guest, image.kernel, image.initrd, memory_mb=1024, smp=1,
                          accel="kvm", hostname="kvm-probe", daemonize=False)
         errf = open(td / "stderr.log", "wb")
@@ -103,7 +104,7 @@ def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
             errf.close()
 
 
-def _watch_probe(proc: subprocess.Popen, guest: Guest, td: Path) -> tuple[bool, str]:
+def _watch_probe(proc: subprocess.Popen, guest: QemuHost, td: Path) -> tuple[bool, str]:
     """The probe guest's verdict: SSH answered, or why not (QEMU exited, a KVM error, a silent console, time)."""
     started = time.monotonic()
     deadline = started + KVM_PROBE_TIMEOUT

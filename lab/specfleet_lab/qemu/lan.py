@@ -22,7 +22,6 @@ import socket
 GROUP = "230.0.0.1"  # an administratively scoped IPv4 multicast group (RFC 2365), on 127.0.0.1 only
 NETMASK = "255.255.255.0"
 IFNAME = "eth1"  # the guest's name of its NIC on this network (the second PCI NIC, net.ifnames=0)
-FIRST_HOST = 11  # spark-1 is .11, spark-2 .12, ...; a fleet joining a network starts where it is told
 
 
 @dataclasses.dataclass(frozen=True)
