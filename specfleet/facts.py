@@ -73,6 +73,7 @@ class HostStatus:
     mem_total: int = 0  # bytes of memory (/proc/meminfo MemTotal: a GB10's one pool for CPU and GPU); 0 unknown
     mem_available: int = 0  # bytes available now (MemAvailable)
     dockerd_oom: int | None = None  # the running dockerd's oom_score_adj (None: no dockerd found)
+    cap_bnd: str = ""  # the host's capability bounding set, hex (/proc/self/status CapBnd; "": not read)
     # earlyoom: its binary ("": not installed), its unit's ActiveState and UnitFileState ("enabled", "disabled", ...)
     earlyoom: tuple[str, str, str] = ("", "", "")
 
@@ -170,7 +171,7 @@ class SpecfleetHost(FactBase):
             elif key == "validated":
                 st.validated = rest.split()
             elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "unit_sha256", "hub_client",
-                         "default_runtime", "docker_security"):
+                         "default_runtime", "docker_security", "cap_bnd"):
                 setattr(st, key, rest)
         return st
 

@@ -74,3 +74,13 @@ def fit(settings, pins: dict) -> Fit | None:
     weights = (target + 1) // 2 + draft if pair else target + draft
     overhead = int(weights * settings.memory_overhead_fraction)
     return Fit(settings.profile_name, weights + overhead, weights, int(settings.memory_reserve_gb * GB), pair)
+
+
+CAP_SYS_RESOURCE = 24  # linux/capability.h: a score below 0 (OOMScoreAdjust=, /proc/PID/oom_score_adj) needs it
+
+
+def can_lower_scores(cap_bnd: str) -> bool:
+    """Whether a process on a host may get a negative OOM score, from the host's capability bounding set (hex, as
+    /proc/PID/status has it; "": unknown, taken as yes): CAP_SYS_RESOURCE is in it on a Spark; a container without it
+    cannot lower a score, and systemd then leaves OOMScoreAdjust=-999 at 0."""
+    return not cap_bnd or bool(int(cap_bnd, 16) >> CAP_SYS_RESOURCE & 1)

@@ -59,6 +59,7 @@ def describe(name: str, found) -> list[str]:
             else f"{name}: release {ch.release}")
     lines = ch.lines()
     memory = [f"  memory: {ch.memory}"] if ch.memory else []  # what the preflight checks, shown either way
+    memory += [f"  note: {note}" for note in ch.notes]
     if not lines:
         return [f"{head}: nothing to do", *memory]
     out = [f"{head}: {len(lines)} change(s)", *memory]

@@ -58,6 +58,11 @@ class Driver:
     def host_from_json(self, d: dict):
         raise NotImplementedError
 
+    def leftovers(self, workdir: Path) -> list[str]:
+        """What of the fleet in `workdir` still exists on the machine (processes, containers, mounts, disks): none
+        once it is down."""
+        raise NotImplementedError
+
     def to_json(self) -> dict:
         return {"name": self.name}
 

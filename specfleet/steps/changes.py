@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..gateway_files import spark_paths
 from ..plan import HostPlan
-from .oom import dockerd_work, earlyoom_work
+from .oom import dockerd_note, dockerd_work, earlyoom_work
 from .pair import trust
 from .pair_link import link_work
 from .service import RESTARTS, switch_checks
@@ -50,6 +50,7 @@ class Changes:
     memory: str | None = None  # what the profile needs of the host's memory (memory.Fit.line): shown, not a change
     dockerd: str | None = None  # the running dockerd's OOM score to set (steps/oom.py)
     earlyoom: list[str] = field(default_factory=list)  # earlyoom to install, start or restart (steps/oom.py)
+    notes: list[str] = field(default_factory=list)  # what the converge leaves as it is, and why: shown, not a change
 
     @property
     def restart(self) -> list[str]:
@@ -106,6 +107,7 @@ def changes(plan: HostPlan) -> Changes:
                    removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
                    pair=_pair_lines(plan), dockerd=dockerd_work(plan), earlyoom=earlyoom_work(plan),
+                   notes=[n for n in (dockerd_note(plan),) if n],
                    memory=plan.memory_fit.plan_line(st.mem_total, st.mem_available) if plan.memory_fit else None)
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from io import StringIO
 
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
 from ..host.layout import DOCKER_UNIT, EARLYOOM_UNIT, main_pid
-from ..memory import earlyoom_floor_gb
+from ..memory import can_lower_scores, earlyoom_floor_gb
 from ..render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin, earlyoom_dropin
 from .state import current_plan, differs, host_status, sha256
 
@@ -32,12 +33,30 @@ EARLYOOM_INSTALLED = "installed by specfleet: the cleanup deploy purges the pack
 EARLYOOM_ENABLED = "enabled and started by specfleet: the cleanup deploy disables and stops it\n"
 
 
-def dockerd_work(plan) -> str | None:
-    """The change to the running dockerd's OOM score, as `plan` says it (None: none, or not a serving Spark)."""
+def _dockerd_score(plan) -> int | None:
+    """The running dockerd's OOM score when it is not the one wanted (None: it is, none runs, or not a serving
+    Spark)."""
     now = host_status(plan).dockerd_oom
     if plan.settings.profile is None or plan.is_mirror or now is None or now == DOCKERD_OOM_SCORE_ADJ:
         return None
+    return now
+
+
+def dockerd_work(plan) -> str | None:
+    """The change to the running dockerd's OOM score, as `plan` says it (None: none, or none that can be made)."""
+    now = _dockerd_score(plan)
+    if now is None or not can_lower_scores(host_status(plan).cap_bnd):
+        return None
     return f"set the running dockerd's oom_score_adj {now} -> {DOCKERD_OOM_SCORE_ADJ}"
+
+
+def dockerd_note(plan) -> str | None:
+    """Why the running dockerd keeps a score the deploy would lower (None: it does not)."""
+    now = _dockerd_score(plan)
+    if now is None or can_lower_scores(host_status(plan).cap_bnd):
+        return None
+    return (f"dockerd's oom_score_adj stays {now} (wanted {DOCKERD_OOM_SCORE_ADJ}): this host cannot lower an OOM "
+            "score (no CAP_SYS_RESOURCE in its capability bounding set, as in a container)")
 
 
 def earlyoom_managed(plan) -> bool:
@@ -78,6 +97,9 @@ def oom_protection():
         files.put(name=f"Write {path} (dockerd's OOM score from its next start)", src=StringIO(dockerd_oom_dropin()),
                   dest=path, user="root", group="root", mode="644")
         systemd.daemon_reload(name="systemd daemon-reload (docker.service's drop-in; dockerd keeps running)")
+    note = dockerd_note(plan)
+    if note:
+        logger.warning(f"    [{host.name}] {note}")
     work = dockerd_work(plan)
     if work:
         server.shell(name=f"{work[0].upper()}{work[1:]} (at once: no docker restart)",

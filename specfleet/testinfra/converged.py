@@ -21,7 +21,7 @@ from specfleet.host.layout import (
     SUDOERS_FILE,
     main_pid,
 )
-from specfleet.memory import earlyoom_floor_gb, reserve_kb
+from specfleet.memory import can_lower_scores, earlyoom_floor_gb, reserve_kb
 from specfleet.pair_files import gate_command
 from specfleet.render import (
     DOCKERD_OOM_SCORE_ADJ,
@@ -117,7 +117,7 @@ def test_container_runs_with_the_seed_flags(spark):
     assert info["State"]["Running"] and info["Config"]["Image"] == spark.s.image
     assert hc["IpcMode"] == "host" and hc["NetworkMode"] == "host" and hc["Init"] is True
     ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["Ulimits"]}
-    assert ulimits == {"memlock": (-1, -1), "stack": (67108864, 67108864)}
+    assert ulimits == {"memlock": (-1, -1), "stack": (67108864, 67108864)}  # what the unit asks docker for
     gpus = [r for r in (hc.get("DeviceRequests") or []) if ["gpu"] in r.get("Capabilities", [])]
     assert bool(gpus) == spark.s.gpus
     binds = hc["Binds"]
@@ -133,6 +133,30 @@ def test_container_runs_with_the_seed_flags(spark):
         swap_limit = spark.host.check_output("docker info --format '{{.SwapLimit}}'").strip() == "true"
     want = (cap, cap if swap_limit else -1)
     assert (hc["Memory"], hc["MemorySwap"]) == want, (hc["Memory"], hc["MemorySwap"], want, swap_limit)
+
+
+def test_the_server_has_the_limits_it_asked_for(spark):
+    """What the server's process really has (its /proc limits), not what docker reports it was asked: unlimited
+    locked memory and a 64 MiB stack. A host whose own init has a finite locked-memory limit (a container host:
+    nothing in it can raise that) cannot give it; the check is skipped there, saying so."""
+    with spark.host.sudo():
+        init = _limits(spark.host, "1")
+        pid = spark.host.check_output(f"docker inspect -f '{{{{.State.Pid}}}}' {spark.s.service_name}").strip()
+        server = _limits(spark.host, pid)
+    if init["Max locked memory"][1] != "unlimited":
+        pytest.skip(f"{spark.name}: the host's own locked-memory limit is {init['Max locked memory'][1]} bytes "
+                    "(a container host): no process on it can get unlimited [lab ledger: memlock]")
+    assert server["Max locked memory"] == ("unlimited", "unlimited"), server["Max locked memory"]
+    assert server["Max stack size"] == ("67108864", "67108864"), server["Max stack size"]
+
+
+def _limits(host, pid: str) -> dict[str, tuple[str, str]]:
+    """/proc/PID/limits as {name: (soft, hard)}."""
+    out = {}
+    for line in host.check_output(f"cat /proc/{pid}/limits").splitlines()[1:]:
+        name, soft, hard = line[:26].strip(), *line[26:].split()[:2]
+        out[name] = (soft, hard)
+    return out
 
 
 def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_last(spark):
@@ -151,8 +175,12 @@ def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_l
                       for unit in (SSH_UNIT, DOCKER_UNIT))).split()
         dropin = spark.host.file(spark.plan.paths.dockerd_oom_dropin)
         assert dropin.exists and dropin.content_string == dockerd_oom_dropin()
+        cap_bnd = spark.host.check_output("awk '/^CapBnd:/{print $2}' /proc/self/status").strip()
     adjs = [line.split()[1] for line in served if len(line.split()) == 2]  # a process may end between the two reads
     assert adjs and all(int(a) == OOM_SCORE_ADJ for a in adjs), served
+    if not can_lower_scores(cap_bnd):
+        pytest.skip(f"{spark.name}: no CAP_SYS_RESOURCE in the host's bounding set (a container host): sshd and "
+                    f"dockerd cannot get a negative OOM score (they have {daemons}) [lab ledger: negative-oom-score]")
     # sshd's listener: OpenSSH's own -1000 (oom_adjust_setup); dockerd: the deploy's (steps/oom.py)
     assert daemons == ["sshd", "-1000", "dockerd", str(DOCKERD_OOM_SCORE_ADJ)], daemons
 

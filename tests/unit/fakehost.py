@@ -90,6 +90,7 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
         "current": plan.release_id if s.profile else "", "unit_sha256": unit_sha, "container": "true",
         "free": str(500 * 10**9), "image": "sha256:" + "c" * 64, "dockerd_oom": str(DOCKERD_OOM_SCORE_ADJ),
         "earlyoom": f"{EARLYOOM_BIN}\tactive\tenabled",  # installed, running with its drop-in (steps/oom.py)
+        "cap_bnd": "000001ffffffffff",  # a Spark's root: every capability, CAP_SYS_RESOURCE (24) among them
     }
     fields.update({k: str(v) for k, v in over.items() if k in fields})
     lines = [f"{k}\t{v}" for k, v in fields.items()]

@@ -62,6 +62,29 @@ def test_a_dockerd_with_another_figure_is_set_again_and_plan_says_so():
     assert f"  set the running dockerd's oom_score_adj -500 -> {DOCKERD_OOM_SCORE_ADJ}" in shown, shown
 
 
+def test_a_host_that_cannot_lower_a_score_is_told_so_and_its_converge_goes_on():
+    """Without CAP_SYS_RESOURCE in the bounding set (a container host), writing -999 fails with EACCES and systemd
+    leaves OOMScoreAdjust=-999 at 0: the converge writes the drop-in, sets nothing live, and plan notes why; a host
+    with the capability is set as before (the same status read but for that bit)."""
+    without = f"{int('000001ffffffffff', 16) & ~(1 << 24):016x}"
+    plan, state, cmds = _run("eagle3", lambda p: converged_responses(p, dockerd_oom="0", cap_bnd=without))
+    assert not state.failed_hosts and LIVE not in "\n".join(cmds)
+    plan, state, cmds = _run("eagle3", lambda p: converged_responses(p, dockerd_oom="0"))
+    assert LIVE in "\n".join(cmds)
+    plans = make_plans({"spark-01": {}}, "eagle3")
+    found = {}
+    from pyinfra.api import deploy
+
+    def read():
+        found["changes"] = changes(plans["spark-01"])
+
+    run_deploy(plans, deploy("read")(read), responses=lambda p: converged_responses(p, dockerd_oom="0", cap_bnd=without))
+    shown = describe("spark-01", (found["changes"], True))
+    assert found["changes"].dockerd is None and shown[0].endswith(": nothing to do") and shown[-1:] == [
+        f"  note: dockerd's oom_score_adj stays 0 (wanted {DOCKERD_OOM_SCORE_ADJ}): this host cannot lower an OOM "
+        "score (no CAP_SYS_RESOURCE in its capability bounding set, as in a container)"], shown
+
+
 def test_no_dockerd_found_sets_nothing_live():
     plan, state, cmds = _run("eagle3", _fresh(""))
     assert not state.failed_hosts and DROPIN in "\n".join(cmds)  # the converge ran, its drop-in written

@@ -1,4 +1,4 @@
-"""The VM tier's gateway: one more guest on the session fleet's shared network (specfleet_lab/lan.py), in the
+"""The VM tier's gateway: one more host on the session fleet's shared network, in the
 inventory group `gateway`, in front of the session's Sparks; the load client (load_client.py) run in a guest; the
 gateway's pool read over its runtime API. Used by test_rollout.py in the --full tier."""
 
@@ -25,9 +25,10 @@ STOP_FILE = "/tmp/specfleet-load-stop"
 
 
 def boot(session_fleet, workdir: Path, cache_dir: Path):
-    """One guest joining the session fleet's network as host .21; torn down by the caller (specfleet_lab.down)."""
-    return specfleet_lab.up(count=1, workdir=workdir, cache_dir=cache_dir, lan=session_fleet.lan,
-                            lan_first=GATEWAY_LAN_HOST)
+    """One host joining the session fleet's network as host .21 (on its driver); torn down by the caller
+    (specfleet_lab.down)."""
+    return specfleet_lab.up(count=1, workdir=workdir, cache_dir=cache_dir, lan=session_fleet.network,
+                            lan_first=GATEWAY_LAN_HOST, driver=session_fleet.driver)
 
 
 def inventory(base: Path, gateway_fleet, out: Path, keys_file: Path, serves: str = "eagle3", **gateway_vars) -> Path:
@@ -40,7 +41,7 @@ def inventory(base: Path, gateway_fleet, out: Path, keys_file: Path, serves: str
     inv["all"]["children"]["vm_fleet"].setdefault("vars", {})["serves"] = serves
     inv["all"]["children"]["gateway"] = {
         # its own fleet's key: the same as the Sparks' in the session fleet, not a pair image's (test_pair.py)
-        "hosts": {GATEWAY: {"ssh_hostname": g.host, "ssh_port": g.port, "fleet_address": g.lan_address,
+        "hosts": {GATEWAY: {"ssh_hostname": g.ssh_host, "ssh_port": g.ssh_port, "fleet_address": g.lan_address,
                             "ssh_key": str(gateway_fleet.key_path)}},
         "vars": {"gateway_api_keys_file": str(keys_file), **gateway_vars}}
     out.write_text(yaml.safe_dump(inv, sort_keys=False))
@@ -104,7 +105,7 @@ def start_load(guest, url: str, key: str = "", **options) -> Load:
     guest.ssh(f"cat > {CLIENT_PATH} && rm -f {STOP_FILE}", input=LOAD_CLIENT.read_bytes())
     args = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in options.items())
     remote = f"python3 {CLIENT_PATH} --url {url} --stop-file {STOP_FILE} {args}" + (" --key-from-stdin" if key else "")
-    argv = [*guest.ssh_base(), f"{specfleet_lab.OPERATOR}@{guest.host}", remote]
+    argv = guest.ssh_argv(remote)
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdin.write(key + "\n" if key else "")
     proc.stdin.close()

@@ -1,8 +1,7 @@
-"""The VM fleet itself: real systemd guests under QEMU that stand in for DGX Spark hosts.
-
-Slow (minutes under TCG). Run with `pytest -m vm tests/vm -s`. The guest image is taken
-from the shared cache (SPECFLEET_CACHE_DIR or ~/.cache/specfleet) and built there if
-missing; set SPECFLEET_VM_TEST_COLD=1 to build into a fresh cache and measure a cold build.
+"""The lab's hosts themselves, on each driver, through the seam only (specfleet_lab.Host, Fleet): real systemd
+hosts that stand in for DGX Sparks. The container driver's in CI (seconds); the QEMU driver's in --full (minutes
+under TCG; the arm64 module boots QEMU in CI). The image is taken from the shared cache (SPECFLEET_CACHE_DIR or
+~/.cache/specfleet) and built there if missing; SPECFLEET_VM_TEST_COLD=1 builds into a fresh cache.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -22,11 +20,8 @@ import yaml
 import specfleet_lab
 from specfleet_lab import OPERATOR
 
-pytestmark = [
-    pytest.mark.vm,
-    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
-                       reason="qemu-system-x86_64 not installed"),
-]
+pytestmark = [pytest.mark.vm]
+DRIVERS = ["container", pytest.param("qemu", marks=pytest.mark.full)]
 
 FIGURES: dict[str, object] = {}
 
@@ -47,21 +42,6 @@ def _report(config) -> None:
         print("\nVM fleet figures:\n" + "\n".join(f"  {k}: {v}" for k, v in FIGURES.items()))
 
 
-def _our_qemu_pids(workdir: Path) -> list[int]:
-    """Live QEMU processes whose command line mentions this workdir."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"qemu" in cmd and str(workdir).encode() in cmd:
-            pids.append(int(proc.name))
-    return pids
-
-
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory) -> Path:
     if os.environ.get("SPECFLEET_VM_TEST_COLD"):
@@ -69,28 +49,36 @@ def cache_dir(tmp_path_factory) -> Path:
     return specfleet_lab.default_cache_dir()
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("fleet")
+@pytest.fixture(scope="module", params=DRIVERS)
+def driver(request):
+    """Each driver in turn (a driver of its own, closed after the module's tests of it)."""
+    drv = specfleet_lab.choose(request.param, arches=["x86_64"], session=True)
+    yield drv
+    drv.close()
 
 
 @pytest.fixture(scope="module")
-def fleet(workdir, cache_dir, request):
+def workdir(tmp_path_factory, driver) -> Path:
+    return tmp_path_factory.mktemp(f"fleet-{driver.name}")
+
+
+@pytest.fixture(scope="module")
+def fleet(workdir, cache_dir, driver, request):
     t0 = time.monotonic()
     try:
-        f = specfleet_lab.up(count=2, workdir=workdir, cache_dir=cache_dir, lan=True)
-        FIGURES["up(2) total s"] = round(time.monotonic() - t0, 1)
-        FIGURES.update({f"up(2) {k}": v for k, v in f.timings.items() if k != "states"})
+        f = specfleet_lab.up(count=2, workdir=workdir, cache_dir=cache_dir, lan=True, driver=driver)
+        FIGURES[f"{driver.name}: up(2) total s"] = round(time.monotonic() - t0, 1)
+        FIGURES.update({f"{driver.name}: up(2) {k}": v for k, v in f.timings.items() if k != "states"})
         yield f
     finally:
         specfleet_lab.down(workdir)  # even when a test (or up itself) failed
-        assert _our_qemu_pids(workdir) == []
+        assert driver.leftovers(workdir) == []
         _report(request.config)
 
 
 def test_guests_answer_ssh_and_systemd_is_up(fleet):
     assert [g.name for g in fleet.guests] == ["spark-1", "spark-2"]
-    assert len({g.port for g in fleet.guests}) == 2
+    assert len({(g.ssh_host, g.ssh_port) for g in fleet.guests}) == 2
     for g in fleet.guests:
         assert g.is_running()
         state = g.ssh("systemctl is-system-running", check=False).stdout.strip()
@@ -132,11 +120,11 @@ def test_spark_user_has_sudo_but_not_docker(fleet):
 def test_root_cannot_log_in_over_ssh(fleet):
     """As on DGX OS: the operator logs in, root does not (everything privileged goes through sudo)."""
     g = fleet.guests[0]
-    argv = [*g.ssh_base(connect_timeout=10), f"root@{g.host}", "true"]
+    argv = [*g.ssh_base(connect_timeout=10), f"root@{g.ssh_host}", "true"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert r.returncode == 255 and "permission denied" in r.stderr.lower(), r
     assert g.ssh("sshd -T 2>/dev/null | grep -i '^permitrootlogin'").stdout.split() == ["permitrootlogin", "no"]
-    assert g.ssh("id -un").stdout.strip() == "root"  # Guest.ssh runs as root through the operator's sudo
+    assert g.ssh("id -un").stdout.strip() == "root"  # Host.ssh runs as root through the operator's sudo
     assert g.ssh("id -un", user=OPERATOR).stdout.strip() == "spark"
 
 
@@ -182,10 +170,10 @@ def test_standin_nvidia_toolkit_gives_docker_the_gpu_code_path(fleet):
 
 
 def test_guests_reach_each_other_on_the_shared_network(fleet):
-    """specfleet_lab/lan.py: a second NIC on a QEMU multicast socket network, static addresses from the kernel
-    command line; the user-mode NIC (SSH from the controller, the default route) is untouched."""
+    """A second NIC (eth1) on the fleet's shared network with a fixed address (.11, .12); the first (SSH from the
+    controller, the default route) is untouched."""
     a, b = fleet.guests
-    assert [a.lan_address, b.lan_address] == [fleet.guests[0].lan.address(11), fleet.guests[0].lan.address(12)]
+    assert [a.lan_address.rsplit(".", 1)[1], b.lan_address.rsplit(".", 1)[1]] == ["11", "12"]
     for g in (a, b):  # no DHCP left waiting on the shared network: boot reaches `running`, not `degraded`
         assert g.ssh("systemctl is-system-running", check=False).stdout.strip() == "running", g.name
     for g in (a, b):
@@ -195,7 +183,7 @@ def test_guests_reach_each_other_on_the_shared_network(fleet):
     assert there.stdout.strip() == "open", there
     sshd = b.ssh(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{a.lan_address}/22' && echo open", check=False)
     assert sshd.stdout.strip() == "open", sshd
-    assert "eth1" not in a.ssh("ip route show default").stdout  # the default route stays on the NAT NIC
+    assert "eth1" not in a.ssh("ip route show default").stdout  # the default route stays on the first NIC
 
 
 def test_inventory_and_fleet_json(fleet):
@@ -205,20 +193,41 @@ def test_inventory_and_fleet_json(fleet):
     assert v["ssh_known_hosts_file"] == "/dev/null"
     assert v["ssh_strict_host_key_checking"] == "no"
     hosts = inv["all"]["children"]["vm_fleet"]["hosts"]
-    assert hosts == {g.name: {"ssh_hostname": "127.0.0.1", "ssh_port": g.port, "fleet_address": g.lan_address}
+    assert hosts == {g.name: {"ssh_hostname": g.ssh_host, "ssh_port": g.ssh_port, "fleet_address": g.lan_address}
                      for g in fleet.guests}
     again = specfleet_lab.load(fleet.workdir)  # another process re-attaches via fleet.json
-    assert [(g.name, g.port) for g in again.guests] == [(g.name, g.port) for g in fleet.guests]
+    assert [(g.name, g.ssh_host, g.ssh_port) for g in again.guests] == [(g.name, g.ssh_host, g.ssh_port)
+                                                                         for g in fleet.guests]
+    assert again.driver.name == fleet.driver.name
     assert again.guests[1].ssh("hostname").stdout.strip() == "spark-2"
 
 
+def test_a_host_powers_off_boots_pauses_and_resumes(fleet):
+    """Power through the seam: off (nothing gets to shut down), on again with the same disk, addresses and SSH
+    endpoint; frozen (no answer) and thawed (the same session's host answers again)."""
+    g = fleet.guests[1]
+    g.ssh("echo kept > /var/lib/specfleet-power-test")
+    g.poweroff()
+    assert not g.is_running()
+    g.poweroff()  # already off: a no-op
+    g.boot(wait=True)
+    assert g.is_running() and g.ssh("cat /var/lib/specfleet-power-test").stdout.strip() == "kept"
+    assert f"inet {g.lan_address}/24" in g.ssh("ip -4 -o addr show dev eth1").stdout
+    fleet.pause()
+    try:
+        answered = g.ssh("true", check=False, timeout=20, connect_timeout=5).returncode == 0
+    except specfleet_lab.VMError:  # timed out: nothing answered
+        answered = False
+    finally:
+        fleet.resume()
+    assert not answered and g.ssh("echo thawed").stdout.strip() == "thawed"
+    assert g.console()  # what it printed while booting, for a failure's message
+
+
 def test_down_is_complete_and_idempotent(fleet, workdir):
-    assert _our_qemu_pids(workdir)
+    assert fleet.driver.leftovers(workdir)
     specfleet_lab.down(workdir)
-    assert _our_qemu_pids(workdir) == []
-    for g in fleet.guests:
-        assert not g.overlay.exists() and not g.pidfile.exists()
-        assert g.console_log.exists()  # kept for debugging
+    assert fleet.driver.leftovers(workdir) == []
     assert not (workdir / "fleet.json").exists()
     specfleet_lab.down(workdir)  # twice
     specfleet_lab.down(workdir / "never-used")  # nothing up at all

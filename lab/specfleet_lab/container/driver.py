@@ -105,11 +105,27 @@ class ContainerDriver(Driver):
     def host_from_json(self, d: dict) -> ContainerHost:
         return ContainerHost.from_json(d)
 
+    def leftovers(self, workdir: Path) -> list[str]:
+        """The fleet's containers and volumes on the engine, its hosts' data disks and their mounts; with the engine
+        the fleet owned: the engine's processes, directory and cgroups."""
+        left = []
+        if self.engine.alive():
+            for kind, listing in (("container", ("ps", "-aq")), ("volume", ("volume", "ls", "-q"))):
+                found = self.engine.docker(*listing, "--filter", f"label={FLEET_LABEL}={workdir}", check=False)
+                left += [f"{kind} {i.decode()}" for i in found.stdout.split()]
+        mounts = Path("/proc/self/mountinfo").read_text()
+        for d in (self.engine.root / "mnt", self.engine.root / "disks"):
+            left += [f"{p}" + (" (mounted)" if f" {p} " in mounts else "") for p in sorted(d.glob("*"))
+                     if p.name.startswith(_tag(workdir))] if d.is_dir() else []
+        if self.owner == f"fleet:{workdir}":
+            left += self.engine.leftovers()
+        return left
+
     # -- a fleet's hosts
     def create(self, b) -> None:
         self._ensure()
         b.timings.update(count=len(b.arches), memory_mb=b.memory_mb, arches=list(b.arches))
-        tag = hashlib.sha256(str(b.workdir).encode()).hexdigest()[:6]
+        tag = _tag(b.workdir)
         links = self._pair_link(tag) if b.pair_link else []
         for i, arch in enumerate(b.arches, start=1):
             name = f"spark-{i}"
@@ -183,7 +199,8 @@ class ContainerDriver(Driver):
         """Remove the fleet's containers, their docker volumes and data disks, and its own networks; a fleet that
         owns the engine (`specfleet-lab up`) stops it too."""
         if self.engine.alive():
-            ids = self.engine.docker("ps", "-aq", "--filter", f"{FLEET_LABEL}={workdir}", check=False).stdout.split()
+            ids = self.engine.docker("ps", "-aq", "--filter", f"label={FLEET_LABEL}={workdir}",
+                                     check=False).stdout.split()
             if ids:
                 self.engine.docker("rm", "-f", "-v", *[i.decode() for i in ids], check=False, timeout=300)
             vols = self.engine.docker("volume", "ls", "-q", "--filter", f"label={FLEET_LABEL}={workdir}",
@@ -209,6 +226,16 @@ class ContainerDriver(Driver):
         left = self.engine.stop()
         for line in left:
             log.warning("lab engine %s: left behind: %s", self.engine.run_id, line)
+
+
+def _tag(workdir) -> str:
+    """A fleet's prefix on the engine (its containers, volumes, data disks): from its workdir."""
+    return hashlib.sha256(str(workdir).encode()).hexdigest()[:6]
+
+
+def _tag(workdir) -> str:
+    """A fleet's prefix on the engine (its containers, volumes, data disks): from its workdir."""
+    return hashlib.sha256(str(workdir).encode()).hexdigest()[:6]
 
 
 def sweep(everything: bool = False) -> list[str]:

@@ -148,6 +148,20 @@ class Engine:
         return left
 
 
+    def leftovers(self) -> list[str]:
+        """What of this run is still on the machine: its dockerd and lxcfs, its directory, mounts, cgroups and slot
+        (none once `stop` ran)."""
+        left = [f"{what} pid {pid}" for what, pid, program, needle in (
+            ("dockerd", read_pid(self.pidfile), DOCKERD, str(self.socket)),
+            ("lxcfs", read_pid(self.lxcfs_dir / "lxcfs.pid"), LXCFS, str(self.lxcfs_dir))) if pid and
+            _is(pid, program, needle)]
+        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                  if line.split()[4].startswith(str(self.root))]
+        left += [f"mount {m}" for m in mounts] + cgroups.leftovers(self.run_id)
+        left += [f"slot {s}" for s in slots.held_by(self.root)]
+        return left + ([str(self.root)] if self.root.exists() else [])
+
+
 def _is(pid: int, program: str, needle: str) -> bool:
     """Whether `pid` is a live `program` whose command line holds `needle` (a recycled pid never is)."""
     try:

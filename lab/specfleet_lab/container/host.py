@@ -86,10 +86,14 @@ class ContainerHost(Host):
             self.engine.docker("unpause", self.container)
 
     def console(self, lines: int = 40) -> str:
-        """What systemd printed on the container's console (docker logs)."""
+        """The end of this boot's journal (a container host has no console of its own: systemd writes there), read
+        with `docker exec`, so that it comes also when SSH does not; else what the container printed (docker logs)."""
         if not self.engine.alive():
             return "<the lab's engine is not running>"
-        p = self.engine.docker("logs", "--tail", str(lines), self.container, check=False, timeout=60)
+        p = self.engine.docker("exec", self.container, "journalctl", "-b", "-q", "--no-pager", "-n", str(lines),
+                               check=False, timeout=60)
+        if p.returncode != 0 or not p.stdout.strip():
+            p = self.engine.docker("logs", "--tail", str(lines), self.container, check=False, timeout=60)
         return (p.stdout + p.stderr).decode("utf-8", "replace")
 
 

@@ -50,3 +50,9 @@ def release(engine_root: Path) -> None:
                 with contextlib.suppress(OSError):
                     if f.read_text().strip() == str(engine_root):
                         f.unlink()
+
+
+def held_by(engine_root: Path) -> list[str]:
+    d = lab_root() / "slots"
+    return [f.name for f in d.iterdir() if f.name.isdigit() and f.read_text().strip() == str(engine_root)] \
+        if d.is_dir() else []

@@ -40,6 +40,16 @@ class QemuDriver(Driver):
     def host_from_json(self, d: dict) -> QemuHost:
         return QemuHost.from_json(d)
 
+    def leftovers(self, workdir: Path) -> list[str]:
+        """Live QEMU processes whose command line names the workdir, and its overlays and pid files."""
+        left = []
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if proc.name.isdigit() and b"qemu" in (cmd := (proc / "cmdline").read_bytes()) \
+                        and str(workdir).encode() in cmd:
+                    left.append(f"QEMU pid {proc.name}")
+        return left + [str(p) for pattern in ("*.qcow2", "*.pid") for p in sorted(workdir.glob(pattern))]
+
     def create(self, b) -> None:
         """One guest per arch entry (spark-1, spark-2, ...), each on a fresh qcow2 overlay of its arch's image, on
         the shared network from host number b.lan_first on; the accelerator and vCPUs of each arch."""

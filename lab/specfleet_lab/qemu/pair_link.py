@@ -16,7 +16,7 @@ import socket
 
 GROUP = "230.0.0.2"  # administratively scoped (RFC 2365), on 127.0.0.1 only; lan.py uses 230.0.0.1
 # a Spark's two logical interfaces of one CX-7 port (multi-spark.md); the lab imports no product code, so
-# tests/unit/test_vm_pair_link.py keeps this equal to the default pair_link_interfaces
+# tests/lab/test_pair_link.py keeps this equal to the default pair_link_interfaces
 IFNAMES = ("enp1s0f1np1", "enP2p1s0f1np1")
 LINK_DIR = "/etc/systemd/network"
 

@@ -6,13 +6,12 @@ import re
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import pytest
 import yaml
 
-from specfleet_lab import recipe, write_inventory
+from specfleet_lab import Fleet, recipe, write_inventory
 from specfleet_lab.host import as_user
 from specfleet_lab.qemu.guest import QemuHost
 
@@ -140,7 +139,8 @@ def test_paused_session_fleet_stops_and_continues_the_guests_qemu(tmp_path, monk
         while g.pid is None and time.monotonic() < deadline:  # until the child has exec'd (its cmdline is set)
             time.sleep(0.05)
         state = lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]  # noqa: E731
-        monkeypatch.setattr(vmconf, "SESSION_FLEETS", [types.SimpleNamespace(guests=[g])])
+        fleet = Fleet(guests=[g], workdir=tmp_path, inventory_path=tmp_path / "inventory.yml", key_path=g.key_path)
+        monkeypatch.setattr(vmconf, "SESSION_FLEETS", [fleet])
         with pytest.raises(RuntimeError):
             with vmconf.paused_session_fleet() as paused:
                 time.sleep(0.2)

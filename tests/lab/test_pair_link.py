@@ -56,3 +56,15 @@ def test_the_link_is_kept_in_the_fleet_state(tmp_path):
 def test_the_labs_interface_names_are_the_products_defaults():  # seen failing with a renamed IFNAMES entry
     from specfleet import defaults
     assert list(IFNAMES) == defaults.pair_link_interfaces
+
+
+def test_the_container_links_names_subnets_and_addresses_are_the_products_defaults():
+    """The container driver gives a pair's link the addresses the deploy's netplan writes (docker assigns them, then
+    networkd keeps them): the defaults' interface names, subnets, and the head's .10 and the worker's .11."""
+    from specfleet.tunables import load_defaults
+    from specfleet_lab.container import driver
+    defaults = load_defaults()
+    assert list(driver.LINK_IFNAMES) == defaults["pair_link_interfaces"] == list(IFNAMES)
+    assert list(driver.LINK_SUBNETS) == defaults["pair_link_subnets"]
+    assert defaults["pair_link_addresses"] is None  # the default: host 10 (head) and 11 (worker) of each subnet
+    assert driver.LINK_HOSTS == (10, 11)
