@@ -106,6 +106,12 @@ def standins_for():
             s.stop()
 
 
+@pytest.fixture(scope="module")
+def standins(request, standins_for):
+    """The stand-ins the hosts of this module's own fleet reach (driver_of: its driver's bind address)."""
+    return standins_for(driver_of(request))
+
+
 @pytest.fixture(scope="session")
 def hub(lab_driver, standins_for):
     return standins_for(lab_driver).hub

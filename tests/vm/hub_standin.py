@@ -38,7 +38,7 @@ Usage in tests::
                           endpoint=hub.url, cache_dir=tmp)
         hub.bytes_served()
 
-As a separate process (e.g. on the controller, reached from VM guests at http://10.0.2.2:PORT)::
+As a separate process (e.g. on the controller, reached from the lab's hosts at the controller's address)::
 
     python tests/vm/hub_standin.py --bind 0.0.0.0 --port 8999 [--token T ...] [--throttle-bps N]
 

@@ -29,16 +29,17 @@ STANDIN_REPO = "specfleet-standin/trtllm-serve"
 STANDIN_TAG = f"{STANDIN_REPO}:1.2.0rc6-standin"
 
 
-def ci_vars(hub_port: int, controller: str, image: str = STANDIN_TAG) -> dict:
+def ci_vars(hub_port: int, controller: str, image: str = STANDIN_TAG, bind: str = "127.0.0.1") -> dict:
     """The complete list of inventory vars in which the VM fleet differs from real Sparks (at most 6, each
     justified in the README, "CI and the VM fleet"; tests/unit/test_ci_vars.py keeps both in step). gpus and
     the timing vars keep their defaults: the guests carry a stand-in NVIDIA container toolkit, and the
     stand-in server loads in seconds. A failure test that needs another value sets it with with_vars().
-    `controller`: the controller's address as the hosts see it (Fleet.controller_address)."""
+    `controller`: the controller's address as the hosts see it (Fleet.controller_address); `bind`: where the
+    controller's stand-ins listen (the driver's bind address), as the controller itself reaches them."""
     return {
         "image": image,  # the trtllm-serve stand-in image (loaded into each guest, no registry)
         "hub_endpoint": f"http://{controller}:{hub_port}",  # the Hub stand-in, as the hosts reach it
-        "controller_hub_endpoint": f"http://127.0.0.1:{hub_port}",  # the same server, as the controller reaches it
+        "controller_hub_endpoint": f"http://{bind}:{hub_port}",  # the same server, as the controller reaches it
         "tiktoken_base_url": f"http://{controller}:{hub_port}/encodings",  # stand-in encodings
         "tiktoken_sha256": dict(STANDIN_TIKTOKEN_SHA256),  # and their hashes
         "disk_headroom_gb": 1,  # the guests' disks are 6 GB (specfleet_lab.DISK_SIZE), not a Spark's 4 TB
@@ -49,7 +50,8 @@ def ci_vars(hub_port: int, controller: str, image: str = STANDIN_TAG) -> dict:
 def write_ci_inventory(fleet, hub_port: int, out: Path, image: str = STANDIN_TAG) -> Path:
     """The fleet's inventory with ci_vars() and its operator account, locked."""
     inv = yaml.safe_load(fleet.inventory_path.read_text())
-    inv["all"].setdefault("vars", {}).update(ci_vars(hub_port, fleet.controller_address, image))
+    inv["all"].setdefault("vars", {}).update(ci_vars(hub_port, fleet.controller_address, image,
+                                                     fleet.driver.bind_address))
     inv["all"]["vars"]["operator_users"] = ["spark"]  # ordinary fleet data: the guests' operator account
     out.write_text("# CI inventory: written by tests/vm/lab.py from the VM fleet's inventory + ci_vars()\n"
                    + yaml.safe_dump(inv, sort_keys=False))

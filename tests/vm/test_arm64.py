@@ -1,5 +1,5 @@
-"""The CI sequence on arm64 guests (a DGX Spark is aarch64): Debian 12 arm64 booted under
-`qemu-system-aarch64 -M virt` with TCG, the trtllm-serve stand-in built for arm64, then converge eagle3 ->
+"""The CI sequence on arm64 guests (a DGX Spark is aarch64): Debian 12 arm64 QEMU guests (kernel: a kernel of
+the Spark's architecture, emulated), the trtllm-serve stand-in built for arm64, then converge eagle3 ->
 idempotence (second run: 0 changes) -> verify (the testinfra suite) -> cleanup, exactly as on the x86_64 fleet.
 
 The module has its own fleet (SPECFLEET_VM_ARM64_ARCHES, default `arm64`: one guest; e.g. `x86_64,arm64` for a
@@ -20,10 +20,10 @@ import specfleet_lab
 from specfleet_lab import OPERATOR
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
-from tests.vm.conftest import PREBUILDS, cache_dir, figure, paused_session_fleet, start_prebuild
+from tests.vm.conftest import PREBUILDS, cache_dir, driver_of, figure, paused_session_fleet, start_prebuild
 from tests.vm.hub_standin import STANDIN_TOKEN
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.kernel("arm64")]
 
 ARCH = "arm64"
 STATE: dict = {}
@@ -36,7 +36,8 @@ def fleet_arches() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
+def arm64_fleet(tmp_path_factory, request, standins):
+    hub, wheelhouse = standins.hub, standins.wheelhouse
     arches = fleet_arches()
     # this module runs last: the session's x86_64 guests sit idle meanwhile, so their CPUs are stopped
     # (resumed at module teardown, also on failure or SIGTERM)
@@ -56,7 +57,8 @@ def arm64_fleet(tmp_path_factory, request, hub, wheelhouse):
     workdir = tmp_path_factory.mktemp(f"fleet-{ARCH}")
     start = time.monotonic()
     try:
-        fleet = specfleet_lab.up(count=len(arches), arch=arches, workdir=workdir, cache_dir=cache_dir())
+        fleet = specfleet_lab.up(count=len(arches), arch=arches, workdir=workdir, cache_dir=cache_dir(),
+                                 driver=driver_of(request))
     except BaseException:
         specfleet_lab.down(workdir)
         raise

@@ -4,19 +4,13 @@ fleet (3.00 without the mirror); then a model upgrade (the EAGLE-3 draft moves t
 cut by killing olah, and the next converge: the two together fetch only the changed files, each complete one once.
 The Sparks serve at the end.
 
-Networking: every guest has its own QEMU user network (slirp) and reaches only the controller's loopback, as
-10.0.2.2; guests cannot reach each other. So the mirror guest's port is brought to the controller's loopback by an
-SSH tunnel over the mirror guest's own SSH port forward (`ssh -N -L 127.0.0.1:P:127.0.0.1:P`), and the Sparks
-reach the mirror at http://10.0.2.2:P: the mirror host's `mirror_address: 10.0.2.2` and `mirror_port: P` make
-exactly that their default hub_endpoint (P is also the mirror's port inside its guest, so the URL olah
-advertises is the one the Sparks use). On the mirror guest the tunnel's connections come from 127.0.0.1, which
-the default mirror_allowed_networks allow."""
+Networking: the mirror host joins the session fleet's shared network (host .31), and the Sparks reach it there: its
+`fleet_address` is that address, which makes their default hub_endpoint http://<it>:8090 (the default
+mirror_port). The default mirror_allowed_networks hold the lab's networks."""
 
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,8 +18,8 @@ import pytest
 import yaml
 
 import specfleet_lab
+from specfleet import defaults
 from specfleet.lockfile import lock_path
-from specfleet_lab import OPERATOR
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure
@@ -41,73 +35,49 @@ OLAH = "specfleet-hub-mirror.service"
 DRAFT_ON_SPARK = "/var/lib/specfleet/hf/hub/models--nvidia--gpt-oss-120b-Eagle3-long-context /var/lib/specfleet/drafts"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+MIRROR_LAN_HOST = 31  # the mirror host's number on the session fleet's network (the Sparks are .11, .12, ...)
 
 
 @pytest.fixture(scope="module")
-def mirror_guest(tmp_path_factory, request):
+def mirror_guest(tmp_path_factory, request, vm_fleet):
     workdir = tmp_path_factory.mktemp("mirror-guest")
     request.addfinalizer(lambda: specfleet_lab.down(workdir))
     start = time.monotonic()
-    fleet = specfleet_lab.up(count=1, workdir=workdir, cache_dir=cache_dir())
-    figure("hub mirror: boot the mirror guest (a second `up`: from the cached image)", f"{time.monotonic() - start:.1f} s")
+    fleet = specfleet_lab.up(count=1, workdir=workdir, cache_dir=cache_dir(), lan=vm_fleet.network,
+                             lan_first=MIRROR_LAN_HOST, driver=vm_fleet.driver)
+    figure("hub mirror: start the mirror host (a second `up`: from the cached image)", f"{time.monotonic() - start:.1f} s")
     # the lab's cached-image path: the session fleet built (or found) the image, this `up` must not build it again
     assert fleet.timings["image_cached"] is True, fleet.timings
     return fleet.guests[0]
 
 
 @pytest.fixture(scope="module")
-def olah_index():
-    """olah's wheelhouse (its dependency closure for the guest's platform), served on the controller's loopback."""
+def olah_index(vm_fleet):
+    """olah's wheelhouse (its dependency closure for the host's platform), served where the hosts reach the
+    controller."""
     house = wheelhouse_mod.prepare(cache_dir(), wheelhouse_mod.mirror_requirement(), arches=("x86_64",))
     if house is None:
         pytest.skip("no wheelhouse for olah (pip download failed on the controller)")
-    server = wheelhouse_mod.WheelhouseServer(list(house.dirs.values()), bind="127.0.0.1", port=0,
+    server = wheelhouse_mod.WheelhouseServer(list(house.dirs.values()), bind=vm_fleet.driver.bind_address, port=0,
                                              arches=house.arches).start()
     yield server
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def tunnel(mirror_guest, request):
-    """Controller 127.0.0.1:P -> the mirror guest's 127.0.0.1:P (see the module docstring)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-         "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-i", str(mirror_guest.key_path), "-p", str(mirror_guest.port),
-         "-L", f"127.0.0.1:{port}:127.0.0.1:{port}", f"{OPERATOR}@{mirror_guest.host}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def stop():
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-    request.addfinalizer(stop)
-    for _ in range(100):  # the forward is listening once a connect succeeds (nothing answers behind it yet)
-        if proc.poll() is not None:
-            pytest.fail(f"ssh tunnel to the mirror guest exited: {proc.stderr.read().decode()[-500:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.2)
-    return port
+def _mirror_url(mirror_guest) -> str:
+    """The mirror as the Sparks reach it: its address on the shared network, the default mirror_port."""
+    return f"http://{mirror_guest.lan_address}:{defaults.mirror_port}"
 
 
-def _inventory(lab_inventory: Path, out: Path, mirror_guest, port: int, index_url: str, draft_revision: str,
+def _inventory(lab_inventory: Path, out: Path, mirror_guest, index_url: str, draft_revision: str,
                mirror_vars: dict | None = None, host_vars: dict | None = None) -> Path:
     inv = yaml.safe_load(lab_inventory.read_text())
     inv["all"]["vars"]["draft_revision"] = draft_revision
     # one olah worker on an emulated CPU serves 3 Sparks: 2 parallel files each instead of 8 (fewer timeouts)
     inv["all"]["vars"]["fetch_workers"] = 2
     inv["all"]["children"]["hub_mirror"] = {"hosts": {MIRROR: {
-        "ssh_hostname": mirror_guest.host, "ssh_port": mirror_guest.port,
-        "mirror_address": lab.GUEST_SEES_CONTROLLER, "mirror_port": port, "pip_index_url": index_url, **(mirror_vars or {})}}}
+        "ssh_hostname": mirror_guest.ssh_host, "ssh_port": mirror_guest.ssh_port, "fleet_address": mirror_guest.lan_address,
+        "mirror_address": mirror_guest.lan_address, "pip_index_url": index_url, **(mirror_vars or {})}}}
     for name, extra in (host_vars or {}).items():
         inv["all"]["children"]["vm_fleet"]["hosts"][name].update(extra)
     out.write_text(yaml.safe_dump(inv, sort_keys=False))
@@ -132,11 +102,11 @@ def _needed(commits: dict[str, str], skip: set[tuple[str, str]] = frozenset()) -
 
 
 def test_one_upstream_download_for_the_whole_fleet(vm_fleet, lab_inventory, hub: HubStandin, mirror_guest, olah_index,
-                                                  tunnel, tmp_path):
+                                                  tmp_path):
     sparks = vm_fleet.guests
     old_draft = HubStandin.commits(DRAFT)[0]
-    index_url = olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER)
-    inv = _inventory(lab_inventory, tmp_path / "fleet-mirror.yml", mirror_guest, tunnel, index_url, old_draft)
+    index_url = olah_index.index_url_for(vm_fleet.controller_address)
+    inv = _inventory(lab_inventory, tmp_path / "fleet-mirror.yml", mirror_guest, index_url, old_draft)
 
     # The Sparks start without the models (earlier modules converged them): every Spark needs every file.
     models = " ".join(f"/var/lib/specfleet/hf/hub/models--{r.replace('/', '--')}" for r in (TARGET, DRAFT))
@@ -192,14 +162,14 @@ def _upstream_files(hub: HubStandin, repo: str, commit: str) -> dict[str, int]:
 
 
 def test_model_upgrade_with_the_mirror_killed_mid_fill_fetches_only_the_changed_files(
-        vm_fleet, lab_inventory, hub: HubStandin, mirror_guest, olah_index, tunnel, tmp_path):
+        vm_fleet, lab_inventory, hub: HubStandin, mirror_guest, olah_index, tmp_path):
     """The draft moves to its next commit (a model upgrade). Its warm-up is cut by killing olah: the hosts keep
     serving the old commit. The next converge resumes the fill: over both runs, only the files that changed are
     fetched upstream, each complete one once (the cut one again), and the unchanged ones not at all."""
     sparks = vm_fleet.guests
     old_draft, new_draft = HubStandin.commits(DRAFT)[0], HubStandin.commits(DRAFT)[-1]
-    index_url = olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER)
-    upgraded = _inventory(lab_inventory, tmp_path / "fleet-upgrade.yml", mirror_guest, tunnel, index_url, new_draft)
+    index_url = olah_index.index_url_for(vm_fleet.controller_address)
+    upgraded = _inventory(lab_inventory, tmp_path / "fleet-upgrade.yml", mirror_guest, index_url, new_draft)
     assert all(old_draft in lab.guest_release_json(g) for g in sparks)  # the first test left them serving old_draft
     old_files, sizes = HubStandin.files(DRAFT, old_draft), HubStandin.files(DRAFT, new_draft)
     changed = sorted(p for p in sizes if p not in old_files or HubStandin.file_meta(DRAFT, p, old_draft)["etag"]
@@ -230,7 +200,7 @@ def test_model_upgrade_with_the_mirror_killed_mid_fill_fetches_only_the_changed_
     assert first.get(held, 0) < sizes[held], first  # cut: not complete
     assert set(first) <= set(changed), f"fetched an unchanged file: {first}"
     for g in sparks:  # each Spark names the mirror, and serves its previous release
-        assert f"[{g.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) failed to warm" in out, g.name
+        assert f"[{g.name}] hub mirror {MIRROR} ({_mirror_url(mirror_guest)}) failed to warm" in out, g.name
         assert lab.guest_curl_completion(g)["choices"], g.name
         assert old_draft in lab.guest_release_json(g), g.name
 
@@ -266,12 +236,12 @@ def test_model_upgrade_with_the_mirror_killed_mid_fill_fetches_only_the_changed_
 
 
 def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_fleet, lab_inventory, hub: HubStandin,
-                                                                       mirror_guest, olah_index, tunnel, tmp_path):
+                                                                       mirror_guest, olah_index, tmp_path):
     sparks = vm_fleet.guests
     old_draft, new_draft = HubStandin.commits(DRAFT)[0], HubStandin.commits(DRAFT)[-1]
     fallback, refusing = sparks[0], sparks[1:]
-    inv = _inventory(lab_inventory, tmp_path / "fleet-fallback.yml", mirror_guest, tunnel,
-                     olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER), old_draft,
+    inv = _inventory(lab_inventory, tmp_path / "fleet-fallback.yml", mirror_guest,
+                     olah_index.index_url_for(vm_fleet.controller_address), old_draft,
                      host_vars={fallback.name: {"hub_fallback": True}})
     vm_fleet.ssh_all(f"rm -rf {DRAFT_ON_SPARK}")
     _stop_mirror(mirror_guest, kill=False)
@@ -282,12 +252,13 @@ def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_flee
         _unmask_mirror(mirror_guest)
     out = _plain(run.output())
     assert run.returncode != 0  # the mirror host and the Sparks without hub_fallback failed
-    assert (f"[{fallback.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) is down or failed to warm; "
-            f"hub_fallback: fetching from the Hub directly (http://{lab.GUEST_SEES_CONTROLLER}:{hub.port})") in out, out[-6000:]
+    assert (f"[{fallback.name}] hub mirror {MIRROR} ({_mirror_url(mirror_guest)}) is down or failed to warm; "
+            f"hub_fallback: fetching from the Hub directly (http://{vm_fleet.controller_address}:{hub.port})") in out, \
+        out[-6000:]
     assert lab.guest_curl_completion(fallback)["choices"] and old_draft in lab.guest_release_json(fallback)
     assert _upstream_files(hub, DRAFT, old_draft)  # from the Hub itself
     for g in refusing:
-        assert f"[{g.name}] hub mirror {MIRROR} (http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}) failed to warm" in out, g.name
+        assert f"[{g.name}] hub mirror {MIRROR} ({_mirror_url(mirror_guest)}) failed to warm" in out, g.name
         assert lab.guest_curl_completion(g)["choices"], g.name
         assert new_draft in lab.guest_release_json(g), g.name  # still serving what it served
 
@@ -297,7 +268,7 @@ _AUTH_GET = ("printf 'Authorization: Bearer %s\\n' \"$(cat /etc/specfleet/hf_tok
              "curl -sS -o /tmp/gated.out -w '%{{http_code}}' -H @- {url}")
 
 
-def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: HubStandin, mirror_guest, olah_index, tunnel):
+def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: HubStandin, mirror_guest, olah_index):
     from specfleet.mirror import WARM
     commit = HubStandin.commit(GATED)
     size = HubStandin.files(GATED, commit)["config.json"]
@@ -312,7 +283,7 @@ def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: Hu
     assert warmed.returncode == 0, warmed.stdout + warmed.stderr
     assert _upstream_files(hub, GATED, commit) == {"config.json": size}
     # a Spark with the fleet's token gets the cached gated file; without a token it gets a 401 and no file
-    url = f"http://{lab.GUEST_SEES_CONTROLLER}:{tunnel}/{GATED}/resolve/{commit}/config.json"
+    url = f"{_mirror_url(mirror_guest)}/{GATED}/resolve/{commit}/config.json"
     spark = vm_fleet.guests[0]
     with_token = spark.ssh(_AUTH_GET.format(url=url)).stdout.strip()
     got = spark.ssh("stat -c %s /tmp/gated.out").stdout.strip()
@@ -328,21 +299,20 @@ def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: Hu
     assert leaks.strip() == "0", leaks
 
 
-def test_a_peer_outside_the_allowed_networks_is_refused(vm_fleet, lab_inventory, mirror_guest, olah_index, tunnel, tmp_path):
-    """The guest's own address (10.0.2.15, in the default 10.0.0.0/8) reaches the mirror; with only 127.0.0.0/8
-    allowed, the same request is dropped by the socket's filter while the loopback still gets answers."""
-    own = mirror_guest.ssh("python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-                           "s.connect(('10.0.2.2', 9)); print(s.getsockname()[0])\"").stdout.strip()
+def test_a_peer_outside_the_allowed_networks_is_refused(vm_fleet, lab_inventory, mirror_guest, olah_index, tmp_path):
+    """The host's own address on the shared network (in the default 10.0.0.0/8) reaches the mirror; with only
+    127.0.0.0/8 allowed, the same request is dropped by the socket's filter while the loopback still gets answers."""
+    own, port = mirror_guest.lan_address, _mirror_url(mirror_guest).rsplit(":", 1)[1]
     probe = "curl -s -o /dev/null -m 8 -w '%{{http_code}}' http://{addr}:{port}/; echo \" rc=$?\""
-    before = mirror_guest.ssh(probe.format(addr=own, port=tunnel), check=False).stdout.strip()
+    before = mirror_guest.ssh(probe.format(addr=own, port=port), check=False).stdout.strip()
     assert before.endswith("rc=0") and not before.startswith("000"), before
-    inv = _inventory(lab_inventory, tmp_path / "fleet-loopback-only.yml", mirror_guest, tunnel,
-                     olah_index.index_url_for(lab.GUEST_SEES_CONTROLLER), HubStandin.commits(DRAFT)[0],
+    inv = _inventory(lab_inventory, tmp_path / "fleet-loopback-only.yml", mirror_guest,
+                     olah_index.index_url_for(vm_fleet.controller_address), HubStandin.commits(DRAFT)[0],
                      mirror_vars={"mirror_allowed_networks": ["127.0.0.0/8"]})
     run = lab.run_pyinfra(inv, "hub_mirror")
     assert run.returncode == 0, run.output()[-6000:]
-    after = mirror_guest.ssh(probe.format(addr=own, port=tunnel), check=False).stdout.strip()
-    loopback = mirror_guest.ssh(probe.format(addr="127.0.0.1", port=tunnel), check=False).stdout.strip()
+    after = mirror_guest.ssh(probe.format(addr=own, port=port), check=False).stdout.strip()
+    loopback = mirror_guest.ssh(probe.format(addr="127.0.0.1", port=port), check=False).stdout.strip()
     figure("hub mirror: request from outside mirror_allowed_networks", f"{own}: {after} (loopback: {loopback})")
     assert after.startswith("000") and not after.endswith("rc=0"), after
     assert loopback.endswith("rc=0") and not loopback.startswith("000"), loopback

@@ -23,7 +23,7 @@ from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure, own_guests
 from tests.vm.trtllm_standin.trtllm_serve import DEVICE_MEMORY, OOM_PROMPT_TOKENS
 
-pytestmark = [pytest.mark.vm, pytest.mark.full]
+pytestmark = [pytest.mark.vm, pytest.mark.full, pytest.mark.kernel("oom-kill")]
 
 DEPLOY = "eagle3"
 SERVICE = defaults.service_name
@@ -33,7 +33,8 @@ TAGS = {mode: f"{lab.STANDIN_REPO}:1.2.0rc6-{mode.replace('_', '-')}" for mode i
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory, request, hub, wheelhouse):
+def spark(tmp_path_factory, request, standins):
+    hub, wheelhouse = standins.hub, standins.wheelhouse
     """One guest serving release A (the stand-in in its normal mode), its two OOM variants loaded beside it."""
     fleet = own_guests(tmp_path_factory, request, "memory", "memory: boot 1 guest", count=1)
     t0 = time.monotonic()

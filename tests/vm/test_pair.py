@@ -41,7 +41,7 @@ def pair_inventory(fleet, hub_port: int, out):
     """The lab's fleet file (ci_vars, the pair's stand-in image) with its two guests as group pair_a: spark-1 the
     head, spark-2 the worker; the link's names, subnets and addresses are the defaults (NVIDIA's). Locked."""
     inv = yaml.safe_load(fleet.inventory_path.read_text())
-    inv["all"].setdefault("vars", {}).update(lab.ci_vars(hub_port, fleet.controller_address, PAIR_TAG), operator_users=["spark"])
+    inv["all"].setdefault("vars", {}).update(lab.ci_vars(hub_port, fleet.controller_address, PAIR_TAG, fleet.driver.bind_address), operator_users=["spark"])
     hosts = inv["all"]["children"]["vm_fleet"]["hosts"]
     hosts["spark-1"]["pair_role"], hosts["spark-2"]["pair_role"] = "head", "worker"
     inv["all"]["children"]["pair_a"] = {"hosts": {"spark-1": {}, "spark-2": {}}}

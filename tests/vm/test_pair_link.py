@@ -1,4 +1,4 @@
-"""Issue 19, point 5 (the lab part so far): the stand-in CX-7 link between two guests (lab/specfleet_lab/pair_link.py),
+"""The stand-in CX-7 link between two QEMU guests (kernel: the link's own NICs, named by udev),
 booted for real: each end's NICs carry a Spark's interface names (from the .link files the lab writes), traffic
 crosses both logical interfaces once each end has its address, and the pair preflight's reading of a host (the one
 status read, `pair_fleet.host_problems`) sees the link up with no speed (virtio) and refuses a link subnet that
@@ -11,12 +11,12 @@ import pytest
 from specfleet import defaults
 from specfleet.facts import SpecfleetHost
 from specfleet.pair_fleet import host_problems
-from specfleet_lab.pair_link import IFNAMES
 from tests.vm.conftest import own_guests
 
-pytestmark = [pytest.mark.vm, pytest.mark.full]
+pytestmark = [pytest.mark.vm, pytest.mark.full, pytest.mark.kernel("netplan-link")]
 
 SUBNETS = tuple(defaults.pair_link_subnets)  # NVIDIA's connect-two-sparks: one /24 per interface
+IFNAMES = tuple(defaults.pair_link_interfaces)  # a Spark's names, which the lab gives the link's NICs
 
 
 @pytest.fixture(scope="module")

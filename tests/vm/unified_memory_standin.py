@@ -33,10 +33,11 @@ def available_kib() -> int:
     raise SystemExit("unified-memory stand-in: no MemAvailable in /proc/meminfo")
 
 
-def find_device_memory(name: str) -> tuple[int, int]:
-    """(pid, fd number) of the process holding the memfd `name`: the trtllm-serve stand-in."""
+def find_device_memory(name: str, pids=None) -> tuple[int, int]:
+    """(pid, fd number) of the process holding the memfd `name`: the trtllm-serve stand-in (the host's one; `pids`:
+    among these only, where other hosts' stand-ins are visible too, as on a machine running container hosts)."""
     link = f"/memfd:{name}"  # as /proc/PID/fd shows it, with " (deleted)" after
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in map(str, pids) if pids is not None else filter(str.isdigit, os.listdir("/proc")):
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(link):

@@ -11,8 +11,8 @@ fresh TCG guest resolves PyPI itself (TLS and dependency resolution under emulat
   the architecture and the download recipe. It then checks the dependency closure with the guests'
   marker environment (pip evaluates markers with the controller's interpreter). Any failure returns
   None after one printed line: the guests then keep pip's default index, as before.
-* `WheelhouseServer` serves the cached wheels from a stdlib HTTP server on 127.0.0.1 (the guests reach
-  the controller's loopback at 10.0.2.2 through QEMU user networking): `/simple/` and
+* `WheelhouseServer` serves the cached wheels from a stdlib HTTP server on the address the lab's driver
+  binds (the hosts reach it at the controller's address, Fleet.controller_address): `/simple/` and
   `/simple/<project>/` (links carry `#sha256=` and `data-requires-python`) and `/files/<wheel>`.
 """
 
