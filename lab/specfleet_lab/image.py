@@ -26,13 +26,13 @@ from .arch import ARCHES, DEFAULT_ARCH, host_arch, parse_arch
 from .errors import VMError
 from .local import default_cache_dir, resolve, run, safe_rmtree, tail
 from .recipe import (
-    CONTAINER_FILES,
     CONTAINER_HOOK,
     CUSTOMIZE_HOOK,
     DISK_SIZE,
     DPKG_OPTS,
     MIRRORS,
     SUITE,
+    container_files,
     packages,
     recipe,
     recipe_hash,
@@ -188,10 +188,16 @@ def _build_into(tmp: Path, lock_fd: int, arch: str = DEFAULT_ARCH, pair: bool = 
 def _container_output(tmp: Path, rootfs: Path) -> None:
     """container.tar: the rootfs after the disk image was made from it, changed by the container hook."""
     t0 = time.monotonic()
-    hook = tmp / "container.sh"
+    hook, files = tmp / "container.sh", tmp / "container_files"
     hook.write_text(CONTAINER_HOOK)
-    run(["sh", hook, rootfs, str(CONTAINER_FILES)], capture_output=True)
+    for path, entry in container_files().items():  # exactly what the recipe hashes
+        mode, _, text = entry.partition(" ")
+        (files / path).parent.mkdir(parents=True, exist_ok=True)
+        (files / path).write_text(text, encoding="utf-8")
+        (files / path).chmod(int(mode, 8))
+    run(["sh", hook, rootfs, files], capture_output=True)
     hook.unlink()
+    shutil.rmtree(files)
     run(["tar", "-C", rootfs, "--numeric-owner", "--xattrs", "--acls", *(f"--exclude={e}" for e in CONTAINER_EXCLUDES),
          "-cf", tmp / CONTAINER_TAR, "."], capture_output=True)
     log.info("container image (tar): %.0f s", time.monotonic() - t0)

@@ -61,10 +61,11 @@ CONTAINER_FILES = resources.files(__package__) / "container_files"
 
 
 def container_files() -> dict[str, str]:
-    """container_files/ as {path: "mode content"}: what the recipe hashes of it."""
+    """container_files/ as {path: "mode content"}: what the recipe hashes of it, and what the build copies (nothing
+    else of that directory, e.g. a __pycache__)."""
     root = Path(str(CONTAINER_FILES))
     return {str(f.relative_to(root)): f"{f.stat().st_mode & 0o777:o} {f.read_text(encoding='utf-8')}"
-            for f in sorted(root.rglob("*")) if f.is_file()}
+            for f in sorted(root.rglob("*")) if f.is_file() and "__pycache__" not in f.parts}
 
 
 #: mmdebstrap essential hook (hooks/initramfs.sh) of images built under emulation (qemu-user via binfmt_misc):

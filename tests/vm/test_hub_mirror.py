@@ -25,7 +25,7 @@ from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 
-pytestmark = [pytest.mark.vm, pytest.mark.full]  # boots a 4th guest and installs olah under TCG: the --full tier
+pytestmark = pytest.mark.vm  # the first test in CI (the mirror smoke); its faults and filters in --full
 
 TARGET = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-long-context"
@@ -161,6 +161,7 @@ def _upstream_files(hub: HubStandin, repo: str, commit: str) -> dict[str, int]:
     return {p[len(prefix):]: n for p, n in hub.bytes_served().items() if p.startswith(prefix) and n}
 
 
+@pytest.mark.full
 def test_model_upgrade_with_the_mirror_killed_mid_fill_fetches_only_the_changed_files(
         vm_fleet, lab_inventory, hub: HubStandin, mirror_guest, olah_index, tmp_path):
     """The draft moves to its next commit (a model upgrade). Its warm-up is cut by killing olah: the hosts keep
@@ -235,6 +236,7 @@ def test_model_upgrade_with_the_mirror_killed_mid_fill_fetches_only_the_changed_
         assert new_draft in lab.guest_release_json(g), g.name
 
 
+@pytest.mark.full
 def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_fleet, lab_inventory, hub: HubStandin,
                                                                        mirror_guest, olah_index, tmp_path):
     sparks = vm_fleet.guests
@@ -268,6 +270,7 @@ _AUTH_GET = ("printf 'Authorization: Bearer %s\\n' \"$(cat /etc/specfleet/hf_tok
              "curl -sS -o /tmp/gated.out -w '%{{http_code}}' -H @- {url}")
 
 
+@pytest.mark.full
 def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: HubStandin, mirror_guest, olah_index):
     from specfleet.mirror import WARM
     commit = HubStandin.commit(GATED)
@@ -299,6 +302,7 @@ def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: Hu
     assert leaks.strip() == "0", leaks
 
 
+@pytest.mark.full
 def test_a_peer_outside_the_allowed_networks_is_refused(vm_fleet, lab_inventory, mirror_guest, olah_index, tmp_path):
     """The host's own address on the shared network (in the default 10.0.0.0/8) reaches the mirror; with only
     127.0.0.0/8 allowed, the same request is dropped by the socket's filter while the loopback still gets answers."""

@@ -1,10 +1,11 @@
-"""Rollouts and rollback on the VM fleet (3 guests, the trtllm-serve stand-in). Runs after the CI
-sequence in the same session and fleet; tests run in file order and share STATE.
+"""Rollouts and rollback on the session fleet (3 hosts, the trtllm-serve stand-in). Runs after the CI sequence in the
+same session and fleet; tests run in file order and share STATE.
 
-In the --full tier the same rollouts run behind a gateway (issue 18): a fourth guest on the session fleet's network
-in the inventory group `gateway`, a load client sending its requests through it during the rollout and the
-rollback (0 failed), then the gateway's own scenarios (a container killed mid-load, latency against direct
-requests, a non-gateway peer refused, the key on no disk); the module's last test removes the gateway again."""
+The rollouts run behind a gateway: a fourth host on the session fleet's network in the inventory group `gateway`, a
+load client sending its requests through it during the rollout and the rollback (0 failed); then the gateway's
+answers (keys, routes, models, health), and in --full its own scenarios (a reload, a container killed mid-load,
+latency against direct requests, a non-gateway peer refused, the key on no disk and reaching no Spark); the module's
+gateway test last removes the gateway again."""
 
 from __future__ import annotations
 
@@ -64,11 +65,7 @@ class Gateway:
 
 @pytest.fixture(scope="module")
 def gateway(request, vm_fleet, lab_inventory):
-    """--full: the gateway guest booted on the session network (torn down by the removal test, and after the module
-    in any case); CI: None."""
-    if not request.config.getoption("--full"):
-        yield None
-        return
+    """The gateway host on the session network (torn down by the removal test, and after the module in any case)."""
     workdir = vm_fleet.workdir / "gateway"
     start = time.monotonic()
     try:
@@ -247,7 +244,6 @@ def test_a_gateway_whose_config_forwards_credentials_takes_the_rules_by_a_reload
     assert started_at(vm_fleet) == before and current(vm_fleet) == releases
 
 
-@pytest.mark.full
 def test_gateway_answers_keys_models_and_health(vm_fleet, gateway):
     body = '{"model": "openai/gpt-oss-120b", "prompt": "hi", "max_tokens": 4}'
     assert _gateway_curl(gateway, "/v1/completions", None, body)[0] == 401  # no key: never reaches a Spark
@@ -369,7 +365,6 @@ def test_status_shows_each_spark_in_each_pool(vm_fleet, gateway, base_inventory)
                    for line in out.stdout.splitlines()), out.stdout
 
 
-@pytest.mark.full
 def test_without_the_gateway_the_fleet_serves_as_before(vm_fleet, gateway, base_inventory):
     """The gateway's last test: the gateway group goes (a converge removes the Sparks' side, restarting none), the
     cleanup deploy removes the gateway, and its guest stops (its checks cost the TCG Sparks CPU): the halting

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
+import time
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
@@ -32,11 +34,32 @@ def _rmdir_tree(top: Path) -> list[str]:
     return left
 
 
+def _pids(run_id: str) -> set[int]:
+    pids: set[int] = set()
+    for hierarchy in ROOT.iterdir() if ROOT.is_dir() else ():
+        for dirpath, _, _ in os.walk(hierarchy / parent(run_id).lstrip("/")):
+            with contextlib.suppress(OSError, ValueError):
+                pids |= {int(p) for p in Path(dirpath, "cgroup.procs").read_text().split()}
+    return pids
+
+
+def kill(run_id: str, wait: float = 10.0) -> None:
+    """SIGKILL what still runs in the run's cgroups (its hosts, when their engine died before removing them)."""
+    deadline = time.monotonic() + wait
+    while (pids := _pids(run_id)) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+
 def remove(run_id: str) -> list[str]:
-    """Remove the run's cgroups in every hierarchy, and the empty inner-container blkio leftovers; what stayed."""
+    """Remove the run's cgroups in every hierarchy (killing what runs in them), and the empty inner-container blkio
+    leftovers; what stayed."""
     left: list[str] = []
     if not ROOT.is_dir():
         return left
+    kill(run_id)
     for hierarchy in ROOT.iterdir():
         top = hierarchy / parent(run_id).lstrip("/")
         if top.is_dir():

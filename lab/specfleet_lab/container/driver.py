@@ -4,9 +4,9 @@ show (docs/dev/lab.md, the fidelity ledger) runs on the QEMU driver.
 
 Networks, all on the engine's address pool but the pair link: a management network per engine (eth0: the
 controller at its gateway, SSH to each host's fixed address), a shared network per fleet that asks for one (eth1: a
-gateway and its Sparks), and a pair's CX-7 link, one macvlan network per logical interface, on a parent of its own
-(a dummy link docker creates: the machine has no address there, so NVIDIA's subnets route nowhere on it, whichever
-run uses them), with the pair's own addresses (NVIDIA's .10 and .11); the hosts' ifnames unit names those
+gateway and its Sparks), and a pair's CX-7 link, one internal bridge per logical interface without an address on
+the machine (inhibit_ipv4: NVIDIA's subnets route nowhere on it, whichever run uses them), with the pair's own
+addresses (NVIDIA's .10 and .11); the hosts' ifnames unit names those
 interfaces like a Spark's at every boot."""
 
 from __future__ import annotations
@@ -70,14 +70,11 @@ class ContainerDriver(Driver):
         sweep()
         self.engine.start(self.owner)
         net = self._subnet(0)
-        self.engine.docker("network", "create", "--subnet", str(net), "--gateway", str(net[1]),
-                           "--label", f"{LABEL}={self.engine.run_id}", MGMT)
+        self.engine.network_create(MGMT, "--subnet", str(net), "--gateway", str(net[1]))
 
     def _subnet(self, index: int) -> ipaddress.IPv4Network:
         """The run's index-th /24: its slot's first is the management network."""
-        slot = int(next(f.name for f in (lab_root() / "slots").iterdir()
-                        if f.name.isdigit() and f.read_text().strip() == str(self.engine.root)))
-        return list(BASE.subnets(new_prefix=24))[slot * 16 + index]
+        return list(BASE.subnets(new_prefix=24))[self.engine.slot * 16 + index]
 
     def _counter(self, name: str, first: int) -> int:
         f = self.engine.root / f"{name}.next"
@@ -98,8 +95,7 @@ class ContainerDriver(Driver):
         self._ensure()
         subnet = self._subnet(self._counter("networks", 1))
         name = f"lab-1-{subnet.network_address}".replace(".", "-")
-        self.engine.docker("network", "create", "--subnet", str(subnet), "--gateway", str(subnet[1]),
-                           "--label", f"{LABEL}={self.engine.run_id}", name)
+        self.engine.network_create(name, "--subnet", str(subnet), "--gateway", str(subnet[1]))
         return {"name": name, "subnet": str(subnet)}
 
     def host_from_json(self, d: dict) -> ContainerHost:
@@ -110,7 +106,8 @@ class ContainerDriver(Driver):
         the fleet owned: the engine's processes, directory and cgroups."""
         left = []
         if self.engine.alive():
-            for kind, listing in (("container", ("ps", "-aq")), ("volume", ("volume", "ls", "-q"))):
+            for kind, listing in (("container", ("ps", "-aq")), ("volume", ("volume", "ls", "-q")),
+                                  ("network", ("network", "ls", "-q"))):
                 found = self.engine.docker(*listing, "--filter", f"label={FLEET_LABEL}={workdir}", check=False)
                 left += [f"{kind} {i.decode()}" for i in found.stdout.split()]
         mounts = Path("/proc/self/mountinfo").read_text()
@@ -126,7 +123,7 @@ class ContainerDriver(Driver):
         self._ensure()
         b.timings.update(count=len(b.arches), memory_mb=b.memory_mb, arches=list(b.arches))
         tag = _tag(b.workdir)
-        links = self._pair_link(tag) if b.pair_link else []
+        links = self._pair_link(tag, str(b.workdir)) if b.pair_link else []
         for i, arch in enumerate(b.arches, start=1):
             name = f"spark-{i}"
             h = ContainerHost(name=name, key_path=b.images[arch].key, arch=arch, container=f"{tag}-{name}",
@@ -155,14 +152,13 @@ class ContainerDriver(Driver):
         if b.network:
             self.engine.docker("network", "connect", "--ip", h.lan_ip, b.network["name"], h.container)
 
-    def _pair_link(self, tag: str) -> list[tuple[dict, str]]:
-        """The pair's link: one macvlan network per logical interface, each on a dummy parent docker creates."""
+    def _pair_link(self, tag: str, fleet: str) -> list[tuple[dict, str]]:
+        """The pair's link: one internal bridge per logical interface, the machine without an address on it."""
         out = []
         for subnet, ifname in zip(LINK_SUBNETS, LINK_IFNAMES):
             name = f"lab-2-{tag}-{ifname}"
-            self.engine.docker("network", "create", "--internal", "--subnet", subnet,
-                               "-o", "com.docker.network.bridge.inhibit_ipv4=true",
-                               "--label", f"{LABEL}={self.engine.run_id}", name)
+            self.engine.network_create(name, "--label", f"{FLEET_LABEL}={fleet}", "--internal", "--subnet", subnet,
+                                       "-o", "com.docker.network.bridge.inhibit_ipv4=true")
             out.append(({"name": name, "subnet": subnet}, ifname))
         return out
 
@@ -207,6 +203,10 @@ class ContainerDriver(Driver):
                                       check=False).stdout.split()
             if vols:
                 self.engine.docker("volume", "rm", *[v.decode() for v in vols], check=False)
+            nets = self.engine.docker("network", "ls", "-q", "--filter", f"label={FLEET_LABEL}={workdir}",
+                                      check=False).stdout.split()
+            if nets:
+                self.engine.docker("network", "rm", *[n.decode() for n in nets], check=False)
         for g in data.get("guests", []):
             mount = Path(g.get("data_mount", ""))
             if mount.is_dir():
@@ -226,11 +226,6 @@ class ContainerDriver(Driver):
         left = self.engine.stop()
         for line in left:
             log.warning("lab engine %s: left behind: %s", self.engine.run_id, line)
-
-
-def _tag(workdir) -> str:
-    """A fleet's prefix on the engine (its containers, volumes, data disks): from its workdir."""
-    return hashlib.sha256(str(workdir).encode()).hexdigest()[:6]
 
 
 def _tag(workdir) -> str:

@@ -5,12 +5,16 @@ pool of its own, a /20 slot taken machine-wide (slots.py), so that two runs at o
 docker.service is never enabled or started.
 
 Every container, network and volume the lab creates carries the label LABEL=<run id>; `stop` removes them, stops
-dockerd and lxcfs, unmounts what the run mounted and deletes the run's directory. `sweep` does the same for the runs
+dockerd and lxcfs, unmounts what the run mounted and deletes the run's directory. Its bridges are named for the
+engine's slot (bridge_name): docker deletes a bridge only when its network is removed, so the ones a killed engine
+left in the kernel (whose routes would shadow the next engine's on the same slot) are found by name and deleted, by
+`stop` and by the next engine on that slot. `sweep` does the same for the runs
 whose owner is gone (a SIGKILLed test run), and for all of them with `down --all`."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -34,6 +38,27 @@ LXCFS = "/usr/bin/lxcfs"
 LXCFS_PROC = ("meminfo", "cpuinfo", "stat", "uptime", "loadavg", "swaps", "diskstats")
 
 
+def bridge_name(slot: int, network: str) -> str:
+    """The kernel name of a lab network's bridge (at most 15 characters): its engine's slot, then its network's."""
+    return f"{_bridge_prefix(slot)}{hashlib.sha256(network.encode()).hexdigest()[:8]}"
+
+
+def _bridge_prefix(slot: int) -> str:
+    return f"sfl{slot:x}-"
+
+
+def bridges(slot: int) -> list[str]:
+    """The bridges of the lab's engine on `slot` in the kernel."""
+    return sorted(p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(_bridge_prefix(slot)))
+
+
+def drop_bridges(slot: int) -> list[str]:
+    """Delete the bridges left on `slot` (its engine is gone); those that stayed."""
+    for name in bridges(slot):
+        subprocess.run(["ip", "link", "delete", name], capture_output=True)
+    return bridges(slot)
+
+
 def docker_cli() -> str:
     """The docker client: Debian's (the engine's own version), else any on PATH (the API version is negotiated)."""
     return "/usr/bin/docker" if os.access("/usr/bin/docker", os.X_OK) else (shutil.which("docker") or "docker")
@@ -45,6 +70,12 @@ class Engine:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.run_id = self.root.name
+
+    @property
+    def slot(self) -> int | None:
+        """The engine's address pool (slots.py), while it holds one."""
+        held = slots.held_by(self.root)
+        return int(held[0]) if held else None
 
     # -- where things are
     @property
@@ -86,12 +117,20 @@ class Engine:
         pid = read_pid(self.pidfile)
         return bool(pid) and _is(pid, DOCKERD, str(self.socket))
 
+    def network_create(self, name: str, *args: str) -> None:
+        """A network of this run: its label, and its bridge named for the engine's slot."""
+        self.docker("network", "create", "--label", f"{LABEL}={self.run_id}",
+                    "-o", f"com.docker.network.bridge.name={bridge_name(self.slot, name)}", *args, name)
+
     # -- lifecycle
     def start(self, owner: str) -> None:
         """Start lxcfs and dockerd for this run (`owner`: who stops it: `session:<pid>` or `fleet:<workdir>`)."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.owner_file.write_text(json.dumps({"owner": owner, "pid": os.getpid(), "started": time.time()}) + "\n")
         slot = slots.take(self.root)
+        stale = drop_bridges(slot)  # the slot was free: what is named for it is a dead engine's
+        if stale:
+            raise VMError(f"bridges of a stopped lab engine could not be deleted: {', '.join(stale)}")
         self._start_lxcfs()
         argv = [DOCKERD, "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
                 "--bridge=none", "-H", f"unix://{self.socket}", "--data-root", str(self.root / "data"),
@@ -128,6 +167,7 @@ class Engine:
         """Remove everything of this run (containers, networks, volumes, mounts, cgroups, processes, the directory);
         what could not be removed, one line each."""
         left: list[str] = []
+        slot = self.slot
         if self.alive():
             ids = self.docker("ps", "-aq", "--filter", f"label={LABEL}={self.run_id}", check=False).stdout.split()
             if ids:
@@ -139,7 +179,10 @@ class Engine:
                     self.docker(kind, "rm", *[n.decode() for n in names], check=False)
         _kill(read_pid(self.pidfile), DOCKERD, str(self.socket), 30)
         _kill(read_pid(self.lxcfs_dir / "lxcfs.pid"), LXCFS, str(self.lxcfs_dir), 10)
-        left += cgroups.remove(self.run_id)
+        _kill_naming(self.root)  # a dead dockerd's containerd and shims
+        left += cgroups.remove(self.run_id)  # and its hosts
+        if slot is not None:
+            left += [f"bridge {b}" for b in drop_bridges(slot)]
         slots.release(self.root)
         try:  # unmounts first what is mounted below it: loop-mounted data dirs, lxcfs' FUSE mount, dockerd's
             safe_rmtree(self.root)
@@ -159,6 +202,7 @@ class Engine:
                   if line.split()[4].startswith(str(self.root))]
         left += [f"mount {m}" for m in mounts] + cgroups.leftovers(self.run_id)
         left += [f"slot {s}" for s in slots.held_by(self.root)]
+        left += [f"bridge {b}" for b in (bridges(self.slot) if self.slot is not None else ())]
         return left + ([str(self.root)] if self.root.exists() else [])
 
 
@@ -183,6 +227,15 @@ def _kill(pid: int | None, program: str, needle: str, wait: float) -> None:
             time.sleep(0.1)
         if not _is(pid, program, needle):
             return
+
+
+def _kill_naming(root: Path) -> None:
+    """SIGKILL every process whose command line names `root` (none is ours)."""
+    needle = str(root).encode()
+    for p in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if p.name.isdigit() and int(p.name) != os.getpid() and needle in (p / "cmdline").read_bytes():
+                os.kill(int(p.name), signal.SIGKILL)
 
 
 def mkfs_data_disk(path: Path, size: str) -> None:

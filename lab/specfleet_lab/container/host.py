@@ -28,6 +28,8 @@ class ContainerHost(Host):
     lan_ip: str | None = None
     net: dict | None = None  # the shared network it is on: {"name", "subnet"} (driver.new_network)
     links: list = dataclasses.field(default_factory=list)  # a pair host's link: [{"network", "ip", "ifname", "mac"}]
+    #: a container boots in seconds; minutes without SSH is a fault, not a slow machine
+    boot_timeout: float = 180.0
 
     driver = "container"
 
@@ -51,7 +53,7 @@ class ContainerHost(Host):
     @classmethod
     def from_json(cls, d: dict) -> ContainerHost:
         return cls(name=d["name"], key_path=Path(d["key_path"]), ssh_host=d["ssh_host"], ssh_port=int(d["ssh_port"]),
-                   arch=d.get("arch") or "x86_64", boot_timeout=float(d.get("boot_timeout", 900.0)),
+                   arch=d.get("arch") or "x86_64", boot_timeout=float(d.get("boot_timeout", 180.0)),
                    container=d["container"], engine_root=Path(d["engine_root"]), data_disk=Path(d["data_disk"]),
                    data_mount=Path(d["data_mount"]), lan_ip=d.get("lan_ip"), net=d.get("net"),
                    links=list(d.get("links") or []))

@@ -1,7 +1,8 @@
 """Address pools of the lab's engines: each engine takes a /20 of BASE (16 networks of /24) for the run's networks,
-machine-wide, so that two runs at once (the two processes of the full tier, a try.sh fleet left up) never route the
-same subnet to two bridges. A slot is a file naming its engine's directory; it is free again once that directory is
-gone (its engine stopped, or swept)."""
+machine-wide, so that two runs at once (the two processes of the full tier, a try.sh fleet left up, a run with a lab
+root of its own) never route the same subnet to two bridges. A slot is a file in SLOTS (one directory for the
+machine, whatever SPECFLEET_LAB_ROOT says; on /run, so a reboot, which ends every engine, frees them all) naming its
+engine's directory; it is free again once that directory is gone (its engine stopped, or swept)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,15 @@ import ipaddress
 from pathlib import Path
 
 from ..errors import VMError
-from ..local import lab_root
 
 BASE = ipaddress.ip_network("10.213.0.0/16")
 SLOT_PREFIX = 20
+SLOTS = Path("/run/specfleet-lab/slots")
 
 
 def _dir() -> Path:
-    d = lab_root() / "slots"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    SLOTS.mkdir(parents=True, exist_ok=True)
+    return SLOTS
 
 
 def pool(slot: int) -> str:
@@ -53,6 +53,6 @@ def release(engine_root: Path) -> None:
 
 
 def held_by(engine_root: Path) -> list[str]:
-    d = lab_root() / "slots"
+    d = SLOTS
     return [f.name for f in d.iterdir() if f.name.isdigit() and f.read_text().strip() == str(engine_root)] \
         if d.is_dir() else []

@@ -6,10 +6,11 @@ set -eu
 R="$1"; FILES="$2"
 cp -a "$FILES/." "$R/"
 
-# udev and the gettys would act on the machine's devices and ttys: masked
-for u in systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket systemd-udev-trigger.service \
-         systemd-udev-settle.service getty@.service serial-getty@.service console-getty.service getty.target \
-         getty-static.service; do
+# the gettys would act on the machine's ttys, and udev's boot-time trigger of every device on the machine's devices:
+# masked. udevd itself runs (networkd waits for it to have seen each interface, and netplan triggers the interfaces'
+# uevents), fed with the net devices only (specfleet-lab-udev-net: a container's sysfs and uevents hold its own)
+for u in systemd-udev-trigger.service systemd-udev-settle.service getty@.service serial-getty@.service \
+         console-getty.service getty.target getty-static.service; do
   ln -sf /dev/null "$R/etc/systemd/system/$u"
 done
 rm -f "$R/etc/systemd/system/getty.target.wants/getty@tty1.service"
@@ -29,22 +30,14 @@ IPv6AcceptRA=no
 EON
 
 # the inner dockerd: the systemd cgroup driver, so that its containers stay inside the host's memory limit (with
-# cgroupfs they landed at the machine's cgroup root); and the rlimit clamp as its default runtime (the STAND-IN for
-# a memlock limit a container host cannot raise: docs/dev/lab.md)
+# cgroupfs they landed at the machine's cgroup root); and the rlimit clamp as its default runtime (the STAND-IN for a
+# memlock limit a container host cannot raise: docs/dev/lab.md), on its command line, so that daemon.json stays the
+# disk image's (a test that rewrites it and reloads docker, as an operator would, leaves the clamp in place)
 mkdir -p "$R/etc/systemd/system/docker.service.d"
 cat > "$R/etc/systemd/system/docker.service.d/specfleet-lab-container.conf" <<'EON'
 [Service]
 ExecStart=
-ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --exec-opt native.cgroupdriver=systemd $DOCKER_OPTS
-EON
-cat > "$R/etc/docker/daemon.json" <<'EON'
-{
-  "default-runtime": "runc-rlimit-clamp",
-  "runtimes": {
-    "nvidia": {"path": "/usr/local/bin/nvidia-container-runtime-STANDIN"},
-    "runc-rlimit-clamp": {"path": "/usr/local/bin/runc-rlimit-clamp-STANDIN"}
-  }
-}
+ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --exec-opt native.cgroupdriver=systemd --add-runtime runc-rlimit-clamp=/usr/local/bin/runc-rlimit-clamp-STANDIN --default-runtime runc-rlimit-clamp $DOCKER_OPTS
 EON
 
 # no block device to mount or check; docker mounts its own resolv.conf, hostname and hosts over these files
@@ -52,4 +45,6 @@ echo "# a container host: its root is the container's" > "$R/etc/fstab"
 rm -f "$R/etc/resolv.conf"
 : > "$R/etc/resolv.conf"
 
-chroot "$R" systemctl enable specfleet-lab-ifnames.service
+# /sys read-write at boot (docker mounts it read-only), as on a Spark: udevd runs only where it is, and netplan, which
+# a pair's deploy runs, triggers the net devices' uevents (`udevadm trigger` writes their uevent files)
+chroot "$R" systemctl enable specfleet-lab-ifnames.service specfleet-lab-sysfs-rw.service specfleet-lab-udev-net.service

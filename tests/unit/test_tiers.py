@@ -1,12 +1,12 @@
-"""tests/full_tier.sh (tests/run.sh --full): the own-fleet modules in a second pytest process beside the session
-fleet's, both given the run's args, both passed a SIGTERM and waited for, exit 0 only when both passed. Run with a
-stand-in for pytest (SPECFLEET_PYTEST) that records its argv and, asked to, holds until it is signalled."""
+"""tests/tiers.sh (tests/run.sh, with or without --full): the modules that need a kernel of their own (QEMU) in a
+second pytest process beside the rest, both given the run's args, both passed a SIGTERM and waited for, exit 0 only
+when both passed. Run with a stand-in for pytest (SPECFLEET_PYTEST) that records its argv and, asked to, holds until
+it is signalled."""
 
 from __future__ import annotations
 
 import ast
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tests" / "full_tier.sh"
+SCRIPT = ROOT / "tests" / "tiers.sh"
 
-# A stand-in for `python3 -m pytest`: which of the two runs it is (the session fleet's run ignores the own-fleet
-# modules), its argv, then per FAKE_MODE: exit with FAKE_RC_<run>, or hold until a SIGTERM and take a moment to
+# A stand-in for `python3 -m pytest`: which of the two runs it is (the main run ignores the QEMU modules), its argv, then per FAKE_MODE: exit with FAKE_RC_<run>, or hold until a SIGTERM and take a moment to
 # "tear down" before it exits 130 (what pytest does after the conftest's KeyboardInterrupt).
 FAKE = r'''
 import os, signal, sys, time
@@ -47,17 +46,19 @@ def session_fixtures(module: Path) -> set[str]:
             for a in node.args.args if a.arg in ("vm_fleet", "lab_inventory")}
 
 
-def own_fleets() -> list[str]:
-    return re.search(r"^OWN_FLEETS=\(([^)]*)\)", SCRIPT.read_text(), re.M).group(1).split()
+def qemu_modules() -> list[str]:
+    """The modules marked kernel(...), as the script finds them."""
+    return sorted(f"tests/vm/{p.name}" for p in (ROOT / "tests" / "vm").glob("test_*.py")
+                  if "pytest.mark.kernel(" in p.read_text())
 
 
 def start(tmp_path, mode="exit", **rcs):
     fake = tmp_path / "fake_pytest.py"
     fake.write_text(FAKE)
     env = {**os.environ, "SPECFLEET_PYTEST": f"{sys.executable} {fake}", "FAKE_DIR": str(tmp_path),
-           "FAKE_MODE": mode, "TMPDIR": str(tmp_path), "SPECFLEET_FULL_LOG": str(tmp_path / "side.log"),
+           "FAKE_MODE": mode, "TMPDIR": str(tmp_path), "SPECFLEET_SIDE_LOG": str(tmp_path / "side.log"),
            **{f"FAKE_RC_{k}": str(v) for k, v in rcs.items()}}
-    return subprocess.Popen(["bash", str(SCRIPT), "--full", "-k", "x y"], env=env, cwd=tmp_path,
+    return subprocess.Popen(["bash", str(SCRIPT), "--full", "-k", "x y"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -67,7 +68,7 @@ def test_both_runs_get_the_args_and_split_the_modules(tmp_path):
     assert proc.returncode == 0, out
     main = (tmp_path / "main.argv").read_text().splitlines()
     side = (tmp_path / "side.argv").read_text().splitlines()
-    mods = own_fleets()
+    mods = qemu_modules()
     assert mods and all((ROOT / m).is_file() for m in mods), mods
     assert main[main.index("tests"):][:2] == ["tests", "benchmarks"]
     assert sorted(a.removeprefix("--ignore=") for a in main if a.startswith("--ignore=")) == sorted(mods)
@@ -82,7 +83,7 @@ def test_either_run_failing_fails_the_tier(tmp_path, rcs):
     proc = start(tmp_path, **rcs)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0, out
-    assert f"exited {rcs.get('main', 0)}, the own fleets' run {rcs.get('side', 0)}" in out
+    assert f"exited {rcs.get('main', 0)}, the QEMU modules' run {rcs.get('side', 0)}" in out
 
 
 @pytest.mark.parametrize(("rcs", "tier"), [({"side": 5}, 0), ({"main": 5}, 0), ({"main": 5, "side": 5}, 5),
@@ -108,18 +109,15 @@ def test_a_sigterm_reaches_both_runs_and_waits_for_their_teardown(tmp_path):
         raise
     # the tier ended after both runs had torn down, each signalled once, and it says they did not pass
     assert (tmp_path / "main.torn_down").read_text() == "1" and (tmp_path / "side.torn_down").read_text() == "1", out
-    assert proc.returncode != 0 and "exited 130, the own fleets' run 130" in out, out
+    assert proc.returncode != 0 and "exited 130, the QEMU modules' run 130" in out, out
 
 
-def test_the_own_fleet_modules_are_those_that_boot_no_session_fleet():
-    """A module in OWN_FLEETS that used the session fleet would boot a second one beside it; a module with guests of
-    its own left out runs after the session fleet's modules, as before (slower, not wrong): both are said here."""
+def test_the_qemu_modules_boot_no_session_fleet():
+    """A module that needs a kernel of its own and used the session fleet would boot a second session fleet (the
+    container driver's) in the QEMU process: none does, and the script finds some."""
     vm = ROOT / "tests" / "vm"
-    own = {f"tests/vm/{p.name}" for p in vm.glob("test_*.py")
-           if re.search(r"\b(own_guests|paused_session_fleet)\(", p.read_text())}
     session = {f"tests/vm/{p.name}" for p in vm.glob("test_*.py") if session_fixtures(p)}
-    assert set(own_fleets()) == own, (own_fleets(), own)
-    assert not own & session, own & session
+    assert qemu_modules() and not set(qemu_modules()) & session, set(qemu_modules()) & session
 
 
 def test_a_second_sigterm_does_not_break_off_the_teardown_the_first_started(capsys):
