@@ -67,22 +67,23 @@ def _arch_option(ctx, param, value):
 
 @main.command("up")
 @click.option("--count", type=click.IntRange(1, 16), default=None,
-              help="Number of guests [default: 3, or one per --arch entry].")
+              help="Number of hosts [default: 3, or one per --arch entry].")
 @click.option("--arch", "arch", default=None, callback=_arch_option, metavar="ARCH[,ARCH...]",
-              help="Guest architecture: x86_64 (default) or arm64 (TCG-emulated, qemu-system-aarch64 "
-                   "-M virt); a comma-separated list gives one architecture per guest, e.g. x86_64,arm64.")
+              help="Host architecture: x86_64 (default) or arm64 (a QEMU guest, TCG-emulated, "
+                   "qemu-system-aarch64 -M virt); a comma-separated list gives one architecture per host, e.g. "
+                   "x86_64,arm64.")
 @_workdir_opt
 @click.option("--memory", "memory_mb", type=click.IntRange(256), default=2048,
-              show_default=True, help="Memory per guest in MiB.")
+              show_default=True, help="Memory per host in MiB (a container's limit, or a guest's RAM).")
 @_cache_opt
 @click.option("--smp", type=click.IntRange(1, 64), default=None,
-              help="vCPUs per guest (default: chosen from host cores and --count).")
+              help="vCPUs per QEMU guest (default: chosen from the machine's cores and --count).")
 @click.option("--lan", is_flag=True, help="Also put the hosts on a shared network of their own (a second NIC, eth1, "
                                           "static .11, .12, ...; the inventory's fleet_address).")
 @click.option("--driver", type=click.Choice(sorted(REGISTRY)), envvar="SPECFLEET_LAB_DRIVER", default=None,
               help=f"What runs the hosts [default: {DEFAULT}, or qemu with one line saying why where containers "
                    "cannot run; env SPECFLEET_LAB_DRIVER]. arm64 hosts are always QEMU guests.")
-@click.option("--pair-link", is_flag=True, help="Join the first two guests by a stand-in ConnectX-7 link of their own "
+@click.option("--pair-link", is_flag=True, help="Join the first two hosts by a stand-in ConnectX-7 link of their own "
                                                 "(two more NICs each, named enp1s0f1np1 and enP2p1s0f1np1).")
 def up_cmd(count: int | None, arch: list | None, workdir: Path, memory_mb: int, cache_dir: Path,
            smp: int | None, lan: bool, pair_link: bool, driver: str | None) -> None:
@@ -128,7 +129,7 @@ def down_cmd(workdir: Path, everything: bool) -> None:
 @click.option("--arch", "arch", default=None, callback=_arch_option, metavar="ARCH[,ARCH...]",
               help="x86_64 (default) and/or arm64; one image per architecture.")
 def build_image_cmd(cache_dir: Path, arch: list | None) -> None:
-    """Build (or find cached) the guest image(s) and print the directory of each."""
+    """Build (or find cached) the host image(s) (disk and container outputs) and print the directory of each."""
     _setup_logging()
     try:
         with exit_on_sigterm():
@@ -142,7 +143,7 @@ def build_image_cmd(cache_dir: Path, arch: list | None) -> None:
 @main.command("status")
 @_workdir_opt
 def status_cmd(workdir: Path) -> None:
-    """Show the fleet's guests and whether their QEMU is running."""
+    """Show the fleet's hosts, their driver and whether each is running."""
     try:
         fleet = load(workdir)
     except VMError as e:

@@ -31,7 +31,10 @@ PACKAGES = (
     "python3", "python3-venv", "python3-pip",
     "docker.io", "apparmor", "iptables",
     "curl", "ca-certificates", "iproute2", "procps", "xz-utils",
-    "earlyoom",  # a serving Spark's deploy installs it where it is missing (no apt lists here): disabled, as absent
+    # what a deploy installs from the distribution where it is missing: the hosts have no apt lists, and container
+    # hosts no route to a mirror (docs/dev/lab.md); in the image, disabled, as absent until a deploy enables them
+    "earlyoom",  # a serving Spark's
+    "haproxy",  # a gateway's
 )
 #: What a two-Spark pair's guests add (tests/vm/test_pair*.py, `up(pair_link=True)`): DGX OS has both; the deploy
 #: applies the CX-7 link with `netplan try` and its preflight pings across it. An image of its own (its own recipe

@@ -105,6 +105,6 @@ EOF
 
 chroot "$R" systemctl enable systemd-networkd.service systemd-network-generator.service ssh.service docker.service \
     specfleet-ssh-hostkeys.service
-# earlyoom is in the image because the guests have no apt lists (the deploy installs it on DGX OS, where it is
-# missing); as there, it does not run until a deploy enables it (steps/oom.py records that, and its cleanup undoes it)
-chroot "$R" systemctl disable earlyoom.service
+# earlyoom and haproxy are in the image because the hosts have no apt lists (a deploy installs them on DGX OS, where
+# they are missing); as there, they do not run until a deploy enables them (steps/oom.py, steps/gateway.py)
+chroot "$R" systemctl disable earlyoom.service haproxy.service
