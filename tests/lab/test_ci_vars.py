@@ -15,7 +15,7 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def _ci_paragraph() -> str:
-    section = README[README.index("## CI and the VM fleet"):]
+    section = README[README.index("## CI and the lab"):]
     start = section.index("the CI inventory differs from a production one only in these")
     return section[start:section.index("\n\n", section.index("\n- ", start) + 1)]
 

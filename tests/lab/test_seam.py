@@ -22,6 +22,8 @@ INTERNALS = (
     ("a docker command on the lab's engine",
      re.compile(r"""subprocess\.\w+\(\s*\[\s*["']docker["']|docker -H|DOCKER_HOST|\bengine\.docker\(""")),
     ("a driver's package", re.compile(r"specfleet_lab\.(qemu|container)\b|from specfleet_lab\.(qemu|container)")),
+    ("a container engine's bridge, cgroup or loop device",
+     re.compile(r"""["']sfl["'{]|/specfleet-lab-\{|\blosetup\b""")),
 )
 #: the VM tier also never names QEMU's NAT address (product unit tests use such addresses as data)
 VM_INTERNALS = (("QEMU's NAT address", re.compile(r"10\.0\.2\.[23]\b")),)
@@ -48,7 +50,8 @@ def test_no_test_above_the_seam_names_a_drivers_internals():
 @pytest.mark.parametrize("line", [
     'argv = ["qemu-system-x86_64", "-m", "2048"]', "assert not victim.pidfile.exists()", "engine.docker('ps')",
     'url = "http://10.0.2.2:8999"', "os.kill(g.pid, signal.SIGSTOP)", 'subprocess.run(["docker", "ps"])',
-    "from specfleet_lab.qemu.guest import QemuHost"])
+    "from specfleet_lab.qemu.guest import QemuHost", 'name.startswith("sfl")',
+    'Path("/sys/fs/cgroup").glob(f"*/specfleet-lab-{run}")', 'subprocess.run(["losetup", "-a"])'])
 def test_the_scan_finds_each_kind(line):
     assert internals(line, INTERNALS + VM_INTERNALS), line  # seen failing on each line with its pattern removed
 

@@ -30,8 +30,8 @@ STANDIN_TAG = f"{STANDIN_REPO}:1.2.0rc6-standin"
 
 
 def ci_vars(hub_port: int, controller: str, image: str = STANDIN_TAG, bind: str = "127.0.0.1") -> dict:
-    """The complete list of inventory vars in which the VM fleet differs from real Sparks (at most 6, each
-    justified in the README, "CI and the VM fleet"; tests/unit/test_ci_vars.py keeps both in step). gpus and
+    """The complete list of inventory vars in which the lab's fleet differs from real Sparks (at most 7, each
+    justified in the README, "CI and the lab"; tests/lab/test_ci_vars.py keeps both in step). gpus and
     the timing vars keep their defaults: the guests carry a stand-in NVIDIA container toolkit, and the
     stand-in server loads in seconds. A failure test that needs another value sets it with with_vars().
     `controller`: the controller's address as the hosts see it (Fleet.controller_address); `bind`: where the

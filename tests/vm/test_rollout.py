@@ -96,21 +96,21 @@ def _start_load(gateway):
                                   seconds=1500, pause=1.0, stream_every=2, max_tokens=24)
 
 
-def _no_failed_requests(load, what: str) -> None:
+def _no_failed_requests(load, what: str, at_least: int = 20) -> None:
     if load is None:
         return
     load.stop()
     s = load.summary
     figure(f"gateway: {what}: client requests through the gateway / failed / p50 / p99",
            f"{s['requests']} / {s['failed']} / {s['p50_s']:.3f} s / {s['p99_s']:.3f} s")
-    assert s["requests"] >= 20, s
+    assert s["requests"] >= at_least, s
     assert s["failed"] == 0, f"{what}: failed client requests: {load.failures()[:5]}"
 
 
 def test_baseline_release_serving(vm_fleet, lab_inventory, base_inventory, gateway, hub):
     if gateway:  # the gateway first (the Sparks' drains wait for it), then the Sparks join it: a converge, no restart
         # each Spark's clock now: what its server logs from here on came through the gateway, or from this module
-        STATE["gateway_since"] = {g.name: g.ssh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip() for g in vm_fleet.guests}
+        STATE["gateway_since"] = _clocks(vm_fleet)
         if any(g.ssh("systemctl is-active specfleet-trtllm", check=False).stdout.strip() != "active"
                for g in vm_fleet.guests):  # the module run alone (no CI sequence before it): the fleet serves first
             run = lab.run_pyinfra(lab_inventory, "eagle3")
@@ -225,17 +225,32 @@ def test_a_gateway_whose_config_forwards_credentials_takes_the_rules_by_a_reload
     haproxy.cfg here, and HAProxy reloaded): the gateway deploy proves the rendered config and reloads HAProxy under
     a client's load, which loses no request; the master process stays, no Spark restarts, no release id changes."""
     cfg = "/etc/haproxy/haproxy.cfg"
+    STATE["forwarding_from"] = _clocks(vm_fleet)  # from here until the client's connections closed, it forwarded
     gateway.guest.ssh(f"sudo sed -i '/http-request del-header/d' {cfg} && sudo systemctl reload haproxy")
     master = gateway.guest.ssh(main_pid("haproxy")).stdout.strip()
     before, releases = started_at(vm_fleet), current(vm_fleet)
     plan = lab.run_specfleet("plan", "inventory.py", "deploys/gateway.py", inventory=base_inventory)
     assert plan.returncode == EXIT_CHANGES and "check the config with haproxy -c, then reload haproxy" in plan.stdout, \
         plan.stdout
+    offset = gateway_lab.clock_offset(gateway.guest)
     load = _start_load(gateway)
     time.sleep(3)
+    start = time.time()
     run = lab.run_pyinfra(base_inventory, "gateway")
+    end = time.time()
     assert run.returncode == 0, run.output()[-3000:]
-    _no_failed_requests(load, "the gateway's reload")
+    time.sleep(3)
+    _no_failed_requests(load, "the gateway's reload", at_least=1)
+    time.sleep(1)  # the old worker served the client's kept-alive connections until they closed
+    STATE["forwarding_until"] = _clocks(vm_fleet)
+    forwarded = {g.name: _credentials_seen(g, STATE["forwarding_from"][g.name], STATE["forwarding_until"][g.name])
+                 for g in vm_fleet.guests}
+    figure("gateway: requests with a credential header at the Sparks while its config forwarded them",
+           ", ".join(f"{h} {len(seen)}" for h, seen in forwarded.items()))
+    assert any(forwarded.values()), "the config without the rules forwarded no credential: the check cannot fail"
+    # requests on both sides of the reload: answered before the deploy started, and sent after it ended
+    assert any(r["t1"] - offset < start for r in load.records), load.records[:3]
+    assert any(r["t0"] - offset > end for r in load.records), load.records[-3:]
     assert any("reload haproxy" in op for op in run.changed.get(gateway_lab.GATEWAY, [])), run.changed
     assert gateway.guest.ssh(f"grep -c 'http-request del-header' {cfg}").stdout.strip() == "4"
     assert gateway.guest.ssh(main_pid("haproxy")).stdout.strip() == master, "HAProxy restarted: not a reload"
@@ -321,14 +336,30 @@ def test_the_sparks_answer_only_the_gateways(vm_fleet, gateway):
 
 
 @pytest.mark.full
+def _clocks(fleet) -> dict[str, str]:
+    """Each Spark's clock now, as journalctl's --since/--until read it."""
+    return {g.name: g.ssh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip() for g in fleet.guests}
+
+
+def _journal(guest, since: str, until: str | None = None) -> str:
+    until_arg = f" --until '{until}'" if until else ""
+    return guest.ssh(f"journalctl -q --no-pager -o cat -u specfleet-trtllm --since '{since}'{until_arg}").stdout
+
+
+def _credentials_seen(guest, since: str, until: str | None = None) -> list[str]:
+    return [line for line in _journal(guest, since, until).splitlines() if CREDENTIALS_SEEN in line]
+
+
 def test_the_key_is_on_no_disk_and_reaches_no_spark(vm_fleet, gateway):
     """What reached each Spark: the trtllm-serve stand-in logs the name of every credential-like header a request
     carries (never its value), and none came through the gateway in this module (thousands of requests with the key,
     during the rollout, the rollback and the scenarios above), while a header sent to one directly is logged. Then
     the key itself: in no file and no journal of any guest."""
     for g in vm_fleet.guests:
-        since = STATE["gateway_since"][g.name]
-        log = g.ssh(f"journalctl -q --no-pager -o cat -u specfleet-trtllm --since '{since}'").stdout
+        # but the window in which the reload test above took the rules out of the gateway's config
+        windows = ((STATE["gateway_since"][g.name], STATE.get("forwarding_from", {}).get(g.name)),
+                   (STATE.get("forwarding_until", {}).get(g.name), None))
+        log = "".join(_journal(g, since, until) for since, until in windows if since)
         relayed = sum('"POST /v1/' in line for line in log.splitlines())
         seen = [line for line in log.splitlines() if CREDENTIALS_SEEN in line]
         figure(f"gateway: {g.name}: requests the stand-in logged / with a credential header", f"{relayed} / {len(seen)}")

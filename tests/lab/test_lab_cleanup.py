@@ -19,10 +19,17 @@ from pathlib import Path
 
 import pytest
 
+import specfleet_lab
 from tests.vm.conftest import figure
 
 pytestmark = pytest.mark.vm
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lab_driver():
+    """The driver a test session gets here (containers, or QEMU where they cannot run): the child's."""
+    return specfleet_lab.choose(None, arches=["x86_64"], say=print)
 
 
 def _bridges() -> set[str]:
