@@ -38,6 +38,15 @@ DRAFT_ON_SPARK = "/var/lib/specfleet/hf/hub/models--nvidia--gpt-oss-120b-Eagle3-
 MIRROR_LAN_HOST = 31  # the mirror host's number on the session fleet's network (the Sparks are .11, .12, ...)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def back_to_the_labs_release(vm_fleet, lab_inventory):
+    """After the module, the Sparks serve the lab's release again (its scenarios converge other draft revisions
+    through the mirror), so that the next module's converge is the fleet's usual one, not a fleet-wide switch."""
+    yield
+    run = lab.run_pyinfra(lab_inventory, "eagle3")
+    assert run.returncode == 0, run.output()[-3000:]
+
+
 @pytest.fixture(scope="module")
 def mirror_guest(tmp_path_factory, request, vm_fleet):
     workdir = tmp_path_factory.mktemp("mirror-guest")
