@@ -195,18 +195,7 @@ class ContainerDriver(Driver):
         """Remove the fleet's containers, their docker volumes and data disks, and its own networks; a fleet that
         owns the engine (`specfleet-lab up`) stops it too."""
         if self.engine.alive():
-            ids = self.engine.docker("ps", "-aq", "--filter", f"label={FLEET_LABEL}={workdir}",
-                                     check=False).stdout.split()
-            if ids:
-                self.engine.docker("rm", "-f", "-v", *[i.decode() for i in ids], check=False, timeout=300)
-            vols = self.engine.docker("volume", "ls", "-q", "--filter", f"label={FLEET_LABEL}={workdir}",
-                                      check=False).stdout.split()
-            if vols:
-                self.engine.docker("volume", "rm", *[v.decode() for v in vols], check=False)
-            nets = self.engine.docker("network", "ls", "-q", "--filter", f"label={FLEET_LABEL}={workdir}",
-                                      check=False).stdout.split()
-            if nets:
-                self.engine.docker("network", "rm", *[n.decode() for n in nets], check=False)
+            self.engine.remove_labelled(f"{FLEET_LABEL}={workdir}")
         for g in data.get("guests", []):
             mount = Path(g.get("data_mount", ""))
             if mount.is_dir():

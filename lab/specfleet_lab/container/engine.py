@@ -122,6 +122,15 @@ class Engine:
         self.docker("network", "create", "--label", f"{LABEL}={self.run_id}",
                     "-o", f"com.docker.network.bridge.name={bridge_name(self.slot, name)}", *args, name)
 
+    def remove_labelled(self, label: str) -> None:
+        """Remove the containers (with their anonymous volumes), volumes and networks that carry `label`
+        (key=value)."""
+        for kind, listing, rm in (("container", ("ps", "-aq"), ("rm", "-f", "-v")), ("volume", ("volume", "ls", "-q"),
+                                  ("volume", "rm")), ("network", ("network", "ls", "-q"), ("network", "rm"))):
+            found = self.docker(*listing, "--filter", f"label={label}", check=False).stdout.split()
+            if found:
+                self.docker(*rm, *[f.decode() for f in found], check=False, timeout=300)
+
     # -- lifecycle
     def start(self, owner: str) -> None:
         """Start lxcfs and dockerd for this run (`owner`: who stops it: `session:<pid>` or `fleet:<workdir>`)."""
@@ -169,14 +178,7 @@ class Engine:
         left: list[str] = []
         slot = self.slot
         if self.alive():
-            ids = self.docker("ps", "-aq", "--filter", f"label={LABEL}={self.run_id}", check=False).stdout.split()
-            if ids:
-                self.docker("rm", "-f", "-v", *[i.decode() for i in ids], check=False, timeout=300)
-            for kind in ("network", "volume"):
-                names = self.docker(kind, "ls", "-q", "--filter", f"label={LABEL}={self.run_id}",
-                                    check=False).stdout.split()
-                if names:
-                    self.docker(kind, "rm", *[n.decode() for n in names], check=False)
+            self.remove_labelled(f"{LABEL}={self.run_id}")
         _kill(read_pid(self.pidfile), DOCKERD, str(self.socket), 30)
         _kill(read_pid(self.lxcfs_dir / "lxcfs.pid"), LXCFS, str(self.lxcfs_dir), 10)
         _kill_naming(self.root)  # a dead dockerd's containerd and shims
@@ -202,7 +204,8 @@ class Engine:
                   if line.split()[4].startswith(str(self.root))]
         left += [f"mount {m}" for m in mounts] + cgroups.leftovers(self.run_id)
         left += [f"slot {s}" for s in slots.held_by(self.root)]
-        left += [f"bridge {b}" for b in (bridges(self.slot) if self.slot is not None else ())]
+        slot = self.slot
+        left += [f"bridge {b}" for b in (bridges(slot) if slot is not None else ())]
         return left + ([str(self.root)] if self.root.exists() else [])
 
 
