@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A test tier's two pytest processes (called by tests/run.sh, after its deps and lint; args: pytest's, --full among
-# them for the full tier). The modules that need a kernel of their own (QEMU_MODULES: those marked
-# pytest.mark.kernel, whose hosts are QEMU guests under TCG, CPU-bound) run in a second process beside everything
-# else (the unit tests and the container hosts' modules, which leave most of the CPU idle). The second process's
+# them for the full tier). The modules that boot QEMU guests of their own (QEMU_MODULES: those marked
+# pytest.mark.kernel, whose hosts are QEMU guests under TCG, CPU-bound, and pytest.mark.qemu_guests, a benchmark of
+# both drivers) run in a second process beside everything else (the unit tests and the container hosts' modules,
+# which leave most of the CPU idle). The second process's
 # output goes to a log whose path is printed first and whose content is printed at the end. A SIGTERM or SIGINT is
 # passed to both, and this waits until both have torn their hosts down. Exit 0 only when both passed (or one
 # selected no test). SPECFLEET_PYTEST: the pytest command (tests/unit/test_tiers.py gives a stand-in to check this
@@ -11,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 read -r -a PYTEST <<<"${SPECFLEET_PYTEST:-python3 -m pytest}"
 PYTEST+=(-p no:cacheprovider -o junit_family=xunit2 --durations=0 --durations-min=10)
-mapfile -t QEMU_MODULES < <(grep -l 'pytest.mark.kernel(' tests/vm/test_*.py)
+mapfile -t QEMU_MODULES < <(grep -lE 'pytest\.mark\.(kernel\(|qemu_guests)' tests/vm/test_*.py)
 ignore=()
 for m in "${QEMU_MODULES[@]}"; do ignore+=("--ignore=$m"); done
 side_log="${SPECFLEET_SIDE_LOG:-$(mktemp -t specfleet-qemu-modules.XXXXXX.log)}"

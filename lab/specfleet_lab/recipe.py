@@ -10,7 +10,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from .arch import ARCHES, DEFAULT_ARCH, parse_arch
+from .arch import ARCHES, DEFAULT_ARCH, host_arch, parse_arch
 
 #: Bump to force a rebuild of every cached image (changes the recipe hash).
 RECIPE_VERSION = 2
@@ -89,7 +89,9 @@ def packages(arch: str = DEFAULT_ARCH, pair: bool = False) -> list:
 def recipe(arch: str = DEFAULT_ARCH, pair: bool = False) -> dict:
     """Everything that determines the image (both outputs: the disk and the container image); its hash keys the
     cache. An architecture other than x86_64 names its Debian arch and adds the initramfs hook its emulated build
-    needs. `pair`: the image of a pair's hosts, with PAIR_PACKAGES."""
+    needs. The container hook and files are in it only for the machine's own architecture, the only one whose build
+    makes a container output: a change to them leaves an emulated architecture's image cached. `pair`: the image of
+    a pair's hosts, with PAIR_PACKAGES."""
     arch = parse_arch(arch)
     r = {
         "recipe_version": RECIPE_VERSION,
@@ -100,9 +102,9 @@ def recipe(arch: str = DEFAULT_ARCH, pair: bool = False) -> dict:
         "dpkg_opts": list(DPKG_OPTS),
         "customize_hook": CUSTOMIZE_HOOK,
         "disk_size": DISK_SIZE,
-        "container_hook": CONTAINER_HOOK,
-        "container_files": container_files(),
     }
+    if arch == host_arch():
+        r.update(container_hook=CONTAINER_HOOK, container_files=container_files())
     if arch != DEFAULT_ARCH:
         r.update(arch=ARCHES[arch].debian, essential_hook=INITRAMFS_HOOK)
     if pair:

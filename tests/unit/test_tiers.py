@@ -47,9 +47,9 @@ def session_fixtures(module: Path) -> set[str]:
 
 
 def qemu_modules() -> list[str]:
-    """The modules marked kernel(...), as the script finds them."""
+    """The modules marked kernel(...) or qemu_guests, as the script finds them."""
     return sorted(f"tests/vm/{p.name}" for p in (ROOT / "tests" / "vm").glob("test_*.py")
-                  if "pytest.mark.kernel(" in p.read_text())
+                  if "pytest.mark.kernel(" in p.read_text() or "pytest.mark.qemu_guests" in p.read_text())
 
 
 def start(tmp_path, mode="exit", **rcs):

@@ -1,7 +1,8 @@
 """--full benchmark: the same scenarios on both drivers, side by side in one run, and the container-to-QEMU ratio of
 their wall times: three hosts' first converge (the model pulled from the Hub stand-in, the server started and gated),
-a no-op converge, and a rollout of the three (batches 1,1: one host at a time). Each driver's hosts are a fleet of its own, the session
-fleet frozen meanwhile; the containers go first, then the QEMU guests. Figures only: the speed-up is printed, never
+a no-op converge, and a rollout of the three (batches 1,1: one host at a time). Each driver's hosts are a fleet of
+its own; the containers go first, then the QEMU guests. The module runs in the QEMU modules' process
+(pytest.mark.qemu_guests: tests/tiers.sh), where no session fleet shares the CPU. Figures only: the speed-up is printed, never
 asserted (a loaded machine changes it), but each scenario must succeed on both."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from tests.vm import lab
 from tests.vm.conftest import _prepare_lab, cache_dir, figure, paused_session_fleet
 from tests.vm.hub_standin import HubStandin
 
-pytestmark = [pytest.mark.vm, pytest.mark.full]
+pytestmark = [pytest.mark.vm, pytest.mark.full, pytest.mark.qemu_guests]
 
 EAGLE = "nvidia/gpt-oss-120b-Eagle3-long-context"
 SCENARIOS = ("boot 3 hosts + prepare", "first converge", "no-op converge", "rollout of 3 hosts")

@@ -1,6 +1,8 @@
 """The lab's hosts themselves, on each driver, through the seam only (specfleet_lab.Host, Fleet): real systemd
 hosts that stand in for DGX Sparks. The container driver's in CI (seconds); the QEMU driver's in --full (minutes
-under TCG; the arm64 module boots QEMU in CI). The image is taken from the shared cache (SPECFLEET_CACHE_DIR or
+under TCG; the arm64 module boots QEMU in CI). The checks of the image's content (`image_content`) run on the first
+driver only: one rootfs makes both outputs (tests/lab/test_image.py compares their packages), and the QEMU modules
+converge on the disk. The image is taken from the shared cache (SPECFLEET_CACHE_DIR or
 ~/.cache/specfleet) and built there if missing; SPECFLEET_VM_TEST_COLD=1 builds into a fresh cache.
 """
 
@@ -76,6 +78,14 @@ def fleet(workdir, cache_dir, driver, request):
         _report(request.config)
 
 
+@pytest.fixture
+def image_content(request):
+    """A check of what the image holds rather than of the driver: made once, on the first driver's hosts (the
+    container driver's, or QEMU where containers cannot run)."""
+    if request.node.callspec.params["driver"] != DRIVERS[0]:
+        pytest.skip("the image's content: checked on the first driver's hosts (one rootfs makes both outputs)")
+
+
 def test_guests_answer_ssh_and_systemd_is_up(fleet):
     assert [g.name for g in fleet.guests] == ["spark-1", "spark-2"]
     assert len({(g.ssh_host, g.ssh_port) for g in fleet.guests}) == 2
@@ -98,7 +108,7 @@ def test_guests_have_their_own_identity(fleet):
     fleet.guests[0].ssh("getent hosts $(hostname)")
 
 
-def test_guest_has_what_a_deploy_relies_on(fleet):
+def test_guest_has_what_a_deploy_relies_on(fleet, image_content):
     g = fleet.guests[0]
     g.ssh("set -e; command -v curl ss sha256sum df journalctl systemctl sudo python3 docker; "
           "python3 -m venv /tmp/venv && /tmp/venv/bin/python -c 'import sys; print(sys.prefix)'; "
@@ -106,7 +116,7 @@ def test_guest_has_what_a_deploy_relies_on(fleet):
           "journalctl -b -n 1 --no-pager; test -s /etc/resolv.conf")
 
 
-def test_spark_user_has_sudo_but_not_docker(fleet):
+def test_spark_user_has_sudo_but_not_docker(fleet, image_content):
     g = fleet.guests[0]
     ident = g.ssh("id", user="spark").stdout
     assert "uid=1000(spark)" in ident and "docker" not in ident
@@ -117,7 +127,7 @@ def test_spark_user_has_sudo_but_not_docker(fleet):
     assert r.returncode != 0 and "permission denied" in r.stderr.lower(), r
 
 
-def test_root_cannot_log_in_over_ssh(fleet):
+def test_root_cannot_log_in_over_ssh(fleet, image_content):
     """As on DGX OS: the operator logs in, root does not (everything privileged goes through sudo)."""
     g = fleet.guests[0]
     argv = [*g.ssh_base(connect_timeout=10), f"root@{g.ssh_host}", "true"]
@@ -128,7 +138,7 @@ def test_root_cannot_log_in_over_ssh(fleet):
     assert g.ssh("id -un", user=OPERATOR).stdout.strip() == "spark"
 
 
-def test_docker_import_and_run(fleet, tmp_path):
+def test_docker_import_and_run(fleet, image_content, tmp_path):
     # a minimal rootfs collected inside a guest: dash and the libraries it links
     src = fleet.guests[0]
     src.ssh("set -e; d=$(mktemp -d); "
@@ -150,7 +160,7 @@ def test_docker_import_and_run(fleet, tmp_path):
         assert out.stdout.strip() == "42"
 
 
-def test_standin_nvidia_toolkit_gives_docker_the_gpu_code_path(fleet):
+def test_standin_nvidia_toolkit_gives_docker_the_gpu_code_path(fleet, image_content):
     """The documented stand-in (lab/specfleet_lab/hooks/customize.sh): docker has a runtime named nvidia, and
     `--gpus=all` works (the prestart hook is found and run) without any GPU. Uses the image test_docker_import_and_run loaded."""
     g = fleet.guests[0]

@@ -30,15 +30,19 @@ IPv6AcceptRA=no
 EON
 
 # the inner dockerd: the systemd cgroup driver, so that its containers stay inside the host's memory limit (with
-# cgroupfs they landed at the machine's cgroup root); and the rlimit clamp as its default runtime (the STAND-IN for a
-# memlock limit a container host cannot raise: docs/dev/lab.md), on its command line, so that daemon.json stays the
-# disk image's (a test that rewrites it and reloads docker, as an operator would, leaves the clamp in place)
-mkdir -p "$R/etc/systemd/system/docker.service.d"
+# cgroupfs they landed at the machine's cgroup root), on its command line, so that daemon.json stays the disk image's.
+# The rlimit clamp (the STAND-IN for a memlock limit a container host cannot raise: docs/dev/lab.md) is the `runc`
+# that dockerd and containerd find first on their PATH (/usr/local/sbin before /usr/sbin), and it execs
+# /usr/sbin/runc: docker's runtimes stay a Spark's (`runc` the default), so a test that rewrites daemon.json's
+# runtimes and reloads docker, as an operator would, keeps the clamp (a default runtime declared on the command line
+# is dropped by such a reload, and docker 20.10 then panics)
+mkdir -p "$R/etc/systemd/system/docker.service.d" "$R/usr/local/sbin"
 cat > "$R/etc/systemd/system/docker.service.d/specfleet-lab-container.conf" <<'EON'
 [Service]
 ExecStart=
-ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --exec-opt native.cgroupdriver=systemd --add-runtime runc-rlimit-clamp=/usr/local/bin/runc-rlimit-clamp-STANDIN --default-runtime runc-rlimit-clamp $DOCKER_OPTS
+ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --exec-opt native.cgroupdriver=systemd $DOCKER_OPTS
 EON
+ln -sf /usr/local/bin/runc-rlimit-clamp-STANDIN "$R/usr/local/sbin/runc"
 
 # no block device to mount or check; docker mounts its own resolv.conf, hostname and hosts over these files
 echo "# a container host: its root is the container's" > "$R/etc/fstab"
