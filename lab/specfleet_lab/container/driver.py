@@ -5,9 +5,10 @@ show (docs/dev/lab.md, the fidelity ledger) runs on the QEMU driver.
 Networks, all on the engine's address pool but the pair link: a management network per engine (eth0: the
 controller at its gateway, SSH to each host's fixed address), a shared network per fleet that asks for one (eth1: a
 gateway and its Sparks), and a pair's CX-7 link, one internal bridge per logical interface without an address on
-the machine (inhibit_ipv4: NVIDIA's subnets route nowhere on it, whichever run uses them), with the pair's own
-addresses (NVIDIA's .10 and .11); the hosts' ifnames unit names those
-interfaces like a Spark's at every boot."""
+the machine (the bridge driver's `com.docker.network.bridge.inhibit_ipv4`, which leaves the bridge without the
+gateway address: moby/moby#40579, documented in docs.docker.com's bridge driver options since docker/docs#19833; so
+NVIDIA's subnets route nowhere on it, whichever run uses them), with the pair's own addresses (NVIDIA's .10 and
+.11); the hosts' ifnames unit names those interfaces like a Spark's at every boot."""
 
 from __future__ import annotations
 
