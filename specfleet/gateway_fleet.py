@@ -1,7 +1,7 @@
 """The fleet's gateway group (pure): who is a gateway, who is a Spark behind it and what it serves, the addresses
 they reach each other at, and the rules between hosts that only hold when the fleet has gateways.
 
-A fleet without a `gateway` group gets none of these rules and no value from here: it behaves as before.
+A fleet without a `gateway` group gets none of these rules and no value from here.
 With one, every other host (but hub_mirror hosts) is a Spark that must say which profile it `serves` (the gateway
 routes by model) and be reachable at an IP address (`fleet_address`, else its ssh_hostname): the Sparks' filtering
 sockets admit the gateways by address (systemd's IPAddressAllow= takes addresses, not names)."""

@@ -19,7 +19,7 @@ from pyinfra.operations import python
 from .state import current_plan
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines while a job runs
-POLL_EVERY = 2.0  # seconds between job status reads of a host tool without `job status --wait` (before issue 18)
+POLL_EVERY = 2.0  # seconds between job status reads of a host tool without `job status --wait` (an older host tool)
 
 log = logging.getLogger("pyinfra.specfleet")
 

@@ -1,4 +1,4 @@
-"""A two-Spark pair's trust (issue 19, point 3): the head's two keys (the MPI key, which its serving container
+"""A two-Spark pair's trust: the head's two keys (the MPI key, which its serving container
 mounts for mpirun, and the switch key, which no container sees), the worker's login that lets each key run its own
 line of the pair gate and nothing else, and the head's pin of the worker's host key (pair_files renders the files).
 

@@ -1,4 +1,4 @@
-"""A pair host's ConnectX-7 link (issue 19, point 2): the netplan pair_files renders, written as its own file and
+"""A pair host's ConnectX-7 link: the netplan pair_files renders, written as its own file and
 applied by the host's pair-link (netplan try: it reverts by itself unless the controller comes back over SSH and
 confirms), then checked across the link from the head. What is already in place is only read: the netplan file
 as rendered and every link address up is nothing to do.

@@ -96,7 +96,7 @@ BAD = [
     ("speculative_model_dir with a newline (unit line injection)",
      "{extra_llm_api_options: {speculative_config: {speculative_model_dir: \"/opt/x\\nExecStartPre=/bin/sh\"}}}",
      "extra_llm_api_options.speculative_config.speculative_model_dir"),
-    # the gateway's tunables (issue 18): ports, addresses, paths and the TLS pair, before anything changes
+    # the gateway's tunables: ports, addresses, paths and the TLS pair, before anything changes
     ("gateway port out of range", "{gateway_port: 70000}", "gateway_port"),
     ("gateway bind that is a host name", "{gateway_bind: gateway.example}", "gateway_bind"),
     ("gateway bind with a command separator", "{gateway_bind: '0.0.0.0;reboot'}", "gateway_bind"),
@@ -124,7 +124,7 @@ def test_check_refuses(fleet_file, what, host_vars, key):
     assert "Traceback" not in result.output
 
 
-# Rules between the hosts of a fleet WITH a gateway group (issue 18): `bad-host` is a gateway or a Spark of
+# Rules between the hosts of a fleet WITH a gateway group: `bad-host` is a gateway or a Spark of
 #   gateway: gw-1 (10.0.0.1), bad-host when its role is "gateway"; Sparks: good-1 (10.0.0.2), bad-host otherwise
 GATEWAY_BAD = [
     # (what, role of bad-host, its vars, expected key)
@@ -164,8 +164,8 @@ def test_check_refuses_in_a_fleet_with_gateways(fleet_file, what, role, bad_vars
 
 @pytest.mark.parametrize("what,role,bad_vars,key", [b for b in GATEWAY_BAD if b[1] == "spark" and "serves" in b[2]],
                          ids=[b[0] for b in GATEWAY_BAD if b[1] == "spark" and "serves" in b[2]])
-def test_the_same_vars_without_a_gateway_group_are_as_before(fleet_file, what, role, bad_vars, key):
-    """A fleet without a gateway group gets none of the rules between hosts (it behaves exactly as before)."""
+def test_the_same_vars_without_a_gateway_group_get_no_rule_between_hosts(fleet_file, what, role, bad_vars, key):
+    """A fleet without a gateway group gets none of the rules between hosts (it is checked as a fleet of Sparks alone)."""
     fleet_file(f"all:\n  hosts:\n    good-1:\n    bad-host: {{{bad_vars.replace('serves: eagle3', 'serves: eagle3')}}}\n")
     result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""Derived values are computed once per host and templates compiled once per process (issue 17, point 5):
+"""Derived values are computed once per host and templates compiled once per process:
 counted on a whole no-op converge of 3 hosts on pyinfra's @fake connector. The benchmark (benchmarks/) prints
 what this saves; this test fails when a step goes back to re-rendering."""
 

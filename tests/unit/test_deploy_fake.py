@@ -138,7 +138,7 @@ def test_cleanup_purge_removes_models():
 
 
 def test_cleanup_purge_removes_the_memory_record():
-    """drop-caches' record of the last start (issue 20) is release state, purged with gate.json."""
+    """drop-caches' record of the last start is release state, purged with gate.json."""
     plans = make_plans({"spark-01": {"purge_models": True}}, None)
     found = "user=root group=root mode=-rw-r--r-- atime=0 mtime=0 ctime=0 size=1 '/var/lib/specfleet/mem-at-start.json'"
     state = run_deploy(plans, cleanup, responses=lambda p: {

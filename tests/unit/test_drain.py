@@ -139,7 +139,7 @@ def test_a_gateway_that_did_not_take_the_host_out_stops_the_switch_before_anythi
 def test_no_drain_without_gateways_or_when_nothing_serves(host, monkeypatch):  # noqa: F811
     seen = _calls(host, monkeypatch)
     host.h.activate("r-bbbbbbbbbbbb", revert=True)
-    assert seen == [("restart", "svc.service")], seen  # a fleet without a gateway group: as before
+    assert seen == [("restart", "svc.service")], seen  # a fleet without a gateway group: a plain restart
     (host.data / "gateways.json").write_text(json.dumps(GW))
     host.system.active = "failed"
     seen.clear()

@@ -1,4 +1,4 @@
-"""Issue 20, point 2: drop-caches (host/drop_caches.sh), the serving unit's first ExecStartPre, so before every start of
+"""drop-caches (host/drop_caches.sh), the serving unit's first ExecStartPre, so before every start of
 the container: a host job's switch, a restart by systemd, a boot. Run as installed, in a mount namespace of its own
 whose /proc/meminfo and /proc/sys/vm/drop_caches are scratch files (this machine's caches are never dropped)."""
 

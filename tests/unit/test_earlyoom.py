@@ -1,4 +1,4 @@
-"""Issue 20, point 3, on a real GB10: the GPU's allocations are not charged to the container's cgroup, so its cap
+"""On a real GB10: the GPU's allocations are not charged to the container's cgroup, so its cap
 cannot hold them; earlyoom (the distribution's) watches MemAvailable, which counts them, and ends the serving container
 first (steps/oom.py). Whole converges and cleanups on pyinfra's @fake connector, the status read answering."""
 

@@ -1,5 +1,5 @@
-"""The gateway group's roles in a profile run (issue 18): a profile deploy leaves gateway hosts and Sparks that
-serve another profile alone, and a fleet without a gateway group is planned exactly as before."""
+"""The gateway group's roles in a profile run: a profile deploy leaves gateway hosts and Sparks that
+serve another profile alone, and a fleet without a gateway group is planned as a fleet of Sparks alone."""
 
 import re
 
@@ -35,7 +35,7 @@ def test_serves_without_a_gateway_group_still_picks_the_run():
     assert plans["spark-b"].skip is None and plans["spark-b"].settings.profile_name == "draft_target"
 
 
-def test_a_fleet_without_gateways_or_serves_plans_as_before():
+def test_a_fleet_without_gateways_or_serves_plans_sparks_alone():
     before = {"spark-01": {}, "spark-02": {"gateway_backend_port": 8000}}  # no gateway group: no rule between vars
     plans = make_plans(before, "eagle3")
     assert all(p.skip is None and p.settings.profile_name == "eagle3" for p in plans.values())

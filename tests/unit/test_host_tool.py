@@ -155,7 +155,7 @@ def test_activate_of_the_serving_release_gates_without_restart(host):
 
 
 def test_a_passed_gate_records_memory_at_the_start_and_once_loaded(host):
-    """Issue 20, point 2: drop-caches (the unit's ExecStartPre) recorded MemAvailable right after it dropped the page
+    """drop-caches (the unit's ExecStartPre) recorded MemAvailable right after it dropped the page
     cache; the passed gate puts that beside MemAvailable once the model is loaded (a GB10's one pool)."""
     import time
     stale = '{"at": 1, "before_kb": 61440000, "after_kb": 122880000}\n'  # an earlier start's: left out

@@ -1,4 +1,4 @@
-"""Issue 20, point 1: the profile must fit the host's unified memory before anything changes (specfleet/memory.py;
+"""The profile must fit the host's unified memory before anything changes (specfleet/memory.py;
 the preflight refuses, `plan` shows the figure). Whole converges on pyinfra's @fake connector, the status read
 answering with the host's /proc/meminfo."""
 

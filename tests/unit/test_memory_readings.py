@@ -1,4 +1,4 @@
-"""Issue 20, point 5: memory that reads right on a Spark. On a GB10, NVML's memory queries are NOT_SUPPORTED and
+"""Memory that reads right on a Spark. On a GB10, NVML's memory queries are NOT_SUPPORTED and
 `nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits` prints `[N/A]` (spark-memory.md: leptonai/gpud
 PR #1170, the vllm playbook), so `status` (host/probes/overview.memory) and `bench` (host/bench_load.memory_in_use)
 fall back to MemTotal - MemAvailable. Each reading runs with a stand-in nvidia-smi first on PATH and a stand-in
@@ -56,7 +56,7 @@ def test_a_discrete_gpus_figure_is_kept(spark):
 
 
 def test_status_and_releases_show_the_gates_memory_figures():
-    """Issue 20, point 2: the passed gate's MemAvailable at the start (after the page cache was dropped) and once
+    """The passed gate's MemAvailable at the start (after the page cache was dropped) and once
     loaded, in `status`'s table (and `releases`' line: cli/rollout.py uses the same gate_memory)."""
     gate = {"release": "r-aaaaaaaaaaaa", "result": "passed", "mem_available_at_start_mib": 119000,
             "mem_available_loaded_mib": 50100}

@@ -1,4 +1,4 @@
-"""The fleet's Hub mirror (issue 10): vars and their validation, the hub_endpoint default, the rendered units and
+"""The fleet's Hub mirror: vars and their validation, the hub_endpoint default, the rendered units and
 olah config, and whole deploys on pyinfra's @fake connector (fresh mirror, converged mirror, warm-up order)."""
 
 import re
@@ -295,7 +295,7 @@ def test_failed_warm_with_hub_fallback_fetches_from_the_upstream_hub_with_a_warn
     plans = _plans(fleet_file, extra="  spark-03: {hub_fallback: true}")
     state = run_deploy(plans, converge, "eagle3", responses=_warm_fails)
     failed = {h.name.removeprefix("@fake/") for h in state.failed_hosts}
-    assert failed == {"mirror-01", "spark-01"}  # spark-01 has no hub_fallback: refuses, as before
+    assert failed == {"mirror-01", "spark-01"}  # spark-01 has no hub_fallback: refuses, as without a mirror
     fetches = [c for c in executed(state)["spark-03"] if "fetch-model" in c and "job start" in c]
     assert len(fetches) == 2 and all("HF_ENDPOINT=http://hub.lab:8999" in c for c in fetches), fetches
     assert all("@" in c and " from http://hub.lab:8999' -- " in c for c in fetches), fetches  # keys of their own

@@ -1,4 +1,4 @@
-"""Issue 20, point 3: dockerd comes last under memory pressure (steps/oom.py): a drop-in for every start of dockerd,
+"""dockerd comes last under memory pressure (steps/oom.py): a drop-in for every start of dockerd,
 and the running dockerd's figure set at once (no docker restart); nothing on a host that has both; the cleanup
 removes the drop-in. Whole converges on pyinfra's @fake connector, the status read answering."""
 
@@ -65,7 +65,7 @@ def test_a_dockerd_with_another_figure_is_set_again_and_plan_says_so():
 def test_a_host_that_cannot_lower_a_score_is_told_so_and_its_converge_goes_on():
     """Without CAP_SYS_RESOURCE in the bounding set (a container host), writing -999 fails with EACCES and systemd
     leaves OOMScoreAdjust=-999 at 0: the converge writes the drop-in, sets nothing live, and plan notes why; a host
-    with the capability is set as before (the same status read but for that bit)."""
+    with the capability is set as on any other host (the same status read but for that bit)."""
     without = f"{int('000001ffffffffff', 16) & ~(1 << 24):016x}"
     plan, state, cmds = _run("eagle3", lambda p: converged_responses(p, dockerd_oom="0", cap_bnd=without))
     assert not state.failed_hosts and LIVE not in "\n".join(cmds)

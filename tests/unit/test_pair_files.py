@@ -1,4 +1,4 @@
-"""A pair's files (issue 19, points 2-3, the pure part): the link's netplan, the worker's authorized_keys line for
+"""A pair's files (the pure part): the link's netplan, the worker's authorized_keys line for
 the head's MPI key and its sudoers rule for the gate, and the head's known_hosts for the worker, read back by real
 parsers (YAML, ssh-keygen, visudo)."""
 

@@ -1,4 +1,4 @@
-"""Two Sparks as one server, declared in the fleet file (issue 19, point 1): a pair_<name> group of a head and a
+"""Two Sparks as one server, declared in the fleet file: a pair_<name> group of a head and a
 worker with their ConnectX-7 link, the playbook's two-Spark profile, and `specfleet check` refusing a malformed pair
 with one `HOST: KEY: ...` line per problem; a deploy renders both hosts of a well-formed pair."""
 
@@ -142,14 +142,14 @@ def test_a_single_spark_profile_on_a_pair_host_is_refused_unless_it_serves_the_p
     fleet_file(_fleet(more="spark-3: {ssh_hostname: 10.0.0.13}"))
     lines = _check("deploys/eagle3.py").output.splitlines()
     assert any(x.startswith("spark-1: profile: eagle3 runs on one Spark; spark-1 is half of pair_a") for x in lines)
-    # `serves` on the pair: the single-Spark deploy skips it, and serves spark-3 (the other hosts behave as before)
+    # `serves` on the pair: the single-Spark deploy skips it, and serves spark-3 (the other hosts as in a fleet without a pair)
     fleet_file(_fleet(more="spark-3: {ssh_hostname: 10.0.0.13}",
                       pair_more="      vars: {serves: qwen3_eagle3_pair}\n"))
     result = _check("deploys/eagle3.py")
     assert result.exit_code == 0, result.output
 
 
-def test_without_a_pair_group_lock_and_check_are_as_before(fleet_file):
+def test_without_a_pair_group_lock_and_check_see_no_pair(fleet_file):
     path = fleet_file("all:\n  hosts:\n    spark-01:\n    spark-02:\n")
     fleets, errors, notes = fleets_to_lock(load_inventory(path), None)
     assert sorted(fleets) == ["baseline", "draft_target", "eagle3"] and not errors and not notes

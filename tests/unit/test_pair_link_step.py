@@ -1,4 +1,4 @@
-"""A pair's link as the deploy applies it (issue 19, point 2; steps/pair_link.py), on pyinfra's @fake connector:
+"""A pair's link as the deploy applies it (steps/pair_link.py), on pyinfra's @fake connector:
 the netplan staged and applied by the host's pair-link, confirmed by the controller's next command, then pinged
 across from the head; a link in place is only read; a refusal or a failure stops the host with pair-link's own
 line; and the preflight refuses a configured link that is down or does not answer, on both hosts. What pair-link

@@ -1,4 +1,4 @@
-"""A pair's MPI trust as the deploy writes it (issue 19, point 3; steps/pair.py), on pyinfra's @fake connector:
+"""A pair's MPI trust as the deploy writes it (steps/pair.py), on pyinfra's @fake connector:
 the key is generated on the head and its public half authorized on the worker in the same run, the worker's host
 key is pinned on the head, a converged pair is only read (once per host), and a pair converges as one (the
 preflight refuses a run with one of its hosts, or a worker whose host key cannot be pinned). What sshd makes of the

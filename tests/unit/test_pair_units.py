@@ -1,4 +1,4 @@
-"""A pair's units as rendered (issue 19, point 4; the head's job that starts, gates and reverts both is
+"""A pair's units as rendered (the head's job that starts, gates and reverts both is
 tests/unit/test_pair_switch.py's, and tests/vm/test_pair.py runs it on two guests): the head's container runs the MPI launch with the pair's directory
 read-only and the worker's login and port in its environment; the worker's container holds its side up, with the
 same model mounts and no MPI key. Read back with the reference parser of systemd's quoting (test_quoting.py) and

@@ -85,7 +85,7 @@ def test_model_image_token_unit_and_users():
 
 
 def test_a_rendering_upgrade_is_its_own_reason():
-    """A 1.3 host converged by specfleet before issue 16 (rendering 1: no `rendering` in its release.json) gets the new
+    """A 1.3 host converged at rendering 1 (no `rendering` in its release.json) gets the new
     names: the plan says specfleet renders differently, besides the config and unit that follow from it."""
     r13 = {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"}
     plans = make_plans({"spark-01": r13}, "draft_target")
@@ -106,7 +106,7 @@ def test_a_rendering_upgrade_is_its_own_reason():
     text, _ = _plan({"spark-01": same}, lambda p: converged_responses(p, current="r-000000000000", release_missing=True,
                                                                        current_release=record))
     assert "draft model nvidia/Llama-3.1-8B-Instruct-FP4 ffffffffffff" in text and "renders differently" not in text
-    # a 1.2.0rc6 host converged at rendering 2 (before issue 20's unit changes, which concern every version)
+    # a 1.2.0rc6 host converged at rendering 2 (before the memory cap's unit changes, which concern every version)
     record = dict(same.release_record("t"), id="r-000000000000", rendering=2, config_sha256="0" * 64)
     text, _ = _plan({"spark-01": same}, lambda p: converged_responses(p, current="r-000000000000", release_missing=True,
                                                                        current_release=record))

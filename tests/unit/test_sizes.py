@@ -1,4 +1,4 @@
-"""Sizes that keep each module one concern (issue 17, point 4), read from the source with `ast`:
+"""Sizes that keep each module one concern, read from the source with `ast`:
 
 - no product module over 400 lines; host programs (shipped to hosts, stdlib only) up to 500 if cohesive;
   data tables are exempt and named here;

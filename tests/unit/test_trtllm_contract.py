@@ -114,7 +114,7 @@ def test_in_image_validation_refuses_1_2_names_on_a_1_3_image(tmp_path):
     assert r.returncode == 1 and "invalid decoding type 'DraftTarget'" in r.stdout.splitlines()[-1], r.stdout
 
 
-# ------------------------------------------------------------------ the draft key under either spelling (issue 16.4)
+# ------------------------------------------------------------------ the draft key under either spelling
 @pytest.mark.parametrize("key", ["speculative_model", "speculative_model_dir"])
 def test_1_3_draft_key_either_spelling_is_mounted_and_rendered_once(key):
     plan = _plan("1.3.0rc12", "draft_target", extra_llm_api_options={"speculative_config": {key: "/opt/my-draft/"}})
@@ -150,7 +150,7 @@ def test_both_spellings_at_once_are_one_problem(fleet_file):
 
 
 # ------------------------------------------------------------------ golden: what each version renders, and its id
-GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag); every id changed with issue 20's memory cap (unit, rendering 4)
+GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag); every id carries the memory cap (unit, rendering 4)
     ("1.2.0rc6", "eagle3"): ("r-132f99392e24", "Eagle", "speculative_model_dir", "--extra_llm_api_options"),  # was r-c5e2763fa58c
     ("1.2.0rc6", "draft_target"): ("r-3b7e14637ab5", "DraftTarget", "speculative_model_dir", "--extra_llm_api_options"),  # was r-34a47700d138
     ("1.2.0rc6", "baseline"): ("r-e69c766ba55e", None, None, "--extra_llm_api_options"),  # was r-f546cb6ad933

@@ -190,7 +190,7 @@ REPOS: dict[str, dict] = {
         ],
         "weights": {"model.safetensors": 2048 * KiB},
     },
-    # the two-Spark pair's (issue 19): the playbook's "Run on Two Sparks" target and its EAGLE-3 head
+    # the two-Spark pair's: the playbook's "Run on Two Sparks" target and its EAGLE-3 head
     "nvidia/Qwen3-235B-A22B-FP4": {
         "gated": False,
         "commits": [

@@ -66,7 +66,7 @@ def test_idempotence(vm_fleet, lab_inventory, hub):
     figure("second converge eagle3 (no change)", f"{run.seconds:.1f} s")
     figure("second / first converge time", f"{run.seconds / STATE['first']:.2f}")
     figure("bytes fetched by second converge (files / Hub API metadata)", f"{file_bytes(hub)} / {api_bytes(hub):,}")
-    # issue 17: the no-op converge's controller CPU and the rest (remote work + network), against pyinfra's own
+    # the no-op converge's controller CPU and the rest (remote work + network), against pyinfra's own
     # floor on the same hosts in the same run: `pyinfra inventory.py exec -- true`
     floor = lab.run_pyinfra(lab_inventory, "exec true", json_out=False)
     assert floor.returncode == 0, floor.output()[-2000:]

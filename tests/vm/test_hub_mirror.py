@@ -1,4 +1,4 @@
-"""Issue 10, point 3: one upstream download per fleet. The session's 3 Sparks + 1 mirror guest (olah, set up by the
+"""One upstream download per fleet. The session's 3 Sparks + 1 mirror guest (olah, set up by the
 converge itself): the Hub stand-in's byte log shows upstream file bytes / needed file bytes = 1.00 for the whole
 fleet (3.00 without the mirror); then a model upgrade (the EAGLE-3 draft moves to its next commit) whose warm-up is
 cut by killing olah, and the next converge: the two together fetch only the changed files, each complete one once.
@@ -143,7 +143,7 @@ def test_one_upstream_download_for_the_whole_fleet(vm_fleet, lab_inventory, hub:
         assert old_draft in lab.guest_release_json(g), g.name
 
 
-# ---- faults (issue 10, point 4) -----------------------------------------------------------------------------------
+# ---- faults -----------------------------------------------------------------------------------------------------
 DOWN = f"/run/systemd/system/{OLAH}.d/zz-test-down.conf"  # (a runtime mask would not beat the unit in /etc)
 
 
@@ -274,7 +274,7 @@ def test_mirror_down_hub_fallback_hosts_fetch_upstream_the_others_refuse(vm_flee
         assert new_draft in lab.guest_release_json(g), g.name  # still serving what it served
 
 
-# ---- gated repos and the allowed networks (issue 10, point 1) ------------------------------------------------------
+# ---- gated repos and the allowed networks -------------------------------------------------------------------------
 _AUTH_GET = ("printf 'Authorization: Bearer %s\\n' \"$(cat /etc/specfleet/hf_token)\" | "  # builtins: not on a command line
              "curl -sS -o /tmp/gated.out -w '%{{http_code}}' -H @- {url}")
 

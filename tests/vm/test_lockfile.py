@@ -1,4 +1,4 @@
-"""Issue 8, point 2: with a lock file, a converged fleet re-converges with the Hub unreachable: the plan takes
+"""With a lock file, a converged fleet re-converges with the Hub unreachable: the plan takes
 every pin from `<fleet>.lock`, nothing asks the Hub which commit `main` is, nothing is fetched, nothing changes."""
 
 from __future__ import annotations

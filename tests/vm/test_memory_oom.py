@@ -1,4 +1,4 @@
-"""Issue 20, point 4: when memory runs out, the serving container dies, never the box. A VM cannot reproduce a GB10's
+"""When memory runs out, the serving container dies, never the box. A VM cannot reproduce a GB10's
 driver freeze; it proves the part specfleet controls: which process the kernel kills (the container's cgroup is capped
 at MemTotal less memory_reserve_gb, and it runs with --oom-score-adj=1000), that SSH answers throughout and sshd and dockerd live on, that the failure is reported, and
 that the host serves its release again. The trtllm-serve stand-in's modes oom_load (allocate without bound while

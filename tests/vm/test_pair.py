@@ -1,4 +1,4 @@
-"""Issue 19, point 5: a two-Spark pair converged for real on two guests joined by the stand-in CX-7 link
+"""A two-Spark pair converged for real on two guests joined by the stand-in CX-7 link
 (lab/specfleet_lab/pair_link.py; a pair's image adds netplan.io and ping, recipe.PAIR_PACKAGES). The deploy applies
 the link's netplan with confirm-or-revert, generates the pair's keys on the head and authorizes them on the worker,
 fetches the models on both hosts, and the head's host job switches both: the worker's container holds its side, the

@@ -396,7 +396,7 @@ def test_status_shows_each_spark_in_each_pool(vm_fleet, gateway, base_inventory)
                    for line in out.stdout.splitlines()), out.stdout
 
 
-def test_without_the_gateway_the_fleet_serves_as_before(vm_fleet, gateway, base_inventory):
+def test_without_the_gateway_the_sparks_serve_on_their_own(vm_fleet, gateway, base_inventory):
     """The gateway's last test: the gateway group goes (a converge removes the Sparks' side, restarting none), the
     cleanup deploy removes the gateway, and its guest stops (its checks cost the TCG Sparks CPU): the halting
     rollouts below and the later modules get a fleet as CI has it."""

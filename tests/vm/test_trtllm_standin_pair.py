@@ -1,4 +1,4 @@
-"""The trtllm-serve STAND-IN as a two-rank world (issue 19, point 5): real OpenMPI (Debian's openmpi-bin, mpirun) runs
+"""The trtllm-serve STAND-IN as a two-rank world: real OpenMPI (Debian's openmpi-bin, mpirun) runs
 the stand-in trtllm-llmapi-launch (tests/vm/trtllm_standin/llmapi_launch.sh) and its leader and worker ranks
 (pylib/tensorrt_llm/llmapi, mpi4py from python3-mpi4py), here on one machine with both ranks on localhost, as the
 head's container runs them across a pair. Each test ends with what is served on the port and which processes are

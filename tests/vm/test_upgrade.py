@@ -1,6 +1,5 @@
-"""Upgrading specfleet does what the README's upgrade notes say (issue 17, point 7, then the rendering bumps of issue
-20): the fleet converged by the last release before the redesign (BASE, run from a git worktree of that commit) is
-converged again by this tree. BASE renders with rendering 2 and this tree with render.RENDERING, whose bumps (3 and 4,
+"""Upgrading specfleet does what the README's upgrade notes say: the fleet converged by BASE (the last commit with the
+flat layout and rendering 2, run from a git worktree of that commit) is converged again by this tree. BASE renders with rendering 2 and this tree with render.RENDERING, whose bumps (3 and 4,
 unified memory) change the release ids on the lab's TensorRT-LLM version: `plan` names that as its own reason on every
 host, the converge switches each host once, and a second converge changes and restarts nothing. Within one rendering
 the rendered files and release ids are pinned byte for byte by tests/unit/test_golden_render.py (nothing restarts)."""
@@ -22,7 +21,7 @@ from tests.vm.test_rollout import serving_inventory
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]
 
-BASE = "1722c52"  # main before issue 17 (the layers, the host layout, the lab out of the wheel)
+BASE = "1722c52"  # the last commit before the layers, the host layout and the lab out of the wheel
 BASE_RENDERING = 2  # render.RENDERING at BASE
 VARS_AFTER_BASE = ("memory_reserve_gb",)  # of the lab's vars (lab.ci_vars), those BASE does not know (it refuses them)
 
@@ -84,6 +83,6 @@ def test_an_upgrade_switches_each_host_once_for_its_rendering_and_then_nothing(v
     assert started_at(vm_fleet) == after, "a second converge after the upgrade restarted a container"
     for guest in vm_fleet.guests:  # and each host serves its release
         assert lab.guest_curl_completion(guest)["choices"][0]["text"].strip(), guest.name
-    figure(f"upgrade from before issue 17 (rendering {BASE_RENDERING} -> {RENDERING}): hosts switched / operations "
+    figure(f"upgrade from {BASE} (rendering {BASE_RENDERING} -> {RENDERING}): hosts switched / operations "
            "the upgrade's converge changed / the next one changed", f"{len(after)} / "
            f"{sum(len(v) for v in run.changed.values())} / {sum(len(v) for v in again.changed.values())}")

@@ -10,7 +10,7 @@ fresh TCG guest resolves PyPI itself (TLS and dependency resolution under emulat
   binary wheels only, and caches the result under `cache_dir/wheelhouse/`, keyed by the requirement,
   the architecture and the download recipe. It then checks the dependency closure with the guests'
   marker environment (pip evaluates markers with the controller's interpreter). Any failure returns
-  None after one printed line: the guests then keep pip's default index, as before.
+  None after one printed line: the guests then keep pip's default index.
 * `WheelhouseServer` serves the cached wheels from a stdlib HTTP server on the address the lab's driver
   binds (the hosts reach it at the controller's address, Fleet.controller_address): `/simple/` and
   `/simple/<project>/` (links carry `#sha256=` and `data-requires-python`) and `/files/<wheel>`.

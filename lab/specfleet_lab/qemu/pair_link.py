@@ -1,4 +1,4 @@
-"""The lab's stand-in for a two-Spark pair's ConnectX-7 link (issue 19): the pair's two guests get two more NICs
+"""The lab's stand-in for a two-Spark pair's ConnectX-7 link: the pair's two guests get two more NICs
 each, one per logical interface of the CX-7 port, on QEMU socket networks of their own (a UDP multicast group on
 the controller's loopback per interface, as lan.py), so only the two guests share them.
 
