@@ -1,6 +1,7 @@
 """A fleet project (specfleet/project.py): `specfleet init`, the project's group_data/all.py overrides and
 their precedence, and the repository root kept identical to the packaged scaffold."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from specfleet.project import scaffold_files
 from tests.unit.fakehost import write_fake_lock
 
 ROOT = Path(__file__).resolve().parents[2]
-DEPLOYS = ("eagle3", "draft_target", "baseline", "qwen3_eagle3_pair", "cleanup", "rollback")
+DEPLOYS = ("eagle3", "draft_target", "baseline", "qwen3_eagle3_pair", "gateway", "hub_mirror", "cleanup", "rollback")
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "specfleet" / "scaffold" / "README.md"]
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +41,14 @@ def test_scaffold_is_what_the_repository_root_holds():
     for rel, content in files.items():
         if rel not in ("inventory/fleet.yml", "README.md"):
             assert (ROOT / rel).read_text() == content, f"{rel} differs from specfleet/scaffold/{rel}"
+
+
+def test_every_deploy_the_docs_name_is_written_by_init():
+    """A user runs what the docs name (`pyinfra inventory.py deploys/X.py`) in the project `specfleet init` wrote."""
+    named = {m for doc in DOCS for m in re.findall(r"\bdeploys/([a-z0-9_]+)\.py", doc.read_text())}
+    assert "gateway" in named and "hub_mirror" in named  # the check reads the docs
+    assert not named - {rel.removeprefix("deploys/").removesuffix(".py") for rel in scaffold_files()}, \
+        sorted(named - set(DEPLOYS))
 
 
 def test_the_repository_has_no_overrides():
