@@ -65,4 +65,4 @@ if [ "$profile" = all ]; then
 fi
 # this package with its test extra, and the lab (lab/: the `specfleet-lab` distribution and command, outside the
 # runtime wheel)
-python3 -m pip install -q --disable-pip-version-check -e ".[test]" -e ./lab
+python3 -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]" -e ./lab
