@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Callable
 
 from pyinfra import host
 from pyinfra.api import deploy

@@ -189,7 +189,8 @@ def build_schema(c: Contract) -> Schema:
     for name, fields in c.models.items():
         models[name] = _model(f"{name}_{c.version.replace('.', '_')}", fields, models)
     specs = {name: _decoding_model(c, name, models) for name in c.decoding}
-    union = Annotated[Union[tuple(specs.values())], Field(discriminator="decoding_type")]
+    # a union of the models built at run time: Union[...] takes the tuple, `X | Y` has no such form
+    union = Annotated[Union[tuple(specs.values())], Field(discriminator="decoding_type")]  # noqa: UP007
     options = _model(f"TorchLlmArgs_{c.version.replace('.', '_')}", c.top, models,
                      speculative_config=(union | None, None))
     return Schema(c, options, specs)

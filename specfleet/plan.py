@@ -87,7 +87,7 @@ class HostPlan:
         return self.derived("memory_fit", lambda plan: fit(plan.settings, plan.pins))
 
     @property
-    def rendered(self) -> "Rendered":
+    def rendered(self) -> Rendered:
         """The release's files and id: the steps read them many times a run."""
         return self.derived("rendered", lambda plan: Rendered.of(
             plan.settings, plan.pins, plan.pair_worker.release_id if plan.pair_worker else None))
@@ -135,7 +135,7 @@ class Rendered:
     release_id: str
 
     @classmethod
-    def of(cls, s: Settings, pins: dict[str, ModelPin], pair_worker_release: str | None = None) -> "Rendered":
+    def of(cls, s: Settings, pins: dict[str, ModelPin], pair_worker_release: str | None = None) -> Rendered:
         """`pair_worker_release`: a pair's head's worker's release id, which the head's id covers."""
         config, unit, smoke = config_yaml(s), unit_text(s), smoke_request(s)
         material = {

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from . import runner
 from .gateway_fleet import fleet_address

@@ -7,7 +7,7 @@ Callers look `run_on` up on this module when they call it (`runner.run_on(...)`)
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pyinfra import host
 from pyinfra.api import Config, Inventory, State, deploy

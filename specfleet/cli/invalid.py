@@ -4,9 +4,10 @@ line per problem on stderr, exit 2; nothing was touched)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import NoReturn
 
 import click
 

@@ -141,11 +141,10 @@ def test_paused_session_fleet_stops_and_continues_the_guests_qemu(tmp_path, monk
         state = lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]  # noqa: E731
         fleet = Fleet(guests=[g], workdir=tmp_path, inventory_path=tmp_path / "inventory.yml", key_path=g.key_path)
         monkeypatch.setattr(vmconf, "SESSION_FLEETS", [fleet])
-        with pytest.raises(RuntimeError):
-            with vmconf.paused_session_fleet() as paused:
-                time.sleep(0.2)
-                assert paused == ["spark-1"] and state() == "T"
-                raise RuntimeError("the module failed")
+        with pytest.raises(RuntimeError), vmconf.paused_session_fleet() as paused:
+            time.sleep(0.2)
+            assert paused == ["spark-1"] and state() == "T"
+            raise RuntimeError("the module failed")
         time.sleep(0.2)
         assert state() in ("S", "R")
     finally:

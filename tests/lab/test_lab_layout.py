@@ -67,7 +67,7 @@ def test_specfleet_never_imports_the_lab():
 def test_hooks_are_shell_files_of_the_recipe():
     hooks = sorted((LAB / "hooks").glob("*.sh"))
     assert [h.name for h in hooks] == ["container.sh", "customize.sh", "initramfs.sh"]
-    assert recipe.CUSTOMIZE_HOOK == (LAB / "hooks" / "customize.sh").read_text()
-    assert recipe.CONTAINER_HOOK == (LAB / "hooks" / "container.sh").read_text()
-    assert recipe.INITRAMFS_HOOK == (LAB / "hooks" / "initramfs.sh").read_text()
+    assert (LAB / "hooks" / "customize.sh").read_text() == recipe.CUSTOMIZE_HOOK
+    assert (LAB / "hooks" / "container.sh").read_text() == recipe.CONTAINER_HOOK
+    assert (LAB / "hooks" / "initramfs.sh").read_text() == recipe.INITRAMFS_HOOK
     assert not any('"""#!/bin/sh' in p.read_text() for p in MODULES)  # no shell program held in a Python string

@@ -65,8 +65,8 @@ def test_a_spark_that_just_joined_enters_on_its_gate_and_leaves_at_its_first_sta
 def test_the_host_tool_records_the_start_marker_its_gate_saw(tmp_path):
     marker = Path(Layout(str(tmp_path)).started_marker)
     marker.touch()
-    code = ("import sys; sys.path.insert(0, %r); import specfleet_host as h; "
-            "h.Host(%r).set_gate('r-aaaaaaaaaaaa', 'passed')") % (str(TOOL.parent), str(tmp_path))
+    code = (f"import sys; sys.path.insert(0, {str(TOOL.parent)!r}); import specfleet_host as h; "
+            f"h.Host({str(tmp_path)!r}).set_gate('r-aaaaaaaaaaaa', 'passed')")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
     _release(tmp_path)
     assert json.loads((tmp_path / "gate.json").read_text())["started"] == os.stat(marker).st_mtime

@@ -94,7 +94,7 @@ def test_a_body_cut_short_is_retried_not_a_traceback(tmp_path):
 # ---- the programs' logic, in process ---------------------------------------------------------------------------
 def test_the_shipped_text_is_the_module():
     from pathlib import Path
-    assert WARM == Path(mirror_warm.__file__).read_text(encoding="utf-8")
+    assert Path(mirror_warm.__file__).read_text(encoding="utf-8") == WARM
 
 
 def test_quadruples_and_backoff():

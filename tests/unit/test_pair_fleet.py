@@ -61,7 +61,7 @@ def test_the_profile_is_the_playbooks_in_the_names_1_3_0rc12_accepts(fleet_file)
 
 BAD = [
     # (what, fleet text, the line the check must print (its start))
-    ("one host", "all:\n  vars: {image: '%s'}\n  children:\n    pair_a:\n      hosts:\n        spark-1: %s\n" % (IMAGE, HEAD),
+    ("one host", f"all:\n  vars: {{image: '{IMAGE}'}}\n  children:\n    pair_a:\n      hosts:\n        spark-1: {HEAD}\n",
      "spark-1: pair_a: has 1 host(s): spark-1 (allowed: exactly 2, a head and a worker)"),
     ("three hosts", _fleet(pair_more="        spark-3: {ssh_hostname: 10.0.0.13, pair_role: worker}\n"),
      "spark-1: pair_a: has 3 host(s): spark-1, spark-2, spark-3 (allowed: exactly 2"),

@@ -33,7 +33,7 @@ def test_max_fail(spec, n, tolerated):
 def test_max_fail_must_be_exceeded():
     """The rollout halts when failures > tolerated: with --max-fail 1, one failure continues, two halt."""
     tolerated = parse_max_fail("1", 10)
-    assert not (1 > tolerated) and (2 > tolerated)
+    assert not (tolerated < 1) and (tolerated < 2)
 
 
 @pytest.mark.parametrize("spec", ["-1", "abc", "101%"])

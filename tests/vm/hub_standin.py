@@ -692,7 +692,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing ------------------------------------------------------------------------------------------------
 
     @property
-    def hub(self) -> "HubStandin":
+    def hub(self) -> HubStandin:
         return self.server.standin  # type: ignore[attr-defined]
 
     def _endpoint(self) -> str:
@@ -1142,7 +1142,7 @@ class HubStandin:
         self.port = self._server.server_address[1]
         self._stopping.clear()
 
-    def start(self) -> "HubStandin":
+    def start(self) -> HubStandin:
         if self._server is not None:
             return self
         self._bind()
@@ -1174,7 +1174,7 @@ class HubStandin:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "HubStandin":
+    def __enter__(self) -> HubStandin:
         return self.start()
 
     def __exit__(self, *exc) -> None:

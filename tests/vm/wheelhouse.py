@@ -292,7 +292,7 @@ class WheelhouseServer:
     def index_url_for(self, host: str) -> str:
         return f"http://{host}:{self.port}/simple"
 
-    def start(self) -> "WheelhouseServer":
+    def start(self) -> WheelhouseServer:
         house = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -360,7 +360,7 @@ class WheelhouseServer:
             self._thread.join(timeout=10)
             self._thread = None
 
-    def __enter__(self) -> "WheelhouseServer":
+    def __enter__(self) -> WheelhouseServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
