@@ -100,7 +100,7 @@ def assign_rounds(variants: list[Variant], hosts: list[str]) -> list[list[tuple[
     return [list(zip(hosts, variants[i:i + len(hosts)])) for i in range(0, len(variants), len(hosts))]
 
 
-# ---- prompts (deterministic, documented in the README) ------------------------------------------------------
+# ---- prompts (deterministic, documented in docs/status-and-bench.md) -----------------------------------------------
 _CORPUS = (
     "The river rose through the night and by morning the lower fields were under water.",
     "A compiler translates a program written in one language into another, usually lower level, language.",

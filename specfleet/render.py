@@ -39,7 +39,7 @@ CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"
 CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
 # Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
-# next converge); recorded in release.json, shown by `plan` as its own reason, each bump in the README's upgrade notes.
+# next converge); recorded in release.json, shown by `plan` as its own reason, each bump in docs/upgrades.md.
 RENDERING = 4
 # rendering -> the TensorRT-LLM contract versions whose hosts it changed (`plan` names it only for those).
 RENDERING_CHANGED = {
@@ -67,7 +67,7 @@ def config_yaml(s: Settings) -> str:
 def docker_run_args(s: Settings) -> list[str]:
     layout = Layout.of(s)
     # --oom-score-adj: under memory pressure the kernel kills the serving container first (its processes inherit it),
-    # never sshd or dockerd; see the README, "Unified memory"
+    # never sshd or dockerd; see docs/memory.md
     args = ["--rm", "--name", s.service_name, "--init", f"--oom-score-adj={OOM_SCORE_ADJ}"]
     if s.gpus:
         args.append("--gpus=all")

@@ -79,7 +79,7 @@ def unknown_variable(key: str, known: Iterable[str]) -> str:
 
 
 def default_comments(path=DEFAULTS_FILE) -> dict[str, str]:
-    """The one-line comment documenting each default (used by the README-sync test and `specfleet vars`)."""
+    """The one-line comment documenting each default (used by `specfleet vars` and docs/variables.md)."""
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines()
     comments: dict[str, str] = {}

@@ -39,7 +39,7 @@ def _short(value: object, width: int = 40) -> str:
 @click.option("--project", "show_project", is_flag=True,
               help="Also show the value the current project's group_data/all.py sets, if any.")
 def vars_(show_project: bool) -> None:
-    """Print every variable with its packaged default and what it does (the README's table)."""
+    """Print every variable with its packaged default and what it does (docs/variables.md is made from it)."""
     defaults, comments = load_defaults(), default_comments()
     overrides = load_overrides(project_dir())[0] if show_project else {}
     head = "| var | default | what it does |" + (" group_data/all.py |" if show_project else "")

@@ -7,7 +7,7 @@ at once (a docker restart would stop the serving container). Decided from the on
 host that has both. A docker that is not docker.service (a snap) is not found: its figure is left as it is.
 
 The kernel's OOM killer acts only when memory has run out, and on a GB10 the GPU's allocations are not charged to the
-container's cgroup, so its cap does not hold them (README, "Unified memory"): a box can wedge in the driver first.
+container's cgroup, so its cap does not hold them (docs/memory.md): a box can wedge in the driver first.
 earlyoom (the distribution's package) watches MemAvailable, which does count them, and ends the process with the
 highest oom_score, the container's, while its floor is left (earlyoom_available_gb, by default a quarter of
 memory_reserve_gb). The deploy installs it where it is missing,

@@ -1,7 +1,7 @@
 """Preflight: read-only checks before anything on the host changes. A failure is one line naming the
 host and what to do; that host is left untouched (the other hosts carry on).
 
-DGX OS 7 (Ubuntu 24.04) specifics handled here (see the README, "DGX OS 7 differences"): docker's
+DGX OS 7 (Ubuntu 24.04) specifics handled here (see docs/dgx-os.md): docker's
 default runtime may be `nvidia` (accepted: `--gpus=all` is still what requests the GPU), the
 docker-default AppArmor profile must be loadable, and docker's root dir usually shares the one disk
 with data_dir, so an image still to pull counts against the same free space as the models."""

@@ -50,7 +50,7 @@ def _what_changed(plan, old: dict) -> str:
     bumps = range(old.get("rendering", 1) + 1, new["rendering"] + 1)
     if any(plan.settings.trtllm_version in RENDERING_CHANGED.get(n, ()) for n in bumps):
         out.append(f"specfleet renders differently: rendering {old.get('rendering', 1)} -> {new['rendering']} "
-                   "(README: upgrade notes)")
+                   "(docs/upgrades.md)")
     if old.get("profile") != new["profile"]:
         out.append(f"profile {old.get('profile')} -> {new['profile']}")
     elif old.get("config_sha256") != new["config_sha256"]:

@@ -160,8 +160,8 @@ def _limits(host, pid: str) -> dict[str, tuple[str, str]]:
 
 
 def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_last(spark):
-    """Unified memory (README): once the model is loaded, at least memory_reserve_gb stays available, the serving
-    container's processes are the OOM killer's first choice, and sshd's listener and dockerd its last."""
+    """Unified memory (docs/memory.md): once the model is loaded, at least memory_reserve_gb stays available, the
+    serving container's processes are the OOM killer's first choice, and sshd's listener and dockerd its last."""
     available = int(spark.host.check_output("awk '/^MemAvailable:/{print $2}' /proc/meminfo")) * 1024
     assert available >= spark.s.memory_reserve_gb * GB, (available, spark.s.memory_reserve_gb)
     with spark.host.sudo():
@@ -186,8 +186,9 @@ def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_l
 
 
 def test_earlyoom_watches_available_memory_with_the_deploys_floor(spark):
-    """Unified memory (README): earlyoom runs with the drop-in's command line, so it ends the serving container while
-    the floor is still available (a GB10's GPU allocations, which the container's cap does not hold, count there)."""
+    """Unified memory (docs/memory.md): earlyoom runs with the drop-in's command line, so it ends the serving
+    container while the floor is still available (a GB10's GPU allocations, which the container's cap does not hold,
+    count there)."""
     floor = earlyoom_floor_gb(spark.s)
     if floor <= 0:
         pytest.skip("earlyoom_available_gb: 0 (earlyoom is left as it is)")

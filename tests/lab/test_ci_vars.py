@@ -1,4 +1,4 @@
-"""The CI inventory differs from a production one in at most 7 data keys, each justified in the README."""
+"""The CI inventory differs from a production one in at most 7 data keys, each justified in docs/dev/ci.md."""
 
 import re
 from pathlib import Path
@@ -11,11 +11,11 @@ from specfleet_lab.qemu.driver import QemuDriver
 from specfleet_lab.qemu.guest import QemuHost
 from tests.vm import lab
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+CI_PAGE = (Path(__file__).resolve().parents[2] / "docs" / "dev" / "ci.md").read_text()
 
 
 def _ci_paragraph() -> str:
-    section = README[README.index("## CI and the lab"):]
+    section = CI_PAGE[CI_PAGE.index("# CI and the lab"):]
     start = section.index("the CI inventory differs from a production one only in these")
     return section[start:section.index("\n\n", section.index("\n- ", start) + 1)]
 
@@ -27,7 +27,7 @@ def test_at_most_seven_ci_only_keys_and_all_are_real_vars():
     assert "gpus" not in keys, "the guests carry the stand-in NVIDIA container toolkit: gpus keeps its default"
 
 
-def test_each_ci_only_key_has_its_line_in_the_readme():
+def test_each_ci_only_key_has_its_line_on_the_ci_page():
     para = _ci_paragraph()
     listed = re.findall(r"^- `([a-z_0-9]+)`: \S", para, flags=re.M)
     assert sorted(listed) == sorted(lab.ci_vars(8080, "10.0.2.2")), (listed, sorted(lab.ci_vars(8080, "10.0.2.2")))

@@ -1,4 +1,4 @@
-"""DGX OS 7 (Ubuntu 24.04) differences, each on pyinfra's @fake connector (README: "DGX OS 7 (Ubuntu 24.04)
+"""DGX OS 7 (Ubuntu 24.04) differences, each on pyinfra's @fake connector (docs/dgx-os.md: "DGX OS 7 (Ubuntu 24.04)
 differences"): docker's default runtime is nvidia, the --gpus hook, docker's AppArmor profile, the dpkg lock held
 by unattended-upgrades while python3-venv is still to install, and docker's root on the same disk as data_dir."""
 

@@ -56,7 +56,7 @@ def test_plan_names_the_hosts_this_deploy_skips():
 
 def test_behind_gateways_a_drop_in_marks_every_start_and_the_release_id_stays():
     """Adding a gateway group leaves the Sparks' release as it is (unit, config, id: joining restarts nothing, the
-    README's upgrade notes); the start marker for the readiness agent is a drop-in beside the unit."""
+    docs/upgrades.md); the start marker for the readiness agent is a drop-in beside the unit."""
     from specfleet.gateway_files import spark_files
 
     with_gw = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]

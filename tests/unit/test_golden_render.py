@@ -5,7 +5,7 @@ rendered file (config, unit, smoke, the Hub mirror's units and config, the gatew
 gateway-facing units) and every release id, compared with tests/unit/golden/rendered.json. A changed release id is
 a rendering change: its host restarts on its next converge (bump render.RENDERING); a changed gateway file is a
 reload of HAProxy. When it is intended, regenerate with
-`SPECFLEET_GOLDEN_WRITE=1 python3 -m pytest tests/unit/test_golden_render.py` and say so in the README's upgrade
+`SPECFLEET_GOLDEN_WRITE=1 python3 -m pytest tests/unit/test_golden_render.py` and say so in docs/upgrades.md's upgrade
 notes.
 """
 

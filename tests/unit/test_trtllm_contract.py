@@ -166,7 +166,7 @@ def test_golden_release_ids(version, profile):
     spec = _config(plan).get("speculative_config") or {}
     draft = next((k for k in ("speculative_model", "speculative_model_dir") if k in spec), None)
     got = (plan.release_id, spec.get("decoding_type"), draft, plan.settings.llm_schema.contract.serve_flag)
-    assert got == GOLDEN[(version, profile)], "a rendering change: update GOLDEN and the README's upgrade notes"
+    assert got == GOLDEN[(version, profile)], "a rendering change: update GOLDEN and docs/upgrades.md"
 
 
 def test_the_table_agrees_with_specfleet_on_the_version_differences():

@@ -1,7 +1,7 @@
 """The CI lab: a VM fleet + the Hub stand-in + the trtllm-serve stand-in image, and the CI inventory.
 
-The CI inventory differs from a production one ONLY in the vars of `ci_vars()` (documented in the
-README); everything else is what `specfleet-lab up` writes (connection vars) plus normal inventory data.
+The CI inventory differs from a production one ONLY in the vars of `ci_vars()` (documented in
+docs/dev/ci.md); everything else is what `specfleet-lab up` writes (connection vars) plus normal inventory data.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ STANDIN_TAG = f"{STANDIN_REPO}:1.2.0rc6-standin"
 
 def ci_vars(hub_port: int, controller: str, image: str = STANDIN_TAG, bind: str = "127.0.0.1") -> dict:
     """The complete list of inventory vars in which the lab's fleet differs from real Sparks (at most 7, each
-    justified in the README, "CI and the lab"; tests/lab/test_ci_vars.py keeps both in step). gpus and
+    justified in docs/dev/ci.md; tests/lab/test_ci_vars.py keeps both in step). gpus and
     the timing vars keep their defaults: the guests carry a stand-in NVIDIA container toolkit, and the
     stand-in server loads in seconds. A failure test that needs another value sets it with with_vars().
     `controller`: the controller's address as the hosts see it (Fleet.controller_address); `bind`: where the

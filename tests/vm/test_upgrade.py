@@ -1,4 +1,4 @@
-"""Upgrading specfleet does what the README's upgrade notes say: the fleet converged by BASE (the last commit with the
+"""Upgrading specfleet does what the upgrade notes (docs/upgrades.md) say: the fleet converged by BASE (the last commit with the
 flat layout and rendering 2, run from a git worktree of that commit) is converged again by this tree. BASE renders with rendering 2 and this tree with render.RENDERING, whose bumps (3 and 4,
 unified memory) change the release ids on the lab's TensorRT-LLM version: `plan` names that as its own reason on every
 host, the converge switches each host once, and a second converge changes and restarts nothing. Within one rendering
@@ -72,7 +72,7 @@ def test_an_upgrade_switches_each_host_once_for_its_rendering_and_then_nothing(v
     before = started_at(vm_fleet)
     assert all(before.values()), before
     plan = lab.run_specfleet("plan", "inventory.py", "deploys/eagle3.py", inventory=lab_inventory)
-    reason = f"specfleet renders differently: rendering {BASE_RENDERING} -> {RENDERING} (README: upgrade notes)"
+    reason = f"specfleet renders differently: rendering {BASE_RENDERING} -> {RENDERING} (docs/upgrades.md)"
     assert plan.returncode == 10 and plan.stdout.count(reason) == len(vm_fleet.guests), plan.stdout + plan.stderr
     run = lab.run_pyinfra(lab_inventory, "eagle3")
     assert run.returncode == 0, run.output()[-4000:]
