@@ -33,6 +33,7 @@ from .recipe import (
     MIRRORS,
     SUITE,
     container_files,
+    makes_container_output,
     packages,
     recipe,
     recipe_hash,
@@ -85,7 +86,7 @@ def _image_info(d: Path, h: str, built: bool, seconds: float, arch: str = DEFAUL
 
 
 def _image_complete(d: Path, arch: str) -> bool:
-    return all((d / f).is_file() for f in IMAGE_FILES + ((CONTAINER_TAR,) if arch == host_arch() else ()))
+    return all((d / f).is_file() for f in IMAGE_FILES + ((CONTAINER_TAR,) if makes_container_output(arch) else ()))
 
 
 def _check_emulation(arch: str) -> None:
@@ -176,7 +177,7 @@ def _build_into(tmp: Path, lock_fd: int, arch: str = DEFAULT_ARCH, pair: bool = 
     run(["mkfs.ext4", "-q", "-F", "-L", "specfleet-root", "-d", rootfs,
          tmp / "disk.img", DISK_SIZE], capture_output=True)
     log.info("mkfs.ext4 -d: %.0f s", time.monotonic() - t0)
-    if arch == host_arch():
+    if makes_container_output(arch):
         _container_output(tmp, rootfs)
     safe_rmtree(rootfs)
     (tmp / "customize.sh").unlink()

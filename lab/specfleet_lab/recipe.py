@@ -86,6 +86,12 @@ def packages(arch: str = DEFAULT_ARCH, pair: bool = False) -> list:
             for p in PACKAGES + (PAIR_PACKAGES if pair else ())]
 
 
+def makes_container_output(arch: str) -> bool:
+    """Whether an image of `arch` gets a container output: only the machine's own architecture runs as containers
+    (an emulated one runs as QEMU guests only)."""
+    return parse_arch(arch) == host_arch()
+
+
 def recipe(arch: str = DEFAULT_ARCH, pair: bool = False) -> dict:
     """Everything that determines the image (both outputs: the disk and the container image); its hash keys the
     cache. An architecture other than x86_64 names its Debian arch and adds the initramfs hook its emulated build
@@ -103,7 +109,7 @@ def recipe(arch: str = DEFAULT_ARCH, pair: bool = False) -> dict:
         "customize_hook": CUSTOMIZE_HOOK,
         "disk_size": DISK_SIZE,
     }
-    if arch == host_arch():
+    if makes_container_output(arch):
         r.update(container_hook=CONTAINER_HOOK, container_files=container_files())
     if arch != DEFAULT_ARCH:
         r.update(arch=ARCHES[arch].debian, essential_hook=INITRAMFS_HOOK)
