@@ -12,13 +12,11 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from .inventory import Inventory
+from .fleet.model import GATEWAY_GROUP, MIRROR_GROUP, Fleet
 from .llm_options import show
 from .problems import Problem
 from .profiles import PROFILES
-from .topology import MIRROR_GROUP
 
-GATEWAY_GROUP = "gateway"  # inventory group whose hosts run the fleet's gateway (deploys/gateway.py)
 # vars every gateway must agree on: the gateways serve one config (two gateways behind DNS or a VIP are identical)
 SHARED_GATEWAY_VARS = ("gateway_port", "gateway_bind", "gateway_metrics_port", "gateway_health_path",
                        "gateway_api_keys_file", "gateway_tls_cert_file", "gateway_tls_key_file", "gateway_timeout_sec",
@@ -43,36 +41,28 @@ class GatewayFleet:
     gateway_vars: dict[str, Any]
 
 
-def gateway_hosts(inventory: Inventory) -> list[str]:
-    members = set(inventory.groups.get(GATEWAY_GROUP) or ())
-    return [h for h in inventory.hosts if h in members]
+def host_profiles(fleet: Fleet, serves: dict[str, Any], profile_name: str | None) -> dict[str, str | None]:
+    """The profile each host is built with in a run for `profile_name` (`serves`: each host's serves var, not yet
+    checked): None on a gateway (it serves no model) and on a Spark whose `serves` names another profile (that run
+    skips it: see `skips`)."""
+    out: dict[str, str | None] = {}
+    for host in fleet.hosts:
+        other = profile_name is not None and serves[host] in PROFILES and serves[host] != profile_name
+        out[host] = None if host in fleet.gateways or other else profile_name
+    return out
 
 
-def spark_hosts(inventory: Inventory) -> list[str]:
-    """The hosts that serve a model: all but the gateways and the hub_mirror hosts."""
-    others = set(inventory.groups.get(GATEWAY_GROUP) or ()) | set(inventory.groups.get(MIRROR_GROUP) or ())
-    return [h for h in inventory.hosts if h not in others]
-
-
-def host_profile(inventory: Inventory, host: str, serves: Any, profile_name: str | None) -> str | None:
-    """The profile `host` is built with in a run for `profile_name`: None on a gateway (it serves no model) and on
-    a Spark whose `serves` names another profile (that run skips it: see `skipped`)."""
-    if host in (inventory.groups.get(GATEWAY_GROUP) or ()):
-        return None
-    if profile_name is not None and serves in PROFILES and serves != profile_name:
-        return None
-    return profile_name
-
-
-def skipped(inventory: Inventory, host: str, serves: str | None, profile_name: str | None) -> str | None:
-    """Why a run for `profile_name` leaves `host` alone (None: it does not)."""
+def skips(fleet: Fleet, serves: dict[str, str | None], profile_name: str | None) -> dict[str, str | None]:
+    """Why a run for `profile_name` leaves each host of `serves` (its checked serves) alone (None: it does not)."""
+    out: dict[str, str | None] = dict.fromkeys(serves)
     if profile_name is None:
-        return None
-    if host in (inventory.groups.get(GATEWAY_GROUP) or ()):
-        return f"a {GATEWAY_GROUP} host: deploys/gateway.py converges it"
-    if serves is not None and serves != profile_name:
-        return f"serves {serves}: deploys/{serves}.py converges it"
-    return None
+        return out
+    for host, profile in serves.items():
+        if host in fleet.gateways:
+            out[host] = f"a {GATEWAY_GROUP} host: deploys/gateway.py converges it"
+        elif profile is not None and profile != profile_name:
+            out[host] = f"serves {profile}: deploys/{profile}.py converges it"
+    return out
 
 
 def fleet_address(deploy_vars: dict[str, Any], connection: dict[str, Any], name: str) -> str:
@@ -87,18 +77,16 @@ def _is_ipv4(value: str) -> bool:
         return False
 
 
-def problems(inventory: Inventory, values: dict[str, dict[str, Any]],
-             connections: dict[str, dict[str, Any]]) -> list[Problem]:
+def problems(fleet: Fleet, values: dict[str, dict[str, Any]]) -> list[Problem]:
     """The rules between hosts of a fleet with gateways (none without): `values` are each host's validated
-    deploy vars (defaults applied), `connections` its connection data."""
-    gateways = [h for h in gateway_hosts(inventory) if h in values]
+    deploy vars (defaults applied)."""
+    gateways = [h for h in fleet.gateways if h in values]
     if not gateways:
         return []
-    mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
     out: list[Problem] = []
     for h in gateways:
-        out += _gateway_problems(h, values[h], values[gateways[0]], gateways[0], h in mirrors)
-    sparks = [h for h in spark_hosts(inventory) if h in values]
+        out += _gateway_problems(h, values[h], values[gateways[0]], gateways[0], h in fleet.mirrors)
+    sparks = [h for h in fleet.sparks if h in values]
     if not sparks:
         out.append(Problem(gateways[0], GATEWAY_GROUP, "has no Spark to send requests to (allowed: a gateway group "
                                                        "with at least one host outside it serving a profile)"))
@@ -112,7 +100,7 @@ def problems(inventory: Inventory, values: dict[str, dict[str, Any]],
                                                 "(no authentication) binds the loopback and the gateways reach it "
                                                 "through the filtering socket (allowed: 127.0.0.1)"))
     for h in gateways + sparks:
-        address = fleet_address(values[h], connections[h], h)
+        address = fleet_address(values[h], fleet.hosts[h].connection, h)
         if not _is_ipv4(address):
             out.append(Problem(h, "fleet_address", f"{show(address)} is not an IPv4 address (with a {GATEWAY_GROUP} "
                                                    "group, hosts admit each other by address, on IPv4 sockets: set "
@@ -145,15 +133,15 @@ def _port_problems(host: str, values: dict[str, Any], pairs) -> list[Problem]:
             for a, b in pairs if values.get(a) == values.get(b)]
 
 
-def gateway_fleet(inventory: Inventory, values: dict[str, dict[str, Any]], connections: dict[str, dict[str, Any]],
+def gateway_fleet(fleet: Fleet, values: dict[str, dict[str, Any]],
                   pair_workers: frozenset[str] = frozenset()) -> GatewayFleet | None:
     """The fleet's gateway roles, once `problems` found none; None without a gateway group. A pair's worker is no
     backend: its head is the pair's endpoint (pair_fleet.py)."""
-    gateways = gateway_hosts(inventory)
+    gateways = list(fleet.gateways)
     if not gateways:
         return None
-    sparks = [h for h in spark_hosts(inventory) if h not in pair_workers]
-    addresses = {h: fleet_address(values[h], connections[h], h) for h in gateways + sparks}
+    sparks = [h for h in fleet.sparks if h not in pair_workers]
+    addresses = {h: fleet_address(values[h], fleet.hosts[h].connection, h) for h in gateways + sparks}
     backends = {h: [PROFILES[values[h]["serves"]]["target"]["repo"],
                     f"{addresses[h]}:{values[h]['gateway_backend_port']}", values[h]["gateway_agent_port"]]
                 for h in sparks}

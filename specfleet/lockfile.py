@@ -17,12 +17,12 @@ from pathlib import Path
 import yaml
 
 from . import registry
+from .fleet.model import Fleet, read_fleet
 from .hub import ModelPin, lookup, models_of, pin_of
 from .inventory import Inventory
 from .problems import Problem
 from .profiles import PROFILES, nodes
 from .settings import Settings, build_fleet
-from .topology import pair_groups
 
 LOCK_VERSION = 1
 LOCK_COMMAND = "specfleet lock inventory.py"
@@ -181,10 +181,9 @@ def _wanted(repo_or_image: str, only: tuple[str, ...]) -> bool:
     return repo_or_image in only or bare in only or bare.rsplit(":", 1)[0] in only
 
 
-def profiles_to_lock(inventory: Inventory) -> list[str]:
+def profiles_to_lock(fleet: Fleet) -> list[str]:
     """Every profile the fleet can run: a two-Spark profile only in a fleet with a pair group."""
-    has_pair = bool(pair_groups(inventory.groups))
-    return sorted(p for p in PROFILES if has_pair or nodes(p) == 1)
+    return sorted(p for p in PROFILES if fleet.pairs or nodes(p) == 1)
 
 
 def fleets_to_lock(inventory: Inventory,
@@ -192,10 +191,11 @@ def fleets_to_lock(inventory: Inventory,
     """What `specfleet lock` pins: per profile (the one given, else every profile), the settings of each host valid
     for it. Returns (fleets, errors, notes): a host valid for no profile is an error (its problems); a host invalid
     for some profiles only is a note per profile (not locked for it)."""
+    parsed = read_fleet(inventory)
     fleets: dict[str, dict[str, Settings]] = {}
     problems: dict[str, dict[str, list[str]]] = {}
-    for name in ([profile] if profile else profiles_to_lock(inventory)):
-        fleet, probs = build_fleet(inventory, name)
+    for name in ([profile] if profile else profiles_to_lock(parsed)):
+        fleet, probs = build_fleet(parsed, name)
         bad = {p.host for p in probs}
         fleets[name] = {h: s for h, s in fleet.items() if h not in bad}
         for p in probs:

@@ -1,4 +1,4 @@
-"""Two Sparks as one server (pure): the inventory's pair_<name> groups, each host's role and link addresses, and the
+"""Two Sparks as one server (pure): the fleet's pair_<name> groups, each host's role and link addresses, and the
 rules that make a pair well-formed. A fleet without a pair group gets none of these rules and no value from here.
 
 A pair is the playbook's "Run on Two Sparks" (../shared/reference/multi-spark.md): the head runs the MPI launch and
@@ -13,12 +13,10 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from .gateway_fleet import GATEWAY_GROUP
-from .inventory import Inventory
+from .fleet.model import GATEWAY_GROUP, MIRROR_GROUP, PAIR_PREFIX, Fleet
 from .llm_options import show
 from .problems import Problem
 from .profiles import PROFILES, nodes
-from .topology import MIRROR_GROUP, PAIR_PREFIX, pair_groups
 
 ROLES = ("head", "worker")
 HOST_NUMBER = {"head": 10, "worker": 11}  # a role's address in each link subnet (connect-two-sparks: .10 and .11)
@@ -49,10 +47,10 @@ def link_addresses(v: dict[str, Any]) -> list[str]:
     return [f"{net[HOST_NUMBER[v['pair_role']]]}/{net.prefixlen}" for net in nets]
 
 
-def pairs(inventory: Inventory, values: dict[str, dict[str, Any]]) -> list[Pair]:
+def pairs(fleet: Fleet, values: dict[str, dict[str, Any]]) -> list[Pair]:
     """The fleet's pairs, once `problems` found none."""
     out = []
-    for name, hosts in pair_groups(inventory.groups).items():
+    for name, hosts in fleet.pairs.items():
         head, worker = sorted(hosts, key=lambda h: ROLES.index(values[h]["pair_role"]))
         out.append(Pair(name, head, worker))
     return out
@@ -68,17 +66,15 @@ def pair_vars(fleet_pairs: list[Pair], values: dict[str, dict[str, Any]]) -> dic
     return out
 
 
-def problems(inventory: Inventory, values: dict[str, dict[str, Any]],
-             connections: dict[str, dict[str, Any]]) -> list[Problem]:
+def problems(fleet: Fleet, values: dict[str, dict[str, Any]]) -> list[Problem]:
     """The rules of a fleet's pairs (none without a pair group): `values` are each host's validated deploy vars
-    (defaults applied, its profile_name in this run), `connections` its connection data."""
-    groups = pair_groups(inventory.groups)
+    (defaults applied, its profile_name in this run)."""
     member_of: dict[str, list[str]] = {}
-    for name, hosts in groups.items():
+    for name, hosts in fleet.pairs.items():
         for h in hosts:
             member_of.setdefault(h, []).append(name)
     out: list[Problem] = []
-    for h in (h for h in inventory.hosts if h in values):
+    for h in (h for h in fleet.hosts if h in values):
         names, v = member_of.get(h, []), values[h]
         if len(names) > 1:
             out.append(Problem(h, names[1], f"{h} is also in {names[0]} (allowed: one pair per host)"))
@@ -90,20 +86,19 @@ def problems(inventory: Inventory, values: dict[str, dict[str, Any]],
                                              f"{PAIR_PREFIX}* group (allowed: the two hosts of a pair group)"))
     if out:
         return out
-    for name, hosts in groups.items():
-        out += _pair_problems(inventory, name, [h for h in hosts if h in values], values, connections)
+    for name, hosts in fleet.pairs.items():
+        out += _pair_problems(fleet, name, [h for h in hosts if h in values], values)
     return out
 
 
-def _pair_problems(inventory: Inventory, name: str, hosts: list[str], values: dict[str, dict[str, Any]],
-                   connections: dict[str, dict[str, Any]]) -> list[Problem]:
+def _pair_problems(fleet: Fleet, name: str, hosts: list[str], values: dict[str, dict[str, Any]]) -> list[Problem]:
     if len(hosts) != 2:
         return [Problem(hosts[0] if hosts else name, name, f"has {len(hosts)} host(s){': ' if hosts else ''}"
                                                            f"{', '.join(hosts)} (allowed: exactly 2, a head and a "
                                                            "worker)")]
     out = [Problem(h, name, f"{h} is also in {g} (allowed: a pair's hosts are Sparks, in no {GATEWAY_GROUP} or "
                             f"{MIRROR_GROUP} group)")
-           for h in hosts for g in (GATEWAY_GROUP, MIRROR_GROUP) if h in (inventory.groups.get(g) or ())]
+           for h in hosts for g in (GATEWAY_GROUP, MIRROR_GROUP) if h in fleet.groups.get(g, ())]
     roles = {h: values[h].get("pair_role") for h in hosts}
     out += [Problem(h, "pair_role", f"not set (allowed: head or worker, one of each in {name})")
             for h in hosts if roles[h] is None]
@@ -127,7 +122,7 @@ def _pair_problems(inventory: Inventory, name: str, hosts: list[str], values: di
     if out:
         return out
     for h in (head, worker):
-        out += _link_problems(h, values[h], connections[h])
+        out += _link_problems(h, values[h], fleet.hosts[h].connection)
     if not out and link_addresses(values[head]) == link_addresses(values[worker]):
         out.append(Problem(worker, "pair_link_addresses", f"{show(link_addresses(values[worker]))} are also "
                                                           f"{head}'s (allowed: an address of its own on each link)"))

@@ -1,13 +1,13 @@
 """The per-host plan a deploy applies: validated settings + pinned models + the release they make.
 
 Built once on the controller (by inventory.py for pyinfra runs, by the CLI for `check`/`render`),
-before any host is contacted. Data flows one way: inventory -> settings -> plan -> operations.
+before any host is contacted. Data flows one way: fleet file -> one parsed fleet (fleet/model.py) -> settings ->
+plan -> operations.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import hashlib
 import json
 import os
@@ -18,6 +18,7 @@ from pathlib import Path
 from . import gateway_fleet
 from .api_keys import gateway_secrets
 from .constants import DEFAULT_INVENTORY, EXIT_INVALID
+from .fleet.model import Fleet, read_fleet
 from .host.layout import Layout
 from .hub import ModelPin, resolve_pins
 from .inventory import Inventory, InventoryError, load_inventory
@@ -29,8 +30,6 @@ from .problems import Problem
 from .project import project_dir, use_project
 from .render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
 from .settings import Settings, build_fleet
-from .topology import MIRROR_GROUP
-from .tunables import split_vars
 
 
 class PlanError(Exception):
@@ -210,45 +209,51 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     files and gated access as of now: `specfleet check --hub`).
     `overrides` (pyinfra's `--data key=value`) beat every inventory level and are validated like them.
     `deploying`: a pyinfra deploy run (then hub_mirror hosts need the token, as profile runs do)."""
-    if overrides:
-        inventory = dataclasses.replace(
-            inventory, host_vars={h: {**v, **overrides} for h, v in inventory.host_vars.items()},
-            explicit={h: set(inventory.explicit.get(h, ())) | set(overrides) for h in inventory.hosts})
-    fleet, problems = build_fleet(inventory, profile, deploying=deploying)
+    fleet = read_fleet(inventory, overrides)
+    settings, problems = build_fleet(fleet, profile, deploying=deploying)
     if problems:
         raise PlanError([str(problem) for problem in problems])
-    mirrors = set(inventory.groups.get(MIRROR_GROUP) or ())
-    gateways = set(gateway_fleet.gateway_hosts(inventory))
-    plans = {h: HostPlan(settings=s, connection=split_vars(inventory.host_vars[h])[0], is_mirror=h in mirrors,
-                         is_gateway=h in gateways, skip=gateway_fleet.skipped(inventory, h, s.serves, profile))
-             for h, s in fleet.items()}
+    skips = gateway_fleet.skips(fleet, {h: s.serves for h, s in settings.items()}, profile)
+    plans = {h: HostPlan(settings=s, connection=dict(fleet.hosts[h].connection), is_mirror=h in fleet.mirrors,
+                         is_gateway=h in fleet.gateways, skip=skips[h])
+             for h, s in settings.items()}
+    _link(plans, fleet)
+    if resolve and profile is not None:
+        _pin(plans, settings, fleet.path, live)
+    return plans
+
+
+def _link(plans: dict[str, HostPlan], fleet: Fleet) -> None:
+    """What a plan knows of the others: a pair's head its worker's plan, every host the (first) Hub mirror."""
     for plan in plans.values():  # a pair serves one release, the head's: its id covers the worker's
         if plan.settings.pair_role == "head" and plans[plan.settings.pair_peer].settings.profile:
             plan.pair_worker = plans[plan.settings.pair_peer]
-    first = next((h for h in inventory.hosts if h in mirrors), None)
+    first = fleet.mirror
     if first is not None:
         url = advertised_url(plans[first].settings, plans[first].connection)
         for plan in plans.values():
             plan.mirror_url, plan.mirror_name, plan.hub_upstream = url, first, plans[first].settings.hub_endpoint
-    if resolve and profile is not None:
-        if live:
-            pins, problems = resolve_pins(fleet)
-            if problems:
-                raise PlanError(_dedupe(problems))
-            digests: dict[str, str | None] = {}
-        else:
-            if inventory.path is None:
-                raise PlanError(["no fleet file, so no lock file to read model pins from"])
-            pins, digests, lines = pins_from_lock(fleet, Path(inventory.path))
-            if lines:
-                raise PlanError(list(dict.fromkeys(lines)))
-        for host, plan in plans.items():
-            plan.pins = pins[host]
-            plan.image_digest = digests.get(host)
-            if plan.image_digest:  # pulled and run by digest: a moved tag never changes a host silently
-                plan.settings = plan.settings.model_copy(
-                    update={"image": pinned_image(plan.settings.image, plan.image_digest)})
-    return plans
+
+
+def _pin(plans: dict[str, HostPlan], settings: dict[str, Settings], fleet_file: Path | None, live: bool) -> None:
+    """Each plan's model pins and image digest: from the fleet file's lock, or (`live`) from the Hub."""
+    if live:
+        pins, problems = resolve_pins(settings)
+        if problems:
+            raise PlanError(_dedupe(problems))
+        digests: dict[str, str | None] = {}
+    else:
+        if fleet_file is None:
+            raise PlanError(["no fleet file, so no lock file to read model pins from"])
+        pins, digests, lines = pins_from_lock(settings, Path(fleet_file))
+        if lines:
+            raise PlanError(list(dict.fromkeys(lines)))
+    for host, plan in plans.items():
+        plan.pins = pins[host]
+        plan.image_digest = digests.get(host)
+        if plan.image_digest:  # pulled and run by digest: a moved tag never changes a host silently
+            plan.settings = plan.settings.model_copy(
+                update={"image": pinned_image(plan.settings.image, plan.image_digest)})
 
 
 def pinned_image(image: str, digest: str) -> str:

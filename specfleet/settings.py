@@ -1,6 +1,7 @@
-"""One validated settings object per host. Precedence, lowest first: the packaged defaults (specfleet/defaults.py)
-< the project's group_data/all.py overrides < the deploy's profile < inventory vars (specfleet/tunables.py reads
-the first two).
+"""One validated settings object per host, built from the parsed fleet (fleet/model.py: each host's deploy vars,
+split from its connection vars once). Precedence, lowest first: the packaged defaults (specfleet/defaults.py) < the
+project's group_data/all.py overrides < the deploy's profile < inventory vars (specfleet/tunables.py reads the first
+two).
 
 Validation happens here, on the controller, before any host is contacted. Every problem becomes one
 line `HOST: KEY: what is wrong (what is allowed)`; nothing here raises a traceback for user input.
@@ -18,13 +19,13 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from . import gateway_fleet, grammars, pair_fleet
+from .fleet.model import Fleet
 from .host.layout import RELEASE_ID
-from .inventory import Inventory
 from .llm_options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, image_version, schema_for_image, show
 from .problems import Problem, error_key, error_message, llm_error_message
 from .profiles import PROFILES
-from .topology import MIRROR_GROUP, mirror_endpoints
-from .tunables import load_defaults, load_overrides, split_vars, unknown_variable
+from .topology import mirror_endpoints
+from .tunables import load_defaults, load_overrides, unknown_variable
 
 SECRET_ENV = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"}
 TIKTOKEN_FILES = ("o200k_base.tiktoken", "cl100k_base.tiktoken")
@@ -223,13 +224,13 @@ class Settings(BaseModel):
         return self.llm_schema.draft_path(self.llm_api_options) if draft else None
 
 
-def build_settings(host: str, host_vars: dict[str, Any], profile_name: str | None,
+def build_settings(host: str, deploy_vars: dict[str, Any], profile_name: str | None,
                    defaults: dict[str, Any] | None = None,
                    mirror: bool = False) -> tuple[Settings | None, list[Problem]]:
-    """`mirror`: a hub_mirror host in a deploy run: it needs the token like a host of a profile run (its warm-up
+    """The settings of one host from its deploy vars (the fleet model's, connection vars split off).
+    `mirror`: a hub_mirror host in a deploy run: it needs the token like a host of a profile run (its warm-up
     reads gated repos with it), so it is read and required (hf_token_required) also without a profile."""
     defaults = load_defaults() if defaults is None else defaults
-    _, deploy_vars = split_vars(host_vars)
     problems = [Problem(host, key, unknown_variable(key, defaults)) for key in deploy_vars if key not in defaults]
     if profile_name is not None and profile_name not in PROFILES:
         problems.append(Problem(host, "profile", f"unknown profile '{profile_name}' (allowed: {', '.join(PROFILES)})"))
@@ -355,22 +356,23 @@ def _validated(host: str, problems: list[Problem], fields: dict[str, Any]) -> tu
     return (None, problems) if problems else (settings, [])
 
 
-def build_fleet(inventory: Inventory, profile_name: str | None,
+def build_fleet(fleet: Fleet, profile_name: str | None,
                 deploying: bool = False) -> tuple[dict[str, Settings], list[Problem]]:
-    """Settings for every host of the current project's inventory (project.project_dir()). `deploying`: a deploy run,
-    in which hub_mirror hosts read the token like hosts of a profile run (their warm-up reads gated repos)."""
+    """Settings for every host of the fleet, with the current project's overrides (project.project_dir()).
+    `deploying`: a deploy run, in which hub_mirror hosts read the token like hosts of a profile run (their warm-up
+    reads gated repos)."""
     overrides, problems = load_overrides()
     if problems:
         return {}, problems
     defaults = {**load_defaults(), **overrides}
-    host_vars = {**inventory.host_vars, **mirror_endpoints(inventory, defaults)}
-    mirrors = inventory.groups.get(MIRROR_GROUP, ())
+    deploy_vars = {**{h: fh.deploy for h, fh in fleet.hosts.items()}, **mirror_endpoints(fleet, defaults)}
+    mirrors = fleet.mirrors
+    profiles = gateway_fleet.host_profiles(fleet, {h: v.get("serves", defaults.get("serves"))
+                                                   for h, v in deploy_vars.items()}, profile_name)
     out: dict[str, Settings] = {}
-    for host in inventory.hosts:
-        serves = host_vars[host].get("serves", defaults.get("serves"))
-        settings, host_problems = build_settings(host, host_vars[host],
-                                                 gateway_fleet.host_profile(inventory, host, serves, profile_name),
-                                                 defaults, mirror=deploying and host in mirrors)
+    for host in fleet.hosts:
+        settings, host_problems = build_settings(host, deploy_vars[host], profiles[host], defaults,
+                                                 mirror=deploying and host in mirrors)
         if settings is not None and host in mirrors and "/" in settings.hub_endpoint.split("://", 1)[1]:
             host_problems.append(Problem(host, "hub_endpoint", f"{show(settings.hub_endpoint)} has a path; the "
                                          "mirror (olah) proxies a whole Hub host "
@@ -382,13 +384,11 @@ def build_fleet(inventory: Inventory, profile_name: str | None,
         return out, problems
     # the rules between hosts (each host valid on its own): a fleet without gateway or pair groups gets none
     values = {h: dict(s) for h, s in out.items()}
-    connections = {h: split_vars(inventory.host_vars[h])[0] for h in out}
-    problems += gateway_fleet.problems(inventory, values, connections) + pair_fleet.problems(inventory, values,
-                                                                                              connections)
+    problems += gateway_fleet.problems(fleet, values) + pair_fleet.problems(fleet, values)
     if problems:
         return out, problems
-    pairs = pair_fleet.pairs(inventory, values)
-    gw = gateway_fleet.gateway_fleet(inventory, values, connections, frozenset(p.worker for p in pairs))
+    pairs = pair_fleet.pairs(fleet, values)
+    gw = gateway_fleet.gateway_fleet(fleet, values, frozenset(p.worker for p in pairs))
     for h in gw.serves if gw else ():
         model = gw.gateway_vars["gateway_backends"][h][0]
         peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]

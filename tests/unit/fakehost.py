@@ -22,6 +22,7 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
+from specfleet.fleet.model import read_fleet
 from specfleet.host.layout import EARLYOOM_BIN, HOST_PROGRAMS, MODULES
 from specfleet.hub import ModelPin, models_of
 from specfleet.inventory import Inventory as FleetInventory
@@ -50,10 +51,10 @@ def fake_pins(plan: HostPlan) -> dict[str, ModelPin]:
 
 def write_fake_lock(fleet_path: Path, commits: dict[str, str] | None = None) -> Path:
     """The lock `specfleet lock` would write for this fleet file, with fake_pins' commits and files (no Hub)."""
-    inv = load_inventory(fleet_path)
+    parsed = read_fleet(load_inventory(fleet_path))
     lock = Lock()
-    for profile in profiles_to_lock(inv):
-        fleet, _ = build_fleet(inv, profile)
+    for profile in profiles_to_lock(parsed):
+        fleet, _ = build_fleet(parsed, profile)
         for s in fleet.values():
             for role, model, revision, _ in models_of(s):
                 lock.models[(model["repo"], revision)] = LockedModel((commits or COMMITS)[role],

@@ -33,9 +33,11 @@ LAYERS = {
     "specfleet": "core",  # the package: its version
     "specfleet.project": "core",  # which directory is the fleet project; the scaffold files `specfleet init` writes
     "specfleet.inventory": "core",  # the fleet file (Ansible YAML inventory) read into hosts, groups and vars
+    "specfleet.fleet": "core",  # the package of the fleet model (empty)
+    "specfleet.fleet.model": "core",  # THE parsed fleet: hosts, groups, connection and deploy vars split once, roles
     "specfleet.settings": "core",  # the validated per-host settings, built from the defaults and the inventory
     "specfleet.tunables": "core",  # the packaged defaults, the project's group_data/all.py overrides, connection vars
-    "specfleet.topology": "core",  # the hub_mirror group and the URL at which the other hosts reach its mirror
+    "specfleet.topology": "core",  # the URL at which the other hosts reach the hub_mirror group's mirror
     "specfleet.problems": "core",  # a problem with the user's input as one line; pydantic's errors said that way
     "specfleet.defaults": "core",  # the packaged defaults of every variable (package data, also imported)
     "specfleet.llm_options": "core",  # TensorRT-LLM's options schema per version (extra-llm-api-config.yml)

@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from specfleet.cli import main
+from specfleet.fleet.model import read_fleet
 from specfleet.inventory import load_inventory
 from specfleet.lockfile import fleets_to_lock
 from specfleet.profiles import PROFILES
@@ -32,7 +33,7 @@ def test_a_well_formed_pair_passes_and_gets_nvidias_addresses(fleet_file):
     path = fleet_file(_fleet())
     result = _check()
     assert result.exit_code == 0 and result.output.startswith("2 host(s) valid for "), result.output
-    fleet, problems = build_fleet(load_inventory(path), "qwen3_eagle3_pair")
+    fleet, problems = build_fleet(read_fleet(load_inventory(path)), "qwen3_eagle3_pair")
     assert problems == []
     head, worker = fleet["spark-1"], fleet["spark-2"]
     assert (head.pair, head.pair_role, head.pair_peer) == ("pair_a", "head", "spark-2")
@@ -46,7 +47,7 @@ def test_a_well_formed_pair_passes_and_gets_nvidias_addresses(fleet_file):
 
 def test_the_profile_is_the_playbooks_in_the_names_1_3_0rc12_accepts(fleet_file):
     path = fleet_file(_fleet())
-    s = build_fleet(load_inventory(path), "qwen3_eagle3_pair")[0]["spark-1"]
+    s = build_fleet(read_fleet(load_inventory(path)), "qwen3_eagle3_pair")[0]["spark-1"]
     profile = PROFILES["qwen3_eagle3_pair"]
     assert profile["target"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"
     assert profile["draft"]["repo"] == "nvidia/Qwen3-235B-A22B-Eagle3"
@@ -172,7 +173,7 @@ def test_behind_a_gateway_only_the_head_is_a_backend(fleet_file):
     path = fleet_file(_fleet(more="spark-3: {ssh_hostname: 10.0.0.13, serves: eagle3}",
                              pair_more="      vars: {serves: qwen3_eagle3_pair}\n"
                                        "    gateway:\n      hosts:\n        gw-1: {ssh_hostname: 10.0.0.1}\n"))
-    fleet, problems = build_fleet(load_inventory(path), None)
+    fleet, problems = build_fleet(read_fleet(load_inventory(path)), None)
     assert problems == []
     backends = fleet["gw-1"].gateway_backends
     assert sorted(backends) == ["spark-1", "spark-3"], backends  # spark-2, the pair's worker, is no backend
