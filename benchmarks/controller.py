@@ -79,9 +79,10 @@ def one(kind: str, n: int) -> dict:
 
 def _peak_rss_mb() -> float:
     """This process's peak RSS (VmHWM: unlike getrusage's maxrss, it does not carry the parent's over exec)."""
-    for line in open("/proc/self/status", encoding="ascii"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

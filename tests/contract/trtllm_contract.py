@@ -14,6 +14,7 @@ Types are strict: 1 is not true, "5" is not 5.
 import difflib
 import json
 import math
+import operator
 import os
 
 TABLE_PATH = os.environ.get("TRTLLM_CONTRACT_TABLE") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -52,7 +53,7 @@ def validator_imports(version):
     """(module, names) the in-image validation imports; the releases must agree (else ValueError)."""
     found = {(d["module"], tuple(d["names"])) for d in _all(version, "validator_imports")}
     if len(found) != 1:
-        raise ValueError("releases of %s disagree on the validator's imports: %s" % (version, sorted(found)))
+        raise ValueError(f"releases of {version} disagree on the validator's imports: {sorted(found)}")
     module, names = found.pop()
     return module, list(names)
 
@@ -79,14 +80,14 @@ def errors(options, version):
     for r in rels:
         for e in release_errors(options, r):
             found.setdefault(e, []).append(r)
-    return [e if len(by) == len(rels) else "%s (%s)" % (e, ", ".join(by)) for e, by in found.items()]
+    return [e if len(by) == len(rels) else f"{e} ({', '.join(by)})" for e, by in found.items()]
 
 
 def release_errors(options, release):
     rel = table()["releases"][release]
     errs = []
     if not isinstance(options, dict):
-        return ["<top level>: must be a mapping, got %s" % _typename(options)]
+        return [f"<top level>: must be a mapping, got {_typename(options)}"]
     _check_model(options, "", "TorchLlmArgs", rel, errs)
     return errs
 
@@ -111,19 +112,19 @@ def _check_model(value, path, model, rel, errs, extra_fields=None):
         for alias in draft["aliases"]:
             aliases[alias] = draft["field"]
     if not isinstance(value, dict):
-        errs.append("%s: expected a mapping (%s), got %s %r" % (path or "<top level>", model, _typename(value), value))
+        errs.append(f"{path or '<top level>'}: expected a mapping ({model}), got {_typename(value)} {value!r}")
         return
     given = {}
     for key, v in value.items():
-        sub = "%s.%s" % (path, key) if path else str(key)
+        sub = f"{path}.{key}" if path else str(key)
         name = aliases.get(key, key)
         if name in given:
-            errs.append("%s: given twice (as %s and %s)" % (sub, given[name], key))
+            errs.append(f"{sub}: given twice (as {given[name]} and {key})")
             continue
         if name not in fields:
             hint = difflib.get_close_matches(str(key), list(fields), n=1)
-            errs.append("%s: unknown key, not a field of %s (extra inputs are not permitted)%s"
-                        % (sub, model, "; did you mean %r?" % hint[0] if hint else ""))
+            did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
+            errs.append(f"{sub}: unknown key, not a field of {model} (extra inputs are not permitted){did_you_mean}")
             continue
         given[name] = key
         _check(v, sub, fields[name], rel, errs)
@@ -132,83 +133,111 @@ def _check_model(value, path, model, rel, errs, extra_fields=None):
 def _check(v, path, spec, rel, errs):
     if v is None:
         if not spec.get("nullable"):
-            errs.append("%s: may not be null" % path)
+            errs.append(f"{path}: may not be null")
         return
     kind = spec["type"]
-    if kind == "bool":
-        if not isinstance(v, bool):
-            errs.append("%s: expected a bool, got %s %r" % (path, _typename(v), v))
-    elif kind in ("int", "float"):
-        ok = isinstance(v, int) if kind == "int" else isinstance(v, (int, float))
-        if isinstance(v, bool) or not ok or (kind == "float" and not math.isfinite(v)):
-            errs.append("%s: expected %s, got %s %r" % (path, "an integer" if kind == "int" else "a number",
-                                                         _typename(v), v))
-            return
-        for op, test in (("ge", lambda a, b: a >= b), ("gt", lambda a, b: a > b),
-                         ("le", lambda a, b: a <= b), ("lt", lambda a, b: a < b)):
-            if op in spec and not test(v, spec[op]):
-                errs.append("%s: must be %s %s, got %r" % (path, {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}[op],
-                                                            spec[op], v))
-    elif kind == "str":
-        if not isinstance(v, str):
-            errs.append("%s: expected a string, got %s %r" % (path, _typename(v), v))
-    elif kind == "enum":
-        if not isinstance(v, str) or v not in spec["values"]:
-            errs.append("%s: must be one of %s, got %r" % (path, ", ".join(spec["values"]), v))
-    elif kind == "list":
-        if not isinstance(v, list):
-            errs.append("%s: expected a list, got %s %r" % (path, _typename(v), v))
-            return
-        if len(v) < spec.get("min_items", 0):
-            errs.append("%s: needs at least %d item(s)" % (path, spec["min_items"]))
-        for i, x in enumerate(v):
-            _check(x, "%s[%d]" % (path, i), spec["items"], rel, errs)
-    elif kind == "model":
-        _check_model(v, path, spec["model"], rel, errs)
-    elif kind == "decoding":
-        _check_decoding(v, path, rel, errs)
-    else:
-        raise ValueError("unknown type %r in the contract table" % kind)
+    if kind not in _CHECKS:
+        raise ValueError(f"unknown type {kind!r} in the contract table")
+    _CHECKS[kind](v, path, spec, rel, errs)
 
 
-def _check_decoding(v, path, rel, errs):
-    dec = rel["decoding"]
-    if not isinstance(v, dict):
-        errs.append("%s: expected a mapping (a decoding config), got %s %r" % (path, _typename(v), v))
+def _check_bool(v, path, spec, rel, errs):
+    if not isinstance(v, bool):
+        errs.append(f"{path}: expected a bool, got {_typename(v)} {v!r}")
+
+
+#: The bounds a number field may carry: table key -> (symbol for messages, test).
+_BOUNDS = {"ge": (">=", operator.ge), "gt": (">", operator.gt), "le": ("<=", operator.le), "lt": ("<", operator.lt)}
+
+
+def _check_number(v, path, spec, rel, errs):
+    kind = spec["type"]
+    ok = isinstance(v, int) if kind == "int" else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok or (kind == "float" and not math.isfinite(v)):
+        errs.append(f"{path}: expected {'an integer' if kind == 'int' else 'a number'}, got {_typename(v)} {v!r}")
         return
-    if "decoding_type" not in v:
-        errs.append("%s.decoding_type: field required" % path)
+    for op, (symbol, test) in _BOUNDS.items():
+        if op in spec and not test(v, spec[op]):
+            errs.append(f"{path}: must be {symbol} {spec[op]}, got {v!r}")
+
+
+def _check_str(v, path, spec, rel, errs):
+    if not isinstance(v, str):
+        errs.append(f"{path}: expected a string, got {_typename(v)} {v!r}")
+
+
+def _check_enum(v, path, spec, rel, errs):
+    if not isinstance(v, str) or v not in spec["values"]:
+        errs.append(f"{path}: must be one of {', '.join(spec['values'])}, got {v!r}")
+
+
+def _check_list(v, path, spec, rel, errs):
+    if not isinstance(v, list):
+        errs.append(f"{path}: expected a list, got {_typename(v)} {v!r}")
+        return
+    if len(v) < spec.get("min_items", 0):
+        errs.append(f"{path}: needs at least {spec['min_items']:d} item(s)")
+    for i, x in enumerate(v):
+        _check(x, f"{path}[{i}]", spec["items"], rel, errs)
+
+
+def _check_submodel(v, path, spec, rel, errs):
+    _check_model(v, path, spec["model"], rel, errs)
+
+
+def _check_decoding(v, path, spec, rel, errs):
+    dec = rel["decoding"]
+    refusal = _decoding_type_refusal(v, path, dec)
+    if refusal:
+        errs.append(refusal)
         return
     dt = v["decoding_type"]
-    accepted = sorted(n for n in dec["rules"] if n in dec["names"])
-    if not isinstance(dt, str) or dt not in dec["names"]:
-        errs.append("%s.decoding_type: invalid decoding type %r (accepted: %s)" % (path, dt, ", ".join(accepted)))
-        return
-    if dt in dec["pytorch_refuses"]:
-        errs.append("%s.decoding_type: %s is only supported by the TensorRT engine backend, not pytorch" % (path, dt))
-        return
-    if dt not in dec["rules"]:
-        errs.append("%s.decoding_type: %s is not modelled by the contract table (%s)" % (path, dt, ", ".join(accepted)))
-        return
     body = {k: x for k, x in v.items() if k != "decoding_type"}
     before = len(errs)
     _check_model(body, path, dec["names"][dt], rel, errs)
-    if len(errs) > before:
-        return
+    if len(errs) == before:
+        _check_decoding_rules(body, path, dt, rel, errs)
+
+
+def _decoding_type_refusal(v, path, dec):
+    """Why `v` is not a decoding config the table models (its message), or None."""
+    if not isinstance(v, dict):
+        return f"{path}: expected a mapping (a decoding config), got {_typename(v)} {v!r}"
+    if "decoding_type" not in v:
+        return f"{path}.decoding_type: field required"
+    dt = v["decoding_type"]
+    accepted = ", ".join(sorted(n for n in dec["rules"] if n in dec["names"]))
+    if not isinstance(dt, str) or dt not in dec["names"]:
+        return f"{path}.decoding_type: invalid decoding type {dt!r} (accepted: {accepted})"
+    if dt in dec["pytorch_refuses"]:
+        return f"{path}.decoding_type: {dt} is only supported by the TensorRT engine backend, not pytorch"
+    if dt not in dec["rules"]:
+        return f"{path}.decoding_type: {dt} is not modelled by the contract table ({accepted})"
+    return None
+
+
+def _check_decoding_rules(body, path, dt, rel, errs):
+    """The decoding type's own rules on a body whose fields are valid: what must be present, what must be > 0."""
+    dec = rel["decoding"]
     draft = dec["draft_path"]
     present = {draft["field"] if k in draft["aliases"] else k: x for k, x in body.items()}
     rules = dec["rules"][dt]
     for key in rules["present"]:
         if present.get(key) in (None, ""):
-            errs.append("%s.%s: required for decoding_type %s" % (path, key, dt))
+            errs.append(f"{path}.{key}: required for decoding_type {dt}")
     spec_fields = rel["models"][dec["names"][dt]]["fields"]
     for key in rules["positive"]:
         if key not in present or present[key] is None:
             default = spec_fields[key].get("default")  # an omitted field takes upstream's default
             if default is None or default <= 0:
-                errs.append("%s.%s: required for decoding_type %s (an integer > 0%s)"
-                            % (path, key, dt, "" if default is None else "; the default is %r" % default))
+                default_is = "" if default is None else f"; the default is {default!r}"
+                errs.append(f"{path}.{key}: required for decoding_type {dt} (an integer > 0{default_is})")
             continue
         x = present[key]
         if x <= 0:
-            errs.append("%s.%s: must be > 0 for decoding_type %s, got %r" % (path, key, dt, x))
+            errs.append(f"{path}.{key}: must be > 0 for decoding_type {dt}, got {x!r}")
+
+
+#: The contract table's field types -> their checks.
+_CHECKS = {"bool": _check_bool, "int": _check_number, "float": _check_number, "str": _check_str,
+           "enum": _check_enum, "list": _check_list, "model": _check_submodel, "decoding": _check_decoding}

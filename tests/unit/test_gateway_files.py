@@ -45,7 +45,7 @@ def _write(tmp_path, sparks: dict[str, tuple[str, str]], api: int, metrics: int,
 
 def test_the_key_map_holds_digests_never_keys(tmp_path):
     lay = _write(tmp_path, {"spark-01": (EAGLE_MODEL, "127.0.0.1:1")}, 1, 2, 3)
-    text = open(lay.keys_map).read()
+    text = Path(lay.keys_map).read_text()
     assert KEY not in text and text == f"{key_digest(KEY)} ci\n" and key_digest(KEY).isupper()
 
 

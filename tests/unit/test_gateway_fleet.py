@@ -293,8 +293,9 @@ def test_a_container_restarted_since_its_gate_is_gated_again_by_the_next_converg
             "its gate passed)") in changed_ops(again)["spark-a"]
     # no marker (a Spark that just joined: the drop-in applies from the next start): its gate stands, nothing restarts
     for before in (None, 100.0):
-        joined = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
-            p, gate={**gate, "started": before}, started=None))
+        joined = run_deploy({"spark-a": plan}, converge, "eagle3",
+                            responses=lambda p, before=before: converged_responses(
+                                p, gate={**gate, "started": before}, started=None))
         assert changed_ops(joined)["spark-a"] == [], before
 
 

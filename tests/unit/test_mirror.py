@@ -312,7 +312,7 @@ def test_warm_skips_files_whose_content_the_host_has(fleet_file):
     plans = _plans(fleet_file)
     spark = plans["spark-01"]
     pin = spark.pins["draft"]
-    kept = dict(zip((n for n, _ in pin.files), pin.blobs))["config.json"]
+    kept = dict(zip((n for n, _ in pin.files), pin.blobs, strict=True))["config.json"]
 
     def responses(p):
         if p.is_mirror:

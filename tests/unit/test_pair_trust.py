@@ -53,9 +53,10 @@ def _converged_trust(plan) -> list[str]:
     link = [f"file\tdir|700|root|root\t{lay.pair_dir}", f"file\tfile|600|root|root|{sha256(text)}\t{NETPLAN_FILE}",
             f"file\tfile|600|root|root|{sha256(text)}\t{lay.netplan_staged}",
             f"file\tfile|755|root|root|{sha256(program('pair_link.py'))}\t{lay.pair_link_tool}"]
-    link += [f"addr\t{i}\t{a}" for i, a in zip(s.pair_link_interfaces, s.pair_link_addresses)]
+    link += [f"addr\t{i}\t{a}" for i, a in zip(s.pair_link_interfaces, s.pair_link_addresses, strict=True)]
     if s.pair_role == "head":
-        link += [f"ping\t{i}\t{a.split('/')[0]}\tok" for i, a in zip(s.pair_link_interfaces, s.pair_peer_link_addresses)]
+        link += [f"ping\t{i}\t{a.split('/')[0]}\tok" for i, a in zip(s.pair_link_interfaces, s.pair_peer_link_addresses,
+                                                                                 strict=True)]
     return link + _trust_lines(plan)
 
 

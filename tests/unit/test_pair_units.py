@@ -54,7 +54,7 @@ def test_the_workers_unit_holds_its_container_up_with_the_models_and_no_key():
     image -= 2
     head_argv = exec_line(head_unit, "ExecStart")
     head_docker = head_argv[:head_argv.index(head.image)]
-    for flag, value in PAIR_ONLY:  # the head's docker arguments without the pair's mount and environment
+    for _flag, value in PAIR_ONLY:  # the head's docker arguments without the pair's mount and environment
         i = head_docker.index(value)
         head_docker = head_docker[:i - 1] + head_docker[i + 1:]
     # the same container otherwise: name, GPUs, host network and IPC, the model, draft and config mounts

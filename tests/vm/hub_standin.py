@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -427,93 +428,146 @@ _GITATTRIBUTES = (
 def _render(repo_id: str, path: str, version: int) -> bytes:
     """Bytes of `path` in `repo_id` at file version `version` (deterministic)."""
     name = path.rsplit("/", 1)[-1]
-    repo_name = repo_id.split("/", 1)[1]
     if path in REPOS[repo_id].get("weights", {}):
         payload = _weight_payload(repo_id, path, version)
         if name.endswith(".safetensors"):
             return _safetensors(repo_id, path, version, payload)
         return _stream(f"{repo_id}:{path}:v{version}", payload)  # metal/model.bin: opaque blob
-    if name == "model.safetensors.index.json":
-        files = _files_at(repo_id, version)  # a file's version is the index of the commit that last wrote it
-        weight_map, total = {}, 0
-        for shard in sorted(p for p in files if p.endswith(".safetensors") and "/" not in p):
-            payload = _weight_payload(repo_id, shard, files[shard])
-            total += payload
-            for t in _tensor_names(repo_id, shard):
-                weight_map[t] = shard
-        return _json({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
-    if path == "original/config.json":
-        return _json({"num_hidden_layers": 36, "num_experts": 128, "experts_per_token": 4, "vocab_size": 201088,
-                      "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64,
-                      "num_key_value_heads": 8, "sliding_window": 128, "rope_theta": 150000})
-    if path == "original/dtypes.json":
-        return _json({"block.0.mlp.mlp1_weight.blocks": "FP4", "block.0.mlp.mlp2_weight.blocks": "FP4",
-                      "block.1.mlp.mlp1_weight.blocks": "FP4", "block.1.mlp.mlp2_weight.blocks": "FP4",
-                      "embedding.weight": "BF16", "unembedding.weight": "BF16"})
-    if name == "config.json":
-        cfg = dict(_CONFIGS[repo_id])
-        if "Eagle3" in repo_id and version == 0:
-            cfg["max_position_embeddings"] = 32768  # older commit: shorter context
-        return _json(cfg)
-    if name == "generation_config.json":
-        if repo_id.startswith("openai/"):
-            return _json({"bos_token_id": 199998, "do_sample": True, "eos_token_id": [200002, 199999, 200012],
-                          "pad_token_id": 199999, "transformers_version": "4.55.0.dev0"})
-        return _json({"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128008, 128009],
-                      "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.48.3"})
-    if name == "hf_quant_config.json":
-        return _json({"producer": {"name": "modelopt", "version": "0.23.0"},
-                      "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16,
-                                       "exclude_modules": ["lm_head"]}})
-    if name == "tokenizer.json":
-        specials = ["<|startoftext|>", "<|endoftext|>", "<|return|>"] if repo_id.startswith("openai/") else \
-            ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
-        vocab = {chr(c): c - 32 for c in range(32, 127)}
-        return _json({"version": "1.0", "truncation": None, "padding": None,
-                      "added_tokens": [{"id": 1000 + i, "content": s, "special": True} for i, s in enumerate(specials)],
-                      "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
-                      "decoder": {"type": "ByteLevel"},
-                      "model": {"type": "BPE", "vocab": vocab, "merges": []}})
-    if name == "tokenizer_config.json":
-        if repo_id.startswith("openai/"):
-            return _json({"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>",
-                          "model_max_length": 1000000000000000019884624838656,
-                          "tokenizer_class": "PreTrainedTokenizerFast"})
-        return _json({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "model_max_length": 131072,
-                      "tokenizer_class": "PreTrainedTokenizerFast",
-                      "chat_template": "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
-                                       "<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>{% endfor %}"})
-    if name == "special_tokens_map.json":
-        if repo_id.startswith("openai/"):
-            return _json({"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"})
-        return _json({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})
-    if name == "chat_template.jinja":
-        return (b"{#- stand-in harmony chat template (synthetic) -#}\n"
-                b"{%- for message in messages -%}\n"
-                b"<|start|>{{ message.role }}<|message|>{{ message.content }}<|end|>\n"
-                b"{%- endfor -%}\n"
-                b"{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}\n")
-    if name == ".gitattributes":
-        return _GITATTRIBUTES.encode()
-    if name in ("LICENSE", "LICENSE.txt"):
-        return _LICENSE_TEXT.format(repo=repo_id).encode()
-    if name == "USAGE_POLICY":
-        return (f"STAND-IN USAGE POLICY (synthetic). See https://huggingface.co/{repo_id} for the real one.\n"
-                "We aim for our tools to be used safely, responsibly, and democratically.\n").encode()
-    if name == "README.md":
-        front = ["---", "license: other" if REPOS[repo_id]["gated"] else "license: apache-2.0",
-                 "library_name: transformers", "pipeline_tag: text-generation", "tags:", "- standin"]
-        if REPOS[repo_id]["gated"]:
-            front += ["extra_gated_prompt: You agree to the license terms (stand-in).",
-                      "extra_gated_button_content: Submit"]
-        front.append("---")
-        text = "\n".join(front) + (
-            f"\n\n# {repo_name} (test stand-in)\n\n"
-            "This repository content is SYNTHETIC. It is served by specfleet's Hugging Face Hub stand-in\n"
-            "for offline tests; weights are random bytes with a valid safetensors header.\n"
-        )
-        return text.encode()
-    raise KeyError(f"no renderer for {repo_id}:{path}")
+    render = _RENDER_BY_PATH.get(path) or _RENDER_BY_NAME.get(name)
+    if render is None:
+        raise KeyError(f"no renderer for {repo_id}:{path}")
+    return render(repo_id, version)
+
+
+def _render_index(repo_id: str, version: int) -> bytes:
+    files = _files_at(repo_id, version)  # a file's version is the index of the commit that last wrote it
+    weight_map, total = {}, 0
+    for shard in sorted(p for p in files if p.endswith(".safetensors") and "/" not in p):
+        payload = _weight_payload(repo_id, shard, files[shard])
+        total += payload
+        for t in _tensor_names(repo_id, shard):
+            weight_map[t] = shard
+    return _json({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
+
+
+def _render_original_config(repo_id: str, version: int) -> bytes:
+    return _json({"num_hidden_layers": 36, "num_experts": 128, "experts_per_token": 4, "vocab_size": 201088,
+                  "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64,
+                  "num_key_value_heads": 8, "sliding_window": 128, "rope_theta": 150000})
+
+
+def _render_original_dtypes(repo_id: str, version: int) -> bytes:
+    return _json({"block.0.mlp.mlp1_weight.blocks": "FP4", "block.0.mlp.mlp2_weight.blocks": "FP4",
+                  "block.1.mlp.mlp1_weight.blocks": "FP4", "block.1.mlp.mlp2_weight.blocks": "FP4",
+                  "embedding.weight": "BF16", "unembedding.weight": "BF16"})
+
+
+def _render_config(repo_id: str, version: int) -> bytes:
+    cfg = dict(_CONFIGS[repo_id])
+    if "Eagle3" in repo_id and version == 0:
+        cfg["max_position_embeddings"] = 32768  # older commit: shorter context
+    return _json(cfg)
+
+
+def _render_generation_config(repo_id: str, version: int) -> bytes:
+    if repo_id.startswith("openai/"):
+        return _json({"bos_token_id": 199998, "do_sample": True, "eos_token_id": [200002, 199999, 200012],
+                      "pad_token_id": 199999, "transformers_version": "4.55.0.dev0"})
+    return _json({"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128008, 128009],
+                  "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.48.3"})
+
+
+def _render_hf_quant_config(repo_id: str, version: int) -> bytes:
+    return _json({"producer": {"name": "modelopt", "version": "0.23.0"},
+                  "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16,
+                                   "exclude_modules": ["lm_head"]}})
+
+
+def _render_tokenizer(repo_id: str, version: int) -> bytes:
+    specials = ["<|startoftext|>", "<|endoftext|>", "<|return|>"] if repo_id.startswith("openai/") else \
+        ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+    vocab = {chr(c): c - 32 for c in range(32, 127)}
+    return _json({"version": "1.0", "truncation": None, "padding": None,
+                  "added_tokens": [{"id": 1000 + i, "content": s, "special": True} for i, s in enumerate(specials)],
+                  "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
+                  "decoder": {"type": "ByteLevel"},
+                  "model": {"type": "BPE", "vocab": vocab, "merges": []}})
+
+
+def _render_tokenizer_config(repo_id: str, version: int) -> bytes:
+    if repo_id.startswith("openai/"):
+        return _json({"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>",
+                      "model_max_length": 1000000000000000019884624838656,
+                      "tokenizer_class": "PreTrainedTokenizerFast"})
+    return _json({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "model_max_length": 131072,
+                  "tokenizer_class": "PreTrainedTokenizerFast",
+                  "chat_template": "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
+                                   "<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>{% endfor %}"})
+
+
+def _render_special_tokens_map(repo_id: str, version: int) -> bytes:
+    if repo_id.startswith("openai/"):
+        return _json({"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"})
+    return _json({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})
+
+
+def _render_chat_template(repo_id: str, version: int) -> bytes:
+    return (b"{#- stand-in harmony chat template (synthetic) -#}\n"
+            b"{%- for message in messages -%}\n"
+            b"<|start|>{{ message.role }}<|message|>{{ message.content }}<|end|>\n"
+            b"{%- endfor -%}\n"
+            b"{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}\n")
+
+
+def _render_gitattributes(repo_id: str, version: int) -> bytes:
+    return _GITATTRIBUTES.encode()
+
+
+def _render_license(repo_id: str, version: int) -> bytes:
+    return _LICENSE_TEXT.format(repo=repo_id).encode()
+
+
+def _render_usage_policy(repo_id: str, version: int) -> bytes:
+    return (f"STAND-IN USAGE POLICY (synthetic). See https://huggingface.co/{repo_id} for the real one.\n"
+            "We aim for our tools to be used safely, responsibly, and democratically.\n").encode()
+
+
+def _render_readme(repo_id: str, version: int) -> bytes:
+    repo_name = repo_id.split("/", 1)[1]
+    front = ["---", "license: other" if REPOS[repo_id]["gated"] else "license: apache-2.0",
+             "library_name: transformers", "pipeline_tag: text-generation", "tags:", "- standin"]
+    if REPOS[repo_id]["gated"]:
+        front += ["extra_gated_prompt: You agree to the license terms (stand-in).",
+                  "extra_gated_button_content: Submit"]
+    front.append("---")
+    text = "\n".join(front) + (
+        f"\n\n# {repo_name} (test stand-in)\n\n"
+        "This repository content is SYNTHETIC. It is served by specfleet's Hugging Face Hub stand-in\n"
+        "for offline tests; weights are random bytes with a valid safetensors header.\n"
+    )
+    return text.encode()
+
+
+#: The renderers of the files that are not weights: by path in the repo first, then by file name.
+_RENDER_BY_PATH = {
+    "original/config.json": _render_original_config,
+    "original/dtypes.json": _render_original_dtypes,
+}
+_RENDER_BY_NAME = {
+    "model.safetensors.index.json": _render_index,
+    "config.json": _render_config,
+    "generation_config.json": _render_generation_config,
+    "hf_quant_config.json": _render_hf_quant_config,
+    "tokenizer.json": _render_tokenizer,
+    "tokenizer_config.json": _render_tokenizer_config,
+    "special_tokens_map.json": _render_special_tokens_map,
+    "chat_template.jinja": _render_chat_template,
+    ".gitattributes": _render_gitattributes,
+    "LICENSE": _render_license,
+    "LICENSE.txt": _render_license,
+    "USAGE_POLICY": _render_usage_policy,
+    "README.md": _render_readme,
+}
 
 
 # --- commit/file bookkeeping -----------------------------------------------------------------------------------
@@ -587,6 +641,20 @@ def _commit_index_arg(repo_id: str, commit) -> int:
     if idx is None:
         raise KeyError(f"unknown revision {commit!r} for {repo_id}")
     return idx
+
+
+def _tree_file_entry(repo_id: str, path: str, version: int, expand: bool) -> dict:
+    """A file's entry in a tree listing (with its last commit and scan status when expanded)."""
+    m = _meta(repo_id, path, version)
+    e = {"type": "file", "oid": m["blob_id"], "size": m["size"], "path": path}
+    if m["lfs"]:
+        e["lfs"] = {"oid": m["lfs"]["sha256"], "size": m["lfs"]["size"], "pointerSize": m["lfs"]["pointer_size"]}
+    if expand:
+        c = REPOS[repo_id]["commits"][version]
+        e["lastCommit"] = {"id": _commit_sha(repo_id, version), "title": c["title"], "date": c["date"]}
+        e["securityFileStatus"] = {"status": "safe", "avScan": {"virusFound": False, "virusNames": None},
+                                   "pickleImportScan": None}
+    return e
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -978,20 +1046,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if expand:
                     e["lastCommit"] = last_commit
                 out.append(e)
-        for path, version in files.items():
-            if not wanted(path):
-                continue
-            m = _meta(repo_id, path, version)
-            e = {"type": "file", "oid": m["blob_id"], "size": m["size"], "path": path}
-            if m["lfs"]:
-                e["lfs"] = {"oid": m["lfs"]["sha256"], "size": m["lfs"]["size"],
-                            "pointerSize": m["lfs"]["pointer_size"]}
-            if expand:
-                c = REPOS[repo_id]["commits"][version]
-                e["lastCommit"] = {"id": _commit_sha(repo_id, version), "title": c["title"], "date": c["date"]}
-                e["securityFileStatus"] = {"status": "safe", "avScan": {"virusFound": False, "virusNames": None},
-                                           "pickleImportScan": None}
-            out.append(e)
+        out += [_tree_file_entry(repo_id, path, version, expand) for path, version in files.items() if wanted(path)]
         # directories first then files, each sorted by path (what the Hub does)
         return out
 
@@ -1375,10 +1430,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     hub._bind()
     print(f"listening on http://{args.bind}:{hub.port}", flush=True)
-    try:
+    with contextlib.suppress(SystemExit, KeyboardInterrupt):
         hub.serve_forever()
-    except (SystemExit, KeyboardInterrupt):
-        pass
     return 0
 
 

@@ -6,6 +6,7 @@ docs/dev/ci.md); everything else is what `specfleet-lab up` writes (connection v
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -333,7 +334,7 @@ def availability_per_second(polls: dict[str, list[Poll]], start: float, end: flo
     leaves its host's last observed state, and a gap longer than MAX_POLL_GAP raises instead (unobserved)."""
     for host, samples in polls.items():
         ends = [start] + sorted(p.end for p in samples if start < p.end < end) + [end]
-        gap = max(b - a for a, b in zip(ends, ends[1:]))
+        gap = max(b - a for a, b in itertools.pairwise(ends))
         if gap > MAX_POLL_GAP:
             raise AssertionError(f"{host}: no poll finished for {gap:.1f}s between {start:.0f} and {end:.0f}")
     counts = []

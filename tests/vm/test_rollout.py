@@ -380,7 +380,7 @@ def test_the_key_is_on_no_disk_and_reaches_no_spark(vm_fleet, gateway):
 
     guests = ((gateway.guest, ""), *((g, "--exclude-dir=docker") for g in vm_fleet.guests))
     with ThreadPoolExecutor(len(guests)) as pool:
-        found = dict(zip((g.name for g, _ in guests), pool.map(lambda gs: search(*gs), guests)))
+        found = dict(zip((g.name for g, _ in guests), pool.map(lambda gs: search(*gs), guests), strict=True))
     assert all(f == ["0"] for f in found.values()), f"the API key is in {found}"
     mode = gateway.guest.ssh("stat -c '%a %U' /etc/haproxy/specfleet-keys.map").stdout.strip()
     assert mode == "600 root", mode

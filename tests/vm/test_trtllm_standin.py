@@ -66,9 +66,9 @@ def _fake_hf_model(hub: Path, repo_id: str, shards: list[str], commit: str) -> P
     files = {"config.json": json.dumps({"architectures": ["Fake"]}), **{s: "weights " + s for s in shards}}
     if len(shards) > 1:
         files["model.safetensors.index.json"] = json.dumps(
-            {"metadata": {}, "weight_map": {"layer.%d" % i: s for i, s in enumerate(shards)}})
+            {"metadata": {}, "weight_map": {f"layer.{i:d}": s for i, s in enumerate(shards)}})
     for i, (name, content) in enumerate(files.items()):
-        blob = repo / "blobs" / ("%064x" % (i + 1))
+        blob = repo / "blobs" / f"{i + 1:064x}"
         blob.write_text(content)
         (snap / name).symlink_to(os.path.relpath(blob, snap))  # like huggingface_hub
     return snap
@@ -111,7 +111,7 @@ def world(tmp_path):
 
     def env(mode="ok", delay=0.2, version="1.2.0rc6", perf=None, **extra):
         text = image.variant_config_json(mode, delay, version, **(perf or {}))
-        cfg = tmp_path / ("standin-%s-%s-%s.json" % (mode, delay, hashlib.sha256(text.encode()).hexdigest()[:8]))
+        cfg = tmp_path / (f"standin-{mode}-{delay}-{hashlib.sha256(text.encode()).hexdigest()[:8]}.json")
         cfg.write_text(text)
         e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
              "TRTLLM_STANDIN_CONFIG": str(cfg), "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",
@@ -154,7 +154,7 @@ def dt_args(w, port):
 
 def http(port, method, path, body=None, raw=None, timeout=5):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data, method=method,
+    req = urllib.request.Request(f"http://127.0.0.1:{port:d}{path}", data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -189,14 +189,14 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError("stand-in exited %s:\n%s" % (self.proc.returncode, self.proc.stdout.read()))
+                raise AssertionError(f"stand-in exited {self.proc.returncode}:\n{self.proc.stdout.read()}")
             if connect_refused(self.port):
                 self.refused_before_ready += 1
                 time.sleep(0.05)
                 continue
             self.ready_after = time.monotonic() - self.t0
             return self
-        raise AssertionError("stand-in not listening after %ss" % timeout)
+        raise AssertionError(f"stand-in not listening after {timeout}s")
 
     def stop(self, sig=signal.SIGTERM, timeout=5):
         if self.proc.poll() is None:
@@ -732,7 +732,7 @@ def test_variant_assembly_appends_files_without_mmdebstrap(tmp_path, monkeypatch
             ti.type, ti.mode = tarfile.DIRTYPE, 0o755
             tf.addfile(ti)
     key = image.base_recipe_key()
-    shutil.copy(base, tmp_path / ("debian-%s-python3-yaml-%s.tar" % (image.SUITE, key[:16])))
+    shutil.copy(base, tmp_path / (f"debian-{image.SUITE}-python3-yaml-{key[:16]}.tar"))
 
     def boom(*a, **k):
         raise AssertionError("mmdebstrap must not run for a variant")
@@ -787,8 +787,8 @@ def test_real_rootfs_tarball(request, tmp_path_factory, tmp_path):
     crash = image.build_rootfs_tarball(cache, mode="crash", load_delay_s=0.3)
     variant_s = time.monotonic() - t0
     size_mib = tar.stat().st_size / 2**20
-    print("\nstand-in rootfs: %s %.1f MiB; first build %.1f s, cached %.3f s, variant %.2f s"
-          % (tar.name, size_mib, base_s, cached_s, variant_s))
+    print(f"\nstand-in rootfs: {tar.name} {size_mib:.1f} MiB; first build {base_s:.1f} s, cached {cached_s:.3f} s, "
+          f"variant {variant_s:.2f} s")
     assert cached_s < 1 and variant_s < 10 and size_mib < 200
 
     listing = subprocess.run(["tar", "-tvf", str(tar)], check=True, capture_output=True, text=True).stdout
@@ -932,7 +932,7 @@ def test_speculation_acceptance_follows_probabilities(world, serve):
     st, c = http(s.port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 100})
     assert c["usage"]["completion_tokens"] == 32 and c["choices"][0]["finish_reason"] == "stop"
     for i in range(40):
-        http(s.port, "POST", "/v1/completions", {"prompt": "prompt %d" % i, "max_tokens": 200, "ignore_eos": True})
+        http(s.port, "POST", "/v1/completions", {"prompt": f"prompt {i:d}", "max_tokens": 200, "ignore_eos": True})
     gens = [m["specDecodingStats"] for m in http(s.port, "GET", "/metrics")[1] if m["specDecodingStats"]["numDraftTokens"]]
     mean_acc = sum(g["numAcceptedTokens"] for g in gens) / len(gens)
     assert len(gens) > 2000 and abs(mean_acc - 1.05) < 0.06, (len(gens), mean_acc)
@@ -955,7 +955,7 @@ def test_queue_beyond_max_batch_size_and_stats_off(world, serve):
     import threading
     body = {"prompt": "q", "max_tokens": 100, "ignore_eos": True}
     first = urllib.request.urlopen(urllib.request.Request(
-        "http://127.0.0.1:%d/v1/completions" % s.port, method="POST", headers={"Content-Type": "application/json"},
+        f"http://127.0.0.1:{s.port:d}/v1/completions", method="POST", headers={"Content-Type": "application/json"},
         data=json.dumps(dict(body, stream=True)).encode()), timeout=60)
     assert first.readline().startswith(b"data: ")
     done = {}

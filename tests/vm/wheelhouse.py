@@ -238,6 +238,59 @@ class _Entry:
     requires_python: str | None
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """A WheelhouseServer's requests: its simple index pages and its files."""
+
+    protocol_version = "HTTP/1.1"
+    house: WheelhouseServer  # set on a subclass per server (WheelhouseServer.start)
+
+    def log_message(self, *args):  # quiet: the tests print figures, not access logs
+        pass
+
+    def _send(self, code: int, body: bytes, ctype: str, head: bool, extra: dict | None = None):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _serve(self, head: bool):
+        path = unquote(urlsplit(self.path).path)
+        self.house.requests.append(path)
+        html_type = "text/html; charset=utf-8"
+        if path in ("/simple", "/simple/"):
+            return self._send(200, self.house.root_page().encode(), html_type, head)
+        m = re.fullmatch(r"/simple/([^/]+)(/?)", path)
+        if m:
+            if not m.group(2):
+                return self._send(301, b"", html_type, head, {"Location": path + "/"})
+            page = self.house.project_page(m.group(1))
+            if page is None:
+                return self._send(404, b"not in the wheelhouse\n", "text/plain", head)
+            return self._send(200, page.encode(), html_type, head)
+        m = re.fullmatch(r"/files/([^/]+)", path)
+        entry = self.house.files.get(m.group(1)) if m else None
+        if entry is None:
+            return self._send(404, b"not found\n", "text/plain", head)
+        size = entry.path.stat().st_size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        if not head:
+            with open(entry.path, "rb") as f:
+                shutil.copyfileobj(f, self.wfile)
+
+    def do_GET(self):
+        self._serve(head=False)
+
+    def do_HEAD(self):
+        self._serve(head=True)
+
+
 @dataclass
 class WheelhouseServer:
     """A PEP 503 simple index over the wheels in `dirs` (a filename found in several dirs is served once),
@@ -293,58 +346,8 @@ class WheelhouseServer:
         return f"http://{host}:{self.port}/simple"
 
     def start(self) -> WheelhouseServer:
-        house = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # quiet: the tests print figures, not access logs
-                pass
-
-            def _send(self, code: int, body: bytes, ctype: str, head: bool, extra: dict | None = None):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                if not head:
-                    self.wfile.write(body)
-
-            def _serve(self, head: bool):
-                path = unquote(urlsplit(self.path).path)
-                house.requests.append(path)
-                html_type = "text/html; charset=utf-8"
-                if path in ("/simple", "/simple/"):
-                    return self._send(200, house.root_page().encode(), html_type, head)
-                m = re.fullmatch(r"/simple/([^/]+)(/?)", path)
-                if m:
-                    if not m.group(2):
-                        return self._send(301, b"", html_type, head, {"Location": path + "/"})
-                    page = house.project_page(m.group(1))
-                    if page is None:
-                        return self._send(404, b"not in the wheelhouse\n", "text/plain", head)
-                    return self._send(200, page.encode(), html_type, head)
-                m = re.fullmatch(r"/files/([^/]+)", path)
-                entry = house.files.get(m.group(1)) if m else None
-                if entry is None:
-                    return self._send(404, b"not found\n", "text/plain", head)
-                size = entry.path.stat().st_size
-                self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(size))
-                self.end_headers()
-                if not head:
-                    with open(entry.path, "rb") as f:
-                        shutil.copyfileobj(f, self.wfile)
-
-            def do_GET(self):
-                self._serve(head=False)
-
-            def do_HEAD(self):
-                self._serve(head=True)
-
-        self._httpd = ThreadingHTTPServer((self.bind, self.port), Handler)
+        handler = type("Handler", (_Handler,), {"house": self})
+        self._httpd = ThreadingHTTPServer((self.bind, self.port), handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="wheelhouse", daemon=True)

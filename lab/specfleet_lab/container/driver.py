@@ -156,7 +156,7 @@ class ContainerDriver(Driver):
     def _pair_link(self, tag: str, fleet: str) -> list[tuple[dict, str]]:
         """The pair's link: one internal bridge per logical interface, the machine without an address on it."""
         out = []
-        for subnet, ifname in zip(LINK_SUBNETS, LINK_IFNAMES):
+        for subnet, ifname in zip(LINK_SUBNETS, LINK_IFNAMES, strict=True):
             name = f"lab-2-{tag}-{ifname}"
             self.engine.network_create(name, "--label", f"{FLEET_LABEL}={fleet}", "--internal", "--subnet", subnet,
                                        "-o", "com.docker.network.bridge.inhibit_ipv4=true")

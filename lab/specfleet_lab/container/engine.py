@@ -125,7 +125,7 @@ class Engine:
     def remove_labelled(self, label: str) -> None:
         """Remove the containers (with their anonymous volumes), volumes and networks that carry `label`
         (key=value)."""
-        for kind, listing, rm in (("container", ("ps", "-aq"), ("rm", "-f", "-v")), ("volume", ("volume", "ls", "-q"),
+        for _kind, listing, rm in (("container", ("ps", "-aq"), ("rm", "-f", "-v")), ("volume", ("volume", "ls", "-q"),
                                   ("volume", "rm")), ("network", ("network", "ls", "-q"), ("network", "rm"))):
             found = self.docker(*listing, "--filter", f"label={label}", check=False).stdout.split()
             if found:

@@ -93,15 +93,14 @@ def _probe_kvm(image: ImageInfo, cache: Path) -> tuple[bool, str]:
                          console_log=td / "console.log", arch=image.arch)
         argv = qemu_argv(guest, image.kernel, image.initrd, memory_mb=1024, smp=1,
                          accel="kvm", hostname="kvm-probe", daemonize=False)
-        errf = open(td / "stderr.log", "wb")
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
-                                start_new_session=True)
-        try:
-            return _watch_probe(proc, guest, td)
-        finally:
-            proc.kill()
-            proc.wait()
-            errf.close()
+        with open(td / "stderr.log", "wb") as errf:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
+                                    start_new_session=True)
+            try:
+                return _watch_probe(proc, guest, td)
+            finally:
+                proc.kill()
+                proc.wait()
 
 
 def _watch_probe(proc: subprocess.Popen, guest: QemuHost, td: Path) -> tuple[bool, str]:

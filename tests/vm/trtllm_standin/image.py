@@ -139,11 +139,11 @@ def variant_config_json(mode: str = "ok", load_delay_s: float = 5.0, version: st
     only when given (the stand-in's defaults apply otherwise)."""
     unknown = set(perf) - {"target_step_ms", "prefill_ms_per_token", "seed", "speculation"}
     if unknown:
-        raise ValueError("unknown stand-in behaviour keys: %s" % ", ".join(sorted(unknown)))
+        raise ValueError(f"unknown stand-in behaviour keys: {', '.join(sorted(unknown))}")
     if mode not in MODES:
-        raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if isinstance(load_delay_s, bool) or not isinstance(load_delay_s, (int, float)) or load_delay_s < 0:
-        raise ValueError("load_delay_s must be a number >= 0, got %r" % (load_delay_s,))
+        raise ValueError(f"load_delay_s must be a number >= 0, got {load_delay_s!r}")
     if not isinstance(version, str) or not version:
         raise ValueError("version must be a non-empty string")
     return json.dumps({"mode": mode, "load_delay_s": float(load_delay_s), "version": version, **perf},
@@ -181,8 +181,8 @@ def _run_mmdebstrap(args: list[str], target: Path) -> None:
         argv.insert(1, "--mode=unshare")
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError("mmdebstrap failed (exit %d): %s\n%s"
-                           % (proc.returncode, " ".join(argv), (proc.stdout + proc.stderr)[-4000:]))
+        raise RuntimeError(f"mmdebstrap failed (exit {proc.returncode:d}): {' '.join(argv)}\n"
+                           f"{(proc.stdout + proc.stderr)[-4000:]}")
 
 
 def build_base_tarball(cache_dir: Path, arch: str | None = None, mirror: str | None = None, *,
@@ -190,13 +190,13 @@ def build_base_tarball(cache_dir: Path, arch: str | None = None, mirror: str | N
     """The cached Debian base rootfs tar (no stand-in files); runs mmdebstrap only on a cache miss."""
     cache_dir = Path(cache_dir)
     key = base_recipe_key(arch, mirror, pair=pair)
-    out = cache_dir / ("debian-%s-%s-%s.tar" % (SUITE, "pair" if pair else "python3-yaml", key[:16]))
+    out = cache_dir / f"debian-{SUITE}-{'pair' if pair else 'python3-yaml'}-{key[:16]}.tar"
     if out.exists():
         return out
     with _locked(cache_dir, "base-" + key[:16]):
         if out.exists():
             return out
-        tmp = cache_dir / (".tmp-%s-%d.tar" % (out.stem, os.getpid()))
+        tmp = cache_dir / f".tmp-{out.stem}-{os.getpid():d}.tar"
         try:
             _run_mmdebstrap(mmdebstrap_args(arch, mirror, pair=pair), tmp)
             os.replace(tmp, out)
@@ -234,7 +234,7 @@ def add_standin_files(base_tar: Path, out_tar: Path, config_json: str,
                       script: bytes | None = None) -> Path:
     """Copy base_tar to out_tar and append the stand-in script, behaviour config and tensorrt_llm package to it."""
     script = STANDIN_SCRIPT.read_bytes() if script is None else script
-    tmp = out_tar.with_name(".tmp-%s-%d" % (out_tar.name, os.getpid()))
+    tmp = out_tar.with_name(f".tmp-{out_tar.name}-{os.getpid():d}")
     try:
         shutil.copyfile(base_tar, tmp)
         with tarfile.open(tmp, "a", format=tarfile.PAX_FORMAT) as tf:
@@ -291,13 +291,13 @@ def build_rootfs_tarball(cache_dir: Path, mode: str = "ok", load_delay_s: float 
         h.update(hashlib.sha256(part).digest())
     stamp = h.hexdigest()[:12]  # which base + script the variant is made of
     cfg = hashlib.sha256(config_json.encode()).hexdigest()[:10]
-    out = cache_dir / ("trtllm-standin-%s-%s-%s.tar" % (stamp, mode.replace("_", ""), cfg))
+    out = cache_dir / f"trtllm-standin-{stamp}-{mode.replace('_', '')}-{cfg}.tar"
     if out.exists():
         with contextlib.suppress(OSError):
             os.utime(out)  # mark as in use (pruning looks at mtime)
         return out
     base = build_base_tarball(cache_dir, arch, mirror, pair=pair)
-    with _locked(cache_dir, "variant-%s-%s" % (stamp, cfg)):
+    with _locked(cache_dir, f"variant-{stamp}-{cfg}"):
         if not out.exists():
             add_standin_files(base, out, config_json, script)
     _prune_stale_variants(cache_dir, stamp)
@@ -316,14 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load-delay-s", type=float, default=5.0)
     p.add_argument("--version", default="1.2.0rc6")
     p.add_argument("--arch", default=None, help="amd64/x86_64 or arm64/aarch64 (default: this machine's)")
-    p.add_argument("--pair", action="store_true", help="a two-Spark pair's image (with %s)" % ", ".join(PAIR_PACKAGES))
+    p.add_argument("--pair", action="store_true", help=f"a two-Spark pair's image (with {', '.join(PAIR_PACKAGES)})")
     a = p.parse_args(argv)
     t0 = time.monotonic()
     out = build_rootfs_tarball(a.cache_dir, a.mode, a.load_delay_s, a.version, arch=a.arch, pair=a.pair)
     print(out)
-    changes = " ".join("--change %s" % _shell_quote(c) for c in docker_import_changes())
-    print("# built/cached in %.1f s; import with:\n# docker import %s %s trtllm-standin:%s"
-          % (time.monotonic() - t0, changes, out, a.mode))
+    changes = " ".join(f"--change {_shell_quote(c)}" for c in docker_import_changes())
+    print(f"# built/cached in {time.monotonic() - t0:.1f} s; import with:\n"
+          f"# docker import {changes} {out} trtllm-standin:{a.mode}")
     return 0
 
 

@@ -191,19 +191,20 @@ def log(msg, level="I"):
         return
     stamp = time.strftime("%m/%d/%Y-%H:%M:%S")
     with _LOG_LOCK:
-        sys.stdout.write("[%s] [TRT-LLM %s] [%s] %s\n" % (stamp, STANDIN_TAG, level, msg))
+        sys.stdout.write(f"[{stamp}] [TRT-LLM {STANDIN_TAG}] [{level}] {msg}\n")
         sys.stdout.flush()
 
 
 def exhaust_memory(when):
     """The oom_* modes: take memory in filled chunks until the kernel's OOM killer ends this process (never returns)."""
-    log("stand-in mode oom_%s: allocating memory without bound %s, until the kernel's OOM killer ends this process"
-        % ("load" if when == "while loading" else "request", when), "W")
+    mode = "load" if when == "while loading" else "request"
+    log(f"stand-in mode oom_{mode}: allocating memory without bound {when}, until the kernel's OOM killer ends "
+        "this process", "W")
     held = []
     while True:
         held.append(bytearray(b"\x01") * OOM_CHUNK)
         if len(held) % 16 == 0:
-            log("holding %d MiB" % (len(held) * OOM_CHUNK >> 20), "W")
+            log(f"holding {len(held) * OOM_CHUNK >> 20:d} MiB", "W")
 
 
 DEVICE_MEMORY = "trtllm-standin-device-memory"  # the memfd's name: /proc/PID/fd/N -> "/memfd:<name> (deleted)"
@@ -216,7 +217,7 @@ def hold_device_memory():
     not the container's, as the GPU's are not, and they go when this process does (its files are closed before it is
     a zombie), as the driver frees a dead process's allocations."""
     fd = os.memfd_create(DEVICE_MEMORY, os.MFD_CLOEXEC)
-    log("device memory (STAND-IN, empty memfd %s, fd %d): held while this process lives" % (DEVICE_MEMORY, fd))
+    log(f"device memory (STAND-IN, empty memfd {DEVICE_MEMORY}, fd {fd:d}): held while this process lives")
     return fd
 
 
@@ -225,7 +226,7 @@ class StartupError(Exception):
 
 
 def die(msg):
-    log("ERROR: %s -- exiting with status 1 (the port was never listened on)" % msg, "E")
+    log(f"ERROR: {msg} -- exiting with status 1 (the port was never listened on)", "E")
     sys.exit(1)
 
 
@@ -247,7 +248,7 @@ def read_behaviour(strict=True):
                 continue  # tolerated, logged by the caller
             cfg[key] = value
         if cfg["mode"] not in MODES:
-            raise ValueError("mode %r not one of %s" % (cfg["mode"], "|".join(MODES)))
+            raise ValueError(f"mode {cfg['mode']!r} not one of {'|'.join(MODES)}")
         if isinstance(cfg["load_delay_s"], bool) or not isinstance(cfg["load_delay_s"], (int, float)) \
                 or not math.isfinite(cfg["load_delay_s"]) or cfg["load_delay_s"] < 0:
             raise ValueError("load_delay_s must be a number >= 0")
@@ -262,14 +263,14 @@ def read_behaviour(strict=True):
         cfg["_unknown_keys"] = sorted(set(data) - set(DEFAULT_BEHAVIOUR))
     except (OSError, ValueError) as exc:
         if strict:
-            raise StartupError("stand-in behaviour config %s is invalid: %s" % (path, exc))
+            raise StartupError(f"stand-in behaviour config {path} is invalid: {exc}") from exc
         return dict(DEFAULT_BEHAVIOUR), path, False
     return cfg, path, True
 
 
 def _nonneg_number(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError("%s must be a number >= 0, got %r" % (what, value))
+        raise ValueError(f"{what} must be a number >= 0, got {value!r}")
     return float(value)
 
 
@@ -280,16 +281,16 @@ def _speculation(data):
     out = {k: dict(v) for k, v in DEFAULT_SPECULATION.items()}
     for dt, params in data.items():
         if not isinstance(params, dict) or set(params) - {"acceptance", "draft_step_ms"}:
-            raise ValueError("speculation.%s must be an object with acceptance and/or draft_step_ms" % dt)
+            raise ValueError(f"speculation.{dt} must be an object with acceptance and/or draft_step_ms")
         merged = dict(out.get(dt) or {"acceptance": [0.5], "draft_step_ms": 1.0})
         if "acceptance" in params:
             acc = params["acceptance"]
             if not isinstance(acc, list) or not acc or any(
                     isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1 for p in acc):
-                raise ValueError("speculation.%s.acceptance must be a non-empty list of probabilities in [0, 1]" % dt)
+                raise ValueError(f"speculation.{dt}.acceptance must be a non-empty list of probabilities in [0, 1]")
             merged["acceptance"] = [float(p) for p in acc]
         if "draft_step_ms" in params:
-            merged["draft_step_ms"] = _nonneg_number(params["draft_step_ms"], "speculation.%s.draft_step_ms" % dt)
+            merged["draft_step_ms"] = _nonneg_number(params["draft_step_ms"], f"speculation.{dt}.draft_step_ms")
         out[dt] = merged
     return out
 
@@ -306,51 +307,51 @@ def _p(path):
 
 def v_bool(v, path, errs):
     if not isinstance(v, bool):
-        errs.append("%s: expected a bool (true/false), got %s %r" % (_p(path), _typename(v), v))
+        errs.append(f"{_p(path)}: expected a bool (true/false), got {_typename(v)} {v!r}")
 
 
 def v_int(minimum=None):
     def check(v, path, errs):
         if isinstance(v, bool) or not isinstance(v, int):
-            errs.append("%s: expected an integer, got %s %r" % (_p(path), _typename(v), v))
+            errs.append(f"{_p(path)}: expected an integer, got {_typename(v)} {v!r}")
         elif minimum is not None and v < minimum:
-            errs.append("%s: must be >= %d, got %d" % (_p(path), minimum, v))
+            errs.append(f"{_p(path)}: must be >= {minimum:d}, got {v:d}")
     return check
 
 
 def v_float(lo=None, hi=None):
     def check(v, path, errs):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            errs.append("%s: expected a number, got %s %r" % (_p(path), _typename(v), v))
+            errs.append(f"{_p(path)}: expected a number, got {_typename(v)} {v!r}")
         elif not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
-            errs.append("%s: must be in [%s, %s], got %r" % (_p(path), lo, hi, v))
+            errs.append(f"{_p(path)}: must be in [{lo}, {hi}], got {v!r}")
     return check
 
 
 def v_str(v, path, errs):
     if not isinstance(v, str):
-        errs.append("%s: expected a string, got %s %r" % (_p(path), _typename(v), v))
+        errs.append(f"{_p(path)}: expected a string, got {_typename(v)} {v!r}")
 
 
 def v_nonempty_str(v, path, errs):
     if not isinstance(v, str) or not v.strip():
-        errs.append("%s: expected a non-empty string, got %s %r" % (_p(path), _typename(v), v))
+        errs.append(f"{_p(path)}: expected a non-empty string, got {_typename(v)} {v!r}")
 
 
 def v_enum(*choices):
     def check(v, path, errs):
         if not isinstance(v, str) or v not in choices:
-            errs.append("%s: must be one of %s, got %r" % (_p(path), ", ".join(choices), v))
+            errs.append(f"{_p(path)}: must be one of {', '.join(choices)}, got {v!r}")
     return check
 
 
 def v_list(item):
     def check(v, path, errs):
         if not isinstance(v, list):
-            errs.append("%s: expected a list, got %s %r" % (_p(path), _typename(v), v))
+            errs.append(f"{_p(path)}: expected a list, got {_typename(v)} {v!r}")
             return
         for i, x in enumerate(v):
-            item(x, "%s[%d]" % (path, i), errs)
+            item(x, f"{path}[{i:d}]", errs)
     return check
 
 
@@ -368,17 +369,17 @@ def nullable(check):
 def check_mapping(v, path, fields, errs, model_name):
     """Strict model: v must be a mapping whose keys are all in fields."""
     if not isinstance(v, dict):
-        errs.append("%s: expected a mapping (%s), got %s %r" % (_p(path), model_name, _typename(v), v))
+        errs.append(f"{_p(path)}: expected a mapping ({model_name}), got {_typename(v)} {v!r}")
         return False
     for key, value in v.items():
-        sub = "%s.%s" % (path, key) if path else str(key)
+        sub = f"{path}.{key}" if path else str(key)
         if not isinstance(key, str):
-            errs.append("%s: keys must be strings, got %s %r" % (_p(path), _typename(key), key))
+            errs.append(f"{_p(path)}: keys must be strings, got {_typename(key)} {key!r}")
             continue
         if key not in fields:
             hint = difflib.get_close_matches(key, list(fields), n=1)
-            errs.append("%s: unknown key, extra inputs are not permitted (%s)%s"
-                        % (sub, model_name, "; did you mean %r?" % hint[0] if hint else ""))
+            did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
+            errs.append(f"{sub}: unknown key, extra inputs are not permitted ({model_name}){did_you_mean}")
             continue
         fields[key](value, sub, errs)
     return True
@@ -484,54 +485,66 @@ def v_speculative(backend):
     def check(v, path, errs):
         if v is None:
             return
-        if not isinstance(v, dict):
-            errs.append("%s: expected a mapping (speculative config) or null, got %s %r"
-                        % (path, _typename(v), v))
+        refusal = _speculative_type_refusal(v, path, backend)
+        if refusal:
+            errs.append(refusal)
             return
-        dt = v.get("decoding_type")
-        if "decoding_type" not in v:
-            errs.append("%s.decoding_type: field required (one of %s)"
-                        % (path, ", ".join(k for k in SPEC_TYPE_FIELDS if k not in TRT_ONLY_DECODING)))
-            return
-        if not isinstance(dt, str) or dt not in SPEC_TYPE_FIELDS:
-            hint = ""
-            if dt == "Eagle3":
-                hint = " (TensorRT-LLM 1.2.0rc6 does not accept 'Eagle3': use decoding_type: Eagle, which is EAGLE-3 on the pytorch backend)"
-            errs.append("%s.decoding_type: invalid decoding type %r; accepted: %s%s"
-                        % (path, dt, ", ".join(k for k in SPEC_TYPE_FIELDS if k not in TRT_ONLY_DECODING), hint))
-            return
-        if dt in TRT_ONLY_DECODING and backend != "tensorrt":
-            errs.append("%s.decoding_type: %s is only supported by the TensorRT engine backend, not %s"
-                        % (path, dt, backend))
-            return
+        dt = v["decoding_type"]
         fields = dict(SPEC_BASE_FIELDS)
         fields.update(SPEC_TYPE_FIELDS[dt])
         n_before = len(errs)
-        check_mapping(v, path, fields, errs, "%sDecodingConfig" % dt)
-        if len(errs) > n_before:
-            return
-        mdl = v.get("max_draft_len")
-        if dt in ("Eagle", "DraftTarget", "NGram"):
-            if mdl is None:
-                errs.append("%s.max_draft_len: required for decoding_type %s (an integer > 0)" % (path, dt))
-            elif mdl <= 0:
-                errs.append("%s.max_draft_len: must be > 0 for decoding_type %s, got %d" % (path, dt, mdl))
-        elif mdl is not None and mdl <= 0:
-            errs.append("%s.max_draft_len: must be > 0, got %d" % (path, mdl))
-        if dt in ("Eagle", "DraftTarget"):
-            smd = v.get("speculative_model_dir")
-            if smd is None or (isinstance(smd, str) and not smd.strip()):
-                errs.append("%s.speculative_model_dir: required for decoding_type %s (path to the draft checkpoint)"
-                            % (path, dt))
-        if dt == "NGram":
-            m = v.get("max_matching_ngram_size")
-            if m is None:
-                errs.append("%s.max_matching_ngram_size: required for decoding_type NGram (an integer > 0)" % path)
-            elif m <= 0:
-                errs.append("%s.max_matching_ngram_size: must be > 0, got %d" % (path, m))
-        if dt == "MTP" and v.get("num_nextn_predict_layers", 1) <= 0:
-            errs.append("%s.num_nextn_predict_layers: must be > 0, got %d" % (path, v["num_nextn_predict_layers"]))
+        check_mapping(v, path, fields, errs, f"{dt}DecodingConfig")
+        if len(errs) == n_before:
+            _check_max_draft_len(v, path, dt, errs)
+            _check_decoding_type_fields(v, path, dt, errs)
     return check
+
+
+def _speculative_type_refusal(v, path, backend):
+    """Why `v` is not a speculative config of a decoding type `backend` takes (its message), or None."""
+    if not isinstance(v, dict):
+        return f"{path}: expected a mapping (speculative config) or null, got {_typename(v)} {v!r}"
+    accepted = ", ".join(k for k in SPEC_TYPE_FIELDS if k not in TRT_ONLY_DECODING)
+    if "decoding_type" not in v:
+        return f"{path}.decoding_type: field required (one of {accepted})"
+    dt = v["decoding_type"]
+    if not isinstance(dt, str) or dt not in SPEC_TYPE_FIELDS:
+        hint = ""
+        if dt == "Eagle3":
+            hint = (" (TensorRT-LLM 1.2.0rc6 does not accept 'Eagle3': use decoding_type: Eagle, which is EAGLE-3 on "
+                    "the pytorch backend)")
+        return f"{path}.decoding_type: invalid decoding type {dt!r}; accepted: {accepted}{hint}"
+    if dt in TRT_ONLY_DECODING and backend != "tensorrt":
+        return f"{path}.decoding_type: {dt} is only supported by the TensorRT engine backend, not {backend}"
+    return None
+
+
+def _check_max_draft_len(v, path, dt, errs):
+    """max_draft_len of a speculative config whose fields are valid: required and > 0 where the type drafts."""
+    mdl = v.get("max_draft_len")
+    if dt in ("Eagle", "DraftTarget", "NGram"):
+        if mdl is None:
+            errs.append(f"{path}.max_draft_len: required for decoding_type {dt} (an integer > 0)")
+        elif mdl <= 0:
+            errs.append(f"{path}.max_draft_len: must be > 0 for decoding_type {dt}, got {mdl:d}")
+    elif mdl is not None and mdl <= 0:
+        errs.append(f"{path}.max_draft_len: must be > 0, got {mdl:d}")
+
+
+def _check_decoding_type_fields(v, path, dt, errs):
+    """The fields a decoding type requires (a draft checkpoint, a positive n-gram or layer count)."""
+    if dt in ("Eagle", "DraftTarget"):
+        smd = v.get("speculative_model_dir")
+        if smd is None or (isinstance(smd, str) and not smd.strip()):
+            errs.append(f"{path}.speculative_model_dir: required for decoding_type {dt} (path to the draft checkpoint)")
+    if dt == "NGram":
+        m = v.get("max_matching_ngram_size")
+        if m is None:
+            errs.append(f"{path}.max_matching_ngram_size: required for decoding_type NGram (an integer > 0)")
+        elif m <= 0:
+            errs.append(f"{path}.max_matching_ngram_size: must be > 0, got {m:d}")
+    if dt == "MTP" and v.get("num_nextn_predict_layers", 1) <= 0:
+        errs.append(f"{path}.num_nextn_predict_layers: must be > 0, got {v['num_nextn_predict_layers']:d}")
 
 
 BACKENDS = ("pytorch", "tensorrt", "_autodeploy")
@@ -595,11 +608,11 @@ def validate_extra_options(data, cli_backend="pytorch", version=None):
     specfleet serves) is checked against the extracted upstream contract of the stand-in's version
     (tests/contract/trtllm_llm_args.json); the other backends keep the stand-in's own older table below."""
     if not isinstance(data, dict):
-        return ["<top level>: the extra_llm_api_options YAML must be a mapping, got %s" % _typename(data)]
+        return [f"<top level>: the extra_llm_api_options YAML must be a mapping, got {_typename(data)}"]
     backend = data.get("backend", cli_backend)
     backend = cli_backend if backend is None else backend
     if backend not in BACKENDS:
-        return ["backend: must be one of %s, got %r" % (", ".join(BACKENDS), backend)]
+        return [f"backend: must be one of {', '.join(BACKENDS)}, got {backend!r}"]
     if backend == "pytorch":
         return trtllm_contract.errors({k: v for k, v in data.items() if k != "backend"}, contract_version(version))
     errs = []
@@ -617,8 +630,8 @@ def contract_version(version=None):
     """The version whose contract the stand-in enforces: its behaviour config's, which the table must have."""
     version = version or read_behaviour(strict=False)[0]["version"]
     if version not in trtllm_contract.versions():
-        raise StartupError("stand-in version %s is not in the contract table (%s)"
-                           % (version, ", ".join(trtllm_contract.versions())))
+        raise StartupError(f"stand-in version {version} is not in the contract table "
+                           f"({', '.join(trtllm_contract.versions())})")
     return version
 
 
@@ -629,16 +642,17 @@ def load_extra_options(path, cli_backend, version=None):
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        raise StartupError("cannot read --extra_llm_api_options %s: %s" % (path, exc))
+        raise StartupError(f"cannot read --extra_llm_api_options {path}: {exc}") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise StartupError("--extra_llm_api_options %s is not valid YAML: %s"
-                           % (path, str(exc).replace("\n", " ")))
+        one_line = str(exc).replace("\n", " ")
+        raise StartupError(f"--extra_llm_api_options {path} is not valid YAML: {one_line}") from exc
     errs = validate_extra_options(data, cli_backend, version)
     if errs:
-        raise StartupError("invalid --extra_llm_api_options %s: %d validation error%s: %s"
-                           % (path, len(errs), "" if len(errs) == 1 else "s", "; ".join(errs)))
+        plural = "" if len(errs) == 1 else "s"
+        raise StartupError(f"invalid --extra_llm_api_options {path}: {len(errs):d} validation error{plural}: "
+                           f"{'; '.join(errs)}")
     return data
 
 
@@ -695,9 +709,9 @@ def check_snapshot(snap, what):
     """Return a list of problems with a model directory (empty = ok)."""
     problems = []
     if not os.path.isdir(snap):
-        return ["%s: directory %s does not exist" % (what, snap)]
+        return [f"{what}: directory {snap} does not exist"]
     if not os.path.isfile(os.path.join(snap, "config.json")):
-        problems.append("%s: %s has no config.json" % (what, snap))
+        problems.append(f"{what}: {snap} has no config.json")
     index = os.path.join(snap, "model.safetensors.index.json")
     if os.path.exists(index):
         try:
@@ -705,16 +719,15 @@ def check_snapshot(snap, what):
                 weight_map = json.load(fh)["weight_map"]
             shards = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            return problems + ["%s: cannot parse %s: %s" % (what, index, exc)]
+            return problems + [f"{what}: cannot parse {index}: {exc}"]
         missing = [s for s in shards if not os.path.isfile(os.path.join(snap, s))]
         if missing:
-            problems.append("%s: %d of %d weight files named by model.safetensors.index.json are missing "
-                            "(or dangling symlinks) in %s: %s" % (what, len(missing), len(shards), snap,
-                                                                  ", ".join(missing[:5])
-                                                                  + (" ..." if len(missing) > 5 else "")))
+            named = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+            problems.append(f"{what}: {len(missing):d} of {len(shards):d} weight files named by "
+                            f"model.safetensors.index.json are missing (or dangling symlinks) in {snap}: {named}")
     elif not any(n.endswith(".safetensors") and os.path.isfile(os.path.join(snap, n))
                  for n in os.listdir(snap)):
-        problems.append("%s: no *.safetensors weight file in %s" % (what, snap))
+        problems.append(f"{what}: no *.safetensors weight file in {snap}")
     return problems
 
 
@@ -731,23 +744,21 @@ def resolve_hf_model(repo_id, revision, what):
             with open(ref, encoding="utf-8") as fh:
                 commit = fh.read().strip()
         except OSError:
-            return None, ["%s: %s (revision %s) is not in the Hugging Face cache %s (no %s)"
-                          % (what, repo_id, rev, hub, ref)]
+            return None, [f"{what}: {repo_id} (revision {rev}) is not in the Hugging Face cache {hub} (no {ref})"]
         if not commit:
-            return None, ["%s: %s is empty" % (what, ref)]
+            return None, [f"{what}: {ref} is empty"]
     snap = os.path.join(repo_dir, "snapshots", commit)
     if not os.path.isdir(snap):
-        return None, ["%s: %s refs/%s -> %s but snapshot %s does not exist"
-                      % (what, repo_id, rev, commit, snap)]
+        return None, [f"{what}: {repo_id} refs/{rev} -> {commit} but snapshot {snap} does not exist"]
     return snap, check_snapshot(snap, what)
 
 
 def offline_or_download_error(repo_id, problems):
     detail = "; ".join(problems)
     if hf_offline():
-        return ("%s; HF_HUB_OFFLINE=1 so the server uses only the local cache and cannot fetch it" % detail)
-    return ("%s; HF_HUB_OFFLINE is not 1, so the real server would now try to download %s from "
-            "huggingface.co -- the stand-in has no network and refuses instead" % (detail, repo_id))
+        return f"{detail}; HF_HUB_OFFLINE=1 so the server uses only the local cache and cannot fetch it"
+    return (f"{detail}; HF_HUB_OFFLINE is not 1, so the real server would now try to download {repo_id} from "
+            "huggingface.co -- the stand-in has no network and refuses instead")
 
 
 def check_model(model, revision):
@@ -755,20 +766,19 @@ def check_model(model, revision):
     if is_local_path(model):
         path = os.path.abspath(os.path.expanduser(model))
         if not os.path.isdir(path):
-            raise StartupError("MODEL %s: local checkpoint directory does not exist" % model)
+            raise StartupError(f"MODEL {model}: local checkpoint directory does not exist")
         if not os.path.isfile(os.path.join(path, "config.json")):
-            raise StartupError("MODEL %s: local checkpoint directory has no config.json" % model)
+            raise StartupError(f"MODEL {model}: local checkpoint directory has no config.json")
         if not any(n.endswith((".safetensors", ".engine", ".bin")) for n in os.listdir(path)):
-            log("WARNING: local checkpoint %s holds no *.safetensors / *.engine files" % path, "W")
-        log("model: local checkpoint directory %s" % path)
+            log(f"WARNING: local checkpoint {path} holds no *.safetensors / *.engine files", "W")
+        log(f"model: local checkpoint directory {path}")
         return os.path.basename(path.rstrip("/")) or path, path
     if not HF_ID_RE.match(model):
-        raise StartupError("MODEL %r is neither an existing local directory nor a valid Hugging Face repo id"
-                           % model)
+        raise StartupError(f"MODEL {model!r} is neither an existing local directory nor a valid Hugging Face repo id")
     snap, problems = resolve_hf_model(model, revision, "MODEL " + model)
     if problems:
         raise StartupError(offline_or_download_error(model, problems))
-    log("model: %s resolved in the HF cache -> %s" % (model, snap))
+    log(f"model: {model} resolved in the HF cache -> {snap}")
     return model, snap
 
 
@@ -780,22 +790,22 @@ def check_draft(spec):
         return None
     key = next((k for k in trtllm_contract.draft_keys(contract_version()) if spec.get(k)), None)
     if key is None:
-        raise StartupError("speculative_config: no draft checkpoint dir for decoding_type %s" % dt)
+        raise StartupError(f"speculative_config: no draft checkpoint dir for decoding_type {dt}")
     smd = spec[key]
     what = "speculative_config." + key
     if os.path.isdir(smd) or smd.startswith(("/", ".", "~")) or not HF_ID_RE.match(smd):
         path = os.path.abspath(os.path.expanduser(smd))
         if not os.path.isdir(path):
-            raise StartupError("%s %s (draft model for %s): directory does not exist "
-                               "(is it mounted into the container?)" % (what, smd, dt))
+            raise StartupError(f"{what} {smd} (draft model for {dt}): directory does not exist "
+                               "(is it mounted into the container?)")
         if not os.path.isfile(os.path.join(path, "config.json")):
-            raise StartupError("%s %s (draft model for %s): no config.json in it" % (what, smd, dt))
-        log("draft model (%s): local directory %s" % (dt, path))
+            raise StartupError(f"{what} {smd} (draft model for {dt}): no config.json in it")
+        log(f"draft model ({dt}): local directory {path}")
         return path
     snap, problems = resolve_hf_model(smd, None, what + " " + smd)
     if problems:
         raise StartupError(offline_or_download_error(smd, problems))
-    log("draft model (%s): %s resolved in the HF cache -> %s" % (dt, smd, snap))
+    log(f"draft model ({dt}): {smd} resolved in the HF cache -> {snap}")
     return snap
 
 
@@ -810,7 +820,7 @@ def tiktoken_problem(verify_hash=False):
         return "TIKTOKEN_ENCODINGS_BASE is not set (the Harmony adapter would try to download o200k_base)"
     missing = [n for n in TIKTOKEN_SHA256 if not os.path.isfile(os.path.join(base, n))]
     if missing:
-        return "TIKTOKEN_ENCODINGS_BASE=%s lacks %s" % (base, ", ".join(missing))
+        return f"TIKTOKEN_ENCODINGS_BASE={base} lacks {', '.join(missing)}"
     if verify_hash:
         for name, want in TIKTOKEN_SHA256.items():
             h = hashlib.sha256()
@@ -818,19 +828,20 @@ def tiktoken_problem(verify_hash=False):
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)
             if h.hexdigest() != want:
-                msg = "%s/%s has SHA-256 %s, expected %s" % (base, name, h.hexdigest(), want)
+                msg = f"{base}/{name} has SHA-256 {h.hexdigest()}, expected {want}"
                 if os.environ.get("TRTLLM_STANDIN_STRICT_TIKTOKEN") == "1":
                     return msg
-                log("WARNING: %s (the real Harmony loader would reject it; "
-                    "set TRTLLM_STANDIN_STRICT_TIKTOKEN=1 to make the stand-in refuse too)" % msg, "W")
+                log(f"WARNING: {msg} (the real Harmony loader would reject it; "
+                    "set TRTLLM_STANDIN_STRICT_TIKTOKEN=1 to make the stand-in refuse too)", "W")
     return None
 
 
 # --------------------------------------------------------------------------
 # 4. HTTP serving
 # --------------------------------------------------------------------------
-FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike "
-          "november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+FILLER = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett", "kilo",
+          "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor",
+          "whiskey", "xray", "yankee", "zulu"]
 NATURAL_TOKENS = 32  # the stand-in "model" stops by itself after this many tokens
 
 
@@ -845,7 +856,7 @@ def mpi_ranks():
     under trtllm-llmapi-launch (which starts trtllm-serve without the MPI environment), else this process's MPI world,
     1 without mpirun."""
     if os.environ.get("TLLM_SPAWN_PROXY_PROCESS") == "1":
-        return int(os.environ.get("tllm_mpi_size") or 1)
+        return int(os.environ.get("tllm_mpi_size") or 1)  # noqa: SIM112 -- upstream's name, lower case
     return int(os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
 
 
@@ -855,7 +866,7 @@ def check_world(world):
     read here; the stand-in takes the stricter reading, one GPU per rank, so `--tp_size 2` with one rank is refused
     before anything loads (a guess, labelled)."""
     if world > mpi_ranks() * GPUS_PER_NODE:
-        raise StartupError("RuntimeError: Only %d GPUs are available, but %d are required." % (GPUS_PER_NODE, world))
+        raise StartupError(f"RuntimeError: Only {GPUS_PER_NODE:d} GPUs are available, but {world:d} are required.")
 
 
 def join_mpi_world(world):
@@ -869,30 +880,30 @@ def join_mpi_world(world):
         from tensorrt_llm.llmapi import mpi_session
     addr = os.environ.get("TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR")
     if os.environ.get("TLLM_SPAWN_PROXY_PROCESS") != "1" or not addr:
-        raise StartupError("tp_size x pp_size = %d needs the MPI session of trtllm-llmapi-launch (run as `mpirun "
-                           "-np %d ... trtllm-llmapi-launch trtllm-serve ...`)" % (world, world))
-    log("waiting for the MPI world of %d ranks at %s" % (world, addr))
+        raise StartupError(f"tp_size x pp_size = {world:d} needs the MPI session of trtllm-llmapi-launch (run as "
+                           f"`mpirun -np {world:d} ... trtllm-llmapi-launch trtllm-serve ...`)")
+    log(f"waiting for the MPI world of {world:d} ranks at {addr}")
     waited = 0.0
     while True:
         try:
             session = mpi_session.RemoteMpiCommSessionClient()
             break
         except mpi_session.SessionRefused as exc:
-            raise StartupError(str(exc))
+            raise StartupError(str(exc)) from exc
         except OSError:
             if wait_or_stop(0.5):
                 return None
             waited += 0.5
             if waited % 10 == 0:
-                log("still waiting for the MPI world (%.0f s)" % waited)
+                log(f"still waiting for the MPI world ({waited:.0f} s)")
     if session.world["world_size"] != world:  # the stand-in's own refusal (MpiCommSession's words): a guess
-        raise StartupError("ValueError: n_workers must be equal to the number of processes in MPI, got %d vs %d"
-                           % (world, session.world["world_size"]))
-    log("MPI world: %d ranks on %s" % (world, ", ".join(session.world["hosts"])))
+        raise StartupError("ValueError: n_workers must be equal to the number of processes in MPI, "
+                           f"got {world:d} vs {session.world['world_size']:d}")
+    log(f"MPI world: {world:d} ranks on {', '.join(session.world['hosts'])}")
 
     def watch():
         session.closed()
-        log("ERROR: the MPI session at %s closed: a rank of the world is gone; exiting" % addr, "E")
+        log(f"ERROR: the MPI session at {addr} closed: a rank of the world is gone; exiting", "E")
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -936,12 +947,12 @@ class ServerState:
 
     def describe(self):
         if not self.draft_len:
-            return "no speculation: target_step_ms=%s prefill_ms_per_token=%s" % (
-                self.target_step_ms, self.prefill_ms_per_token)
-        return ("SYNTHETIC %s speculation: k=%d acceptance=%s draft_step_ms=%s target_step_ms=%s "
-                "prefill_ms_per_token=%s expected acceptance length %.3f"
-                % (self.spec_type, self.draft_len, self.acceptance, self.draft_step_ms, self.target_step_ms,
-                   self.prefill_ms_per_token, expected_acceptance_length(self.acceptance, self.draft_len)))
+            return (f"no speculation: target_step_ms={self.target_step_ms} "
+                    f"prefill_ms_per_token={self.prefill_ms_per_token}")
+        expected = expected_acceptance_length(self.acceptance, self.draft_len)
+        return (f"SYNTHETIC {self.spec_type} speculation: k={self.draft_len:d} acceptance={self.acceptance} "
+                f"draft_step_ms={self.draft_step_ms} target_step_ms={self.target_step_ms} "
+                f"prefill_ms_per_token={self.prefill_ms_per_token} expected acceptance length {expected:.3f}")
 
     def p_accept(self, position):
         """Acceptance probability of draft position `position` (0-based); the last value repeats."""
@@ -1017,8 +1028,8 @@ def _plan_text(state, prompt_text, max_tokens, ignore_eos):
     finish = "length" if n == max_tokens else "stop"
     digest = hashlib.sha256(prompt_text.encode("utf-8", "replace")).digest()
     words = [FILLER[(digest[i % len(digest)] + i) % len(FILLER)] for i in range(n)]
-    header = (" [trtllm-serve STAND-IN %s, not TensorRT-LLM; model %s; max_tokens=%d honoured; "
-              "%d tokens] " % (state.behaviour["version"], state.served_id, max_tokens, n))
+    header = (f" [trtllm-serve STAND-IN {state.behaviour['version']}, not TensorRT-LLM; model {state.served_id}; "
+              f"max_tokens={max_tokens:d} honoured; {n:d} tokens] ")
     return header, words, finish
 
 
@@ -1030,9 +1041,9 @@ def simulate(state, prompt_text, prompt_tokens, max_tokens, ignore_eos=False, ch
     if state.behaviour["mode"] == "empty":
         return 0, "stop"
     if state.behaviour["mode"] == "oom_request" and prompt_tokens > OOM_PROMPT_TOKENS:
-        exhaust_memory("on a request (a %d-token prompt)" % prompt_tokens)
+        exhaust_memory(f"on a request (a {prompt_tokens:d}-token prompt)")
     header, words, finish = _plan_text(state, prompt_text, max_tokens, ignore_eos)
-    rng = random.Random("%s|%s|%d|%d" % (state.behaviour.get("seed", 0), prompt_text, max_tokens, choice))
+    rng = random.Random(f"{state.behaviour.get('seed', 0)}|{prompt_text}|{max_tokens:d}|{choice:d}")
     with state.lock:
         state.queued += 1
     state.slots.acquire()
@@ -1093,9 +1104,9 @@ def _opt_int(body, key, default, minimum):
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest("'%s' must be an integer, got %r" % (key, v))
+        raise BadRequest(f"'{key}' must be an integer, got {v!r}")
     if v < minimum:
-        raise BadRequest("'%s' must be >= %d, got %d" % (key, minimum, v))
+        raise BadRequest(f"'{key}' must be >= {minimum:d}, got {v:d}")
     return v
 
 
@@ -1104,17 +1115,17 @@ def _opt_bool(body, key):
     if v is None:
         return False
     if not isinstance(v, bool):
-        raise BadRequest("'%s' must be a boolean, got %r" % (key, v))
+        raise BadRequest(f"'{key}' must be a boolean, got {v!r}")
     return v
 
 
 def _check_sampling(body):
     t = body.get("temperature")
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0):
-        raise BadRequest("'temperature' must be a number >= 0, got %r" % (t,))
+        raise BadRequest(f"'temperature' must be a number >= 0, got {t!r}")
     p = body.get("top_p")
     if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
-        raise BadRequest("'top_p' must be in (0, 1], got %r" % (p,))
+        raise BadRequest(f"'top_p' must be in (0, 1], got {p!r}")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -1125,7 +1136,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # one uvicorn-like line per request
     def log_request(self, code="-", size="-"):
         code = getattr(code, "value", code)
-        log('%s:%s - "%s" %s' % (self.client_address[0], self.client_address[1], self.requestline, code))
+        log(f'{self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {code}')
 
     def log_message(self, fmt, *args):
         log("http: " + (fmt % args), "D")
@@ -1134,8 +1145,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         ok = http.server.BaseHTTPRequestHandler.parse_request(self)
         seen = sorted({name.lower() for name in self.headers if CREDENTIAL_HEADER.search(name)}) if ok else []
         if seen:  # names only: a value is a secret, and this is the journal
-            log("%s: %s (values not logged) on %s %s" % (CREDENTIALS_SEEN, ", ".join(seen), self.command,
-                                                         self.path.split("?", 1)[0]), "W")
+            log(f"{CREDENTIALS_SEEN}: {', '.join(seen)} (values not logged) on {self.command} "
+                f"{self.path.split('?', 1)[0]}", "W")
         return ok
 
     def _send(self, status, payload, content_type="application/json"):
@@ -1163,7 +1174,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, {"object": "list", "data": [
                 {"id": st.served_id, "object": "model", "created": st.created, "owned_by": "tensorrt_llm"}]})
         elif path == "/version":
-            self._send(200, {"version": "%s-standin" % st.behaviour["version"]})
+            self._send(200, {"version": f"{st.behaviour['version']}-standin"})
         elif path == "/metrics":
             self._send(200, st.drain())
         elif path in ("/v1/completions", "/v1/chat/completions"):
@@ -1184,7 +1195,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            raise BadRequest("request body is not valid JSON: %s" % exc)
+            raise BadRequest(f"request body is not valid JSON: {exc}") from exc
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         return body
@@ -1193,7 +1204,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         st = self.state
         m = body.get("model")
         if m is not None and m not in (st.served_id, st.model_arg):
-            raise BadRequest("The model `%s` does not exist. This server serves `%s`." % (m, st.served_id))
+            raise BadRequest(f"The model `{m}` does not exist. This server serves `{st.served_id}`.")
 
     def do_POST(self):
         raw = self._read_body()
@@ -1224,7 +1235,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _event(self, chunk):
-        self.wfile.write(("data: %s\n\n" % json.dumps(chunk)).encode("utf-8"))
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         self.wfile.flush()
 
     def _stream_end(self):
@@ -1246,7 +1257,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         max_tokens = _opt_int(body, "max_tokens", 16, 1)
         n = _opt_int(body, "n", 1, 1)
         ignore_eos = _opt_bool(body, "ignore_eos")
-        rid, created = "cmpl-%s" % uuid.uuid4().hex, int(time.time())
+        rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         jobs = [(p, count_prompt_tokens(p), i) for p in prompts for i in range(n)]
         ptoks = sum(count_prompt_tokens(p) for p in prompts)
         if body.get("stream"):
@@ -1288,17 +1299,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise BadRequest("'messages' must be a non-empty list")
         for i, m in enumerate(msgs):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
-                raise BadRequest("messages[%d] must be an object with 'role' and 'content'" % i)
+                raise BadRequest(f"messages[{i:d}] must be an object with 'role' and 'content'")
         if st.gpt_oss:
             problem = tiktoken_problem()
             if problem:
-                raise BadRequest("%s (%s)" % (HARMONY_ERROR, problem))
+                raise BadRequest(f"{HARMONY_ERROR} ({problem})")
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         max_tokens = _opt_int({"max_tokens": max_tokens}, "max_tokens", 256, 1)
         ignore_eos = _opt_bool(body, "ignore_eos")
         ptok = sum(count_prompt_tokens(m.get("content") if isinstance(m.get("content"), str) else "x")
                    for m in msgs)
-        rid, created = "chatcmpl-%s" % uuid.uuid4().hex, int(time.time())
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.get("stream"):
             base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": st.served_id}
             self._stream_start()
@@ -1344,7 +1355,7 @@ def make_server(host, port):
     try:
         infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise StartupError("cannot resolve --host %s: %s" % (host, exc))
+        raise StartupError(f"cannot resolve --host {host}: {exc}") from exc
     sockaddr = infos[0][4]
 
     class Server(StandinHTTPServer):
@@ -1355,7 +1366,7 @@ def make_server(host, port):
         srv.server_bind()
     except OSError as exc:
         srv.server_close()
-        raise StartupError("cannot bind %s:%s: %s (is port %s already in use?)" % (host, port, exc, port))
+        raise StartupError(f"cannot bind {host}:{port}: {exc} (is port {port} already in use?)") from exc
     return srv
 
 
@@ -1368,8 +1379,8 @@ class VersionAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         cfg, _, _ = read_behaviour(strict=False)
-        print("trtllm-serve, version %s-standin (STAND-IN for TensorRT-LLM %s, NOT TensorRT-LLM)"
-              % (cfg["version"], cfg["version"]))
+        version = cfg["version"]
+        print(f"trtllm-serve, version {version}-standin (STAND-IN for TensorRT-LLM {version}, NOT TensorRT-LLM)")
         parser.exit(0)
 
 
@@ -1412,7 +1423,7 @@ def parse_args(argv):
     if args.max_seq_len is not None and args.max_seq_len < 1:
         bad.append(("max_seq_len", args.max_seq_len))
     if bad:
-        build_parser().error("; ".join("--%s must be >= 1, got %d" % b for b in bad))
+        build_parser().error("; ".join(f"--{name} must be >= 1, got {value:d}" for name, value in bad))
     if not 0 <= args.port <= 65535:
         build_parser().error("--port must be in 0..65535")
     return args
@@ -1435,7 +1446,7 @@ def wait_or_stop(seconds):
     deadline = time.monotonic() + seconds
     while True:
         if _stop_signal:
-            log("received %s, shutting down" % signal.Signals(_stop_signal[0]).name)
+            log(f"received {signal.Signals(_stop_signal[0]).name}, shutting down")
             return True
         left = deadline - time.monotonic()
         if left <= 0:
@@ -1452,82 +1463,109 @@ def main(argv=None):
     signal.signal(signal.SIGINT, _on_signal)
 
     try:
-        # 1. behaviour config
-        behaviour, cfg_path, found = read_behaviour()
-        log("trtllm-serve STAND-IN %s-standin starting -- this is NOT TensorRT-LLM (specfleet CI stand-in, "
-            "no GPU, fake outputs)" % behaviour["version"])
-        log("argv: %s" % " ".join(sys.argv if argv is None else ["trtllm-serve"] + list(argv)))
-        log("step 1/4: behaviour config %s %s: mode=%s load_delay_s=%s version=%s"
-            % (cfg_path, "read" if found else "absent (defaults)", behaviour["mode"],
-               behaviour["load_delay_s"], behaviour["version"]))
-        for k in behaviour.pop("_unknown_keys", []):
-            log("WARNING: ignoring unknown key %r in %s" % (k, cfg_path), "W")
-        flags = trtllm_contract.serve_flags(contract_version(behaviour["version"]))
-        for flag in args.yaml_flags:  # click's answer to an option the version's serve does not have
-            if flag not in flags:
-                raise StartupError("no such option: %s (trtllm-serve %s takes %s for the YAML)"
-                                   % (flag, behaviour["version"], ", ".join(flags)))
-
-        # 2. extra_llm_api_options
-        extra = {}
-        if args.extra_llm_api_options:
-            extra = load_extra_options(args.extra_llm_api_options, args.backend, behaviour["version"])
-            log("step 2/4: extra_llm_api_options %s is valid (%d top-level keys: %s)"
-                % (args.extra_llm_api_options, len(extra), ", ".join(sorted(extra)) or "-"))
-        else:
-            log("step 2/4: no --extra_llm_api_options")
-        eff = effective_settings(args, extra)
-        frac = eff["kv_cache_config"]["free_gpu_memory_fraction"]
-        if not 0.0 <= frac <= 1.0:
-            raise StartupError("kv_cache_config.free_gpu_memory_fraction must be in [0, 1], got %r "
-                               "(from --kv_cache_free_gpu_memory_fraction)" % frac)
-        spec = eff.get("speculative_config") or None
-        log("effective settings (YAML overrides CLI): backend=%s tp=%s pp=%s max_batch_size=%s "
-            "max_num_tokens=%s max_seq_len=%s kv_cache_config=%s speculative=%s"
-            % (eff["backend"], eff["tensor_parallel_size"], eff["pipeline_parallel_size"],
-               eff["max_batch_size"], eff["max_num_tokens"], eff["max_seq_len"],
-               json.dumps(eff["kv_cache_config"], sort_keys=True),
-               json.dumps(spec, sort_keys=True) if spec else "none"))
-        if args.kv_cache_free_gpu_memory_fraction != 0.9 and "kv_cache_config" in extra \
-                and "free_gpu_memory_fraction" not in (extra["kv_cache_config"] or {}):
-            log("WARNING: the YAML kv_cache_config block replaces the CLI one: "
-                "--kv_cache_free_gpu_memory_fraction %s is ignored, fraction = 0.9"
-                % args.kv_cache_free_gpu_memory_fraction, "W")
-        if spec and not eff.get("disable_overlap_scheduler", False):  # 1.2 and 1.3 names alike
-            if spec["decoding_type"] in ("DraftTarget", "Draft_Target", "NGram", "UserProvided", "User_Provided") or \
-                    (spec["decoding_type"] in ("Eagle", "Eagle3") and spec.get("eagle3_one_model") is False):
-                log("WARNING: overlap scheduler is not supported with %s speculative decoding; disabling it"
-                    % spec["decoding_type"], "W")
-
-        # 3. mounts
-        log("step 3/4: checking model, draft model and encodings (HF cache %s, HF_HUB_OFFLINE=%s)"
-            % (hf_hub_cache(), os.environ.get("HF_HUB_OFFLINE", "")))
-        served_id, _model_path = check_model(args.model, eff.get("revision"))
-        check_draft(spec)
-        gpt_oss = is_gpt_oss(args.model)
-        if gpt_oss:
-            problem = tiktoken_problem(verify_hash=True)
-            if problem:
-                raise StartupError("%s (%s)" % (HARMONY_ERROR, problem))
-            log("gpt-oss: Harmony encodings found in %s" % os.environ["TIKTOKEN_ENCODINGS_BASE"])
-
-        # 4. crash / load / serve
-        if behaviour["mode"] == "crash":
-            raise StartupError("stand-in mode 'crash': simulating a failure while loading the model "
-                               "(e.g. CUDA out of memory)")
-        world = eff["tensor_parallel_size"] * eff["pipeline_parallel_size"]
-        check_world(world)
-        srv = make_server(args.host, args.port)
-        if world > 1 and join_mpi_world(world) is None:
-            srv.server_close()
-            log("stopped while waiting for the MPI world")
+        behaviour = _read_behaviour_step(args, argv)
+        eff = _options_step(args, behaviour)
+        served_id, gpt_oss = _mounts_step(args, eff)
+        srv = _bind_step(args, behaviour, eff)
+        if srv is None:
             return 0
     except StartupError as exc:
         die(str(exc))
+    return _load_and_serve(srv, args, behaviour, eff, served_id, gpt_oss)
 
+
+def _read_behaviour_step(args, argv):
+    """Step 1: the behaviour config, logged; the YAML flag must be one the version's serve takes."""
+    behaviour, cfg_path, found = read_behaviour()
+    log(f"trtllm-serve STAND-IN {behaviour['version']}-standin starting -- this is NOT TensorRT-LLM (specfleet CI "
+        "stand-in, no GPU, fake outputs)")
+    log(f"argv: {' '.join(sys.argv if argv is None else ['trtllm-serve'] + list(argv))}")
+    log(f"step 1/4: behaviour config {cfg_path} {'read' if found else 'absent (defaults)'}: "
+        f"mode={behaviour['mode']} load_delay_s={behaviour['load_delay_s']} version={behaviour['version']}")
+    for k in behaviour.pop("_unknown_keys", []):
+        log(f"WARNING: ignoring unknown key {k!r} in {cfg_path}", "W")
+    flags = trtllm_contract.serve_flags(contract_version(behaviour["version"]))
+    for flag in args.yaml_flags:  # click's answer to an option the version's serve does not have
+        if flag not in flags:
+            raise StartupError(f"no such option: {flag} (trtllm-serve {behaviour['version']} takes "
+                               f"{', '.join(flags)} for the YAML)")
+    return behaviour
+
+
+def _options_step(args, behaviour):
+    """Step 2: extra_llm_api_options, checked; the effective settings (logged, with upstream's warnings)."""
+    extra = {}
+    if args.extra_llm_api_options:
+        extra = load_extra_options(args.extra_llm_api_options, args.backend, behaviour["version"])
+        log(f"step 2/4: extra_llm_api_options {args.extra_llm_api_options} is valid ({len(extra):d} top-level keys: "
+            f"{', '.join(sorted(extra)) or '-'})")
+    else:
+        log("step 2/4: no --extra_llm_api_options")
+    eff = effective_settings(args, extra)
+    frac = eff["kv_cache_config"]["free_gpu_memory_fraction"]
+    if not 0.0 <= frac <= 1.0:
+        raise StartupError(f"kv_cache_config.free_gpu_memory_fraction must be in [0, 1], got {frac!r} "
+                           "(from --kv_cache_free_gpu_memory_fraction)")
+    spec = eff.get("speculative_config") or None
+    log(f"effective settings (YAML overrides CLI): backend={eff['backend']} tp={eff['tensor_parallel_size']} "
+        f"pp={eff['pipeline_parallel_size']} max_batch_size={eff['max_batch_size']} "
+        f"max_num_tokens={eff['max_num_tokens']} max_seq_len={eff['max_seq_len']} "
+        f"kv_cache_config={json.dumps(eff['kv_cache_config'], sort_keys=True)} "
+        f"speculative={json.dumps(spec, sort_keys=True) if spec else 'none'}")
+    if args.kv_cache_free_gpu_memory_fraction != 0.9 and "kv_cache_config" in extra \
+            and "free_gpu_memory_fraction" not in (extra["kv_cache_config"] or {}):
+        log("WARNING: the YAML kv_cache_config block replaces the CLI one: "
+            f"--kv_cache_free_gpu_memory_fraction {args.kv_cache_free_gpu_memory_fraction} is ignored, "
+            "fraction = 0.9", "W")
+    if spec and not eff.get("disable_overlap_scheduler", False) and _overlap_unsupported(spec):
+        log(f"WARNING: overlap scheduler is not supported with {spec['decoding_type']} speculative decoding; "
+            "disabling it", "W")
+    return eff
+
+
+def _overlap_unsupported(spec):
+    """Whether the overlap scheduler cannot run with this speculative config (1.2 and 1.3 names alike)."""
+    dt = spec["decoding_type"]
+    return dt in ("DraftTarget", "Draft_Target", "NGram", "UserProvided", "User_Provided") or \
+        (dt in ("Eagle", "Eagle3") and spec.get("eagle3_one_model") is False)
+
+
+def _mounts_step(args, eff):
+    """Step 3: the model, the draft model and (for gpt-oss) the encodings. Returns (served_id, gpt_oss)."""
+    log(f"step 3/4: checking model, draft model and encodings (HF cache {hf_hub_cache()}, "
+        f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')})")
+    served_id, _model_path = check_model(args.model, eff.get("revision"))
+    check_draft(eff.get("speculative_config") or None)
+    gpt_oss = is_gpt_oss(args.model)
+    if gpt_oss:
+        problem = tiktoken_problem(verify_hash=True)
+        if problem:
+            raise StartupError(f"{HARMONY_ERROR} ({problem})")
+        log(f"gpt-oss: Harmony encodings found in {os.environ['TIKTOKEN_ENCODINGS_BASE']}")
+    return served_id, gpt_oss
+
+
+def _bind_step(args, behaviour, eff):
+    """Step 4, up to the load: crash mode, the GPUs for the world, the port bound, the MPI world joined.
+    The bound server, or None when stopped while waiting for the MPI world."""
+    if behaviour["mode"] == "crash":
+        raise StartupError("stand-in mode 'crash': simulating a failure while loading the model "
+                           "(e.g. CUDA out of memory)")
+    world = eff["tensor_parallel_size"] * eff["pipeline_parallel_size"]
+    check_world(world)
+    srv = make_server(args.host, args.port)
+    if world > 1 and join_mpi_world(world) is None:
+        srv.server_close()
+        log("stopped while waiting for the MPI world")
+        return None
+    return srv
+
+
+def _load_and_serve(srv, args, behaviour, eff, served_id, gpt_oss):
+    """Step 4: "load" the model (connections refused meanwhile), then serve until a stop signal."""
     bound = srv.server_address
-    log("step 4/4: port %s:%s bound (not listening yet); loading model for %.1f s "
-        "(connections are refused meanwhile)" % (bound[0], bound[1], behaviour["load_delay_s"]))
+    log(f"step 4/4: port {bound[0]}:{bound[1]} bound (not listening yet); loading model for "
+        f"{behaviour['load_delay_s']:.1f} s (connections are refused meanwhile)")
     if behaviour["mode"] == "oom_load":
         exhaust_memory("while loading")
     if wait_or_stop(behaviour["load_delay_s"]):
@@ -1536,12 +1574,12 @@ def main(argv=None):
         return 0
     hold_device_memory()  # an fd, open until the process ends
     Handler.state = ServerState(behaviour, served_id, args.model, eff, gpt_oss)
-    log("performance model (SYNTHETIC, sleeps the modelled time): %s; iteration stats at /metrics: %s"
-        % (Handler.state.describe(), "on" if eff.get("enable_iter_perf_stats") else "off "
-           "(enable_iter_perf_stats is not true)"))
+    stats = "on" if eff.get("enable_iter_perf_stats") else "off (enable_iter_perf_stats is not true)"
+    log(f"performance model (SYNTHETIC, sleeps the modelled time): {Handler.state.describe()}; "
+        f"iteration stats at /metrics: {stats}")
     srv.server_activate()
-    log("model loaded; serving %s on http://%s:%s (mode %s) -- Uvicorn-like STAND-IN server listening"
-        % (served_id, args.host, bound[1], behaviour["mode"]))
+    log(f"model loaded; serving {served_id} on http://{args.host}:{bound[1]} (mode {behaviour['mode']}) -- "
+        "Uvicorn-like STAND-IN server listening")
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     t.start()
     while not wait_or_stop(3600):

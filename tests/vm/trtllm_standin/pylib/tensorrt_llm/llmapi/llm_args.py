@@ -33,8 +33,8 @@ def _standin():
             module = importlib.util.module_from_spec(spec)
             loader.exec_module(module)
             return module
-    raise ImportError("STAND-IN tensorrt_llm: the stand-in trtllm-serve script is not found (%s)"
-                      % ", ".join(p for p in _CANDIDATES if p))
+    raise ImportError("STAND-IN tensorrt_llm: the stand-in trtllm-serve script is not found "
+                      f"({', '.join(p for p in _CANDIDATES if p)})")
 
 
 _serve = _standin()
@@ -43,7 +43,7 @@ _serve = _standin()
 def update_llm_args_with_extra_dict(llm_args, llm_args_dict, extra_llm_api_options=None):
     """STAND-IN: trtllm-serve's args with the extra_llm_api_options YAML dict merged over them."""
     if not isinstance(llm_args_dict, dict):
-        raise ValueError("extra_llm_api_options: the YAML must be a mapping, got %s" % _serve._typename(llm_args_dict))
+        raise ValueError(f"extra_llm_api_options: the YAML must be a mapping, got {_serve._typename(llm_args_dict)}")
     return dict(llm_args) | dict(llm_args_dict)
 
 
@@ -56,6 +56,6 @@ class TorchLlmArgs:
         self.model = kwargs.pop("model")
         errs = _serve.validate_extra_options(kwargs, "pytorch")
         if errs:
-            raise ValueError("%d validation error%s for TorchLlmArgs (STAND-IN): %s"
-                             % (len(errs), "" if len(errs) == 1 else "s", "; ".join(errs)))
+            plural = "" if len(errs) == 1 else "s"
+            raise ValueError(f"{len(errs):d} validation error{plural} for TorchLlmArgs (STAND-IN): {'; '.join(errs)}")
         self.args = kwargs

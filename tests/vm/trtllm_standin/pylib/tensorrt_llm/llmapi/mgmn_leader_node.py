@@ -12,7 +12,7 @@ from tensorrt_llm.llmapi import mpi_session
 
 
 def log(msg):
-    print("mgmn_leader_node STAND-IN: %s" % msg, file=sys.stderr, flush=True)
+    print(f"mgmn_leader_node STAND-IN: {msg}", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -21,7 +21,7 @@ def main(argv=None):
     if ap.parse_args(argv).action == "stop":
         mpi_session.stop()
         return 0
-    log("joining the MPI world of %s ranks" % os.environ.get("tllm_mpi_size", "?"))
+    log(f"joining the MPI world of {os.environ.get('tllm_mpi_size', '?')} ranks")  # noqa: SIM112 -- upstream's name
     from mpi4py import MPI  # Debian's python3-mpi4py, in the pair variant; MPI_Init waits for every rank
 
     mpi_session.RemoteMpiCommSessionServer(MPI.COMM_WORLD, log).serve()

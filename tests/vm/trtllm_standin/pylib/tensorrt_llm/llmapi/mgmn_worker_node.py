@@ -9,7 +9,7 @@ from tensorrt_llm.llmapi import mpi_session
 
 
 def log(msg):
-    print("mgmn_worker_node STAND-IN: %s" % msg, file=sys.stderr, flush=True)
+    print(f"mgmn_worker_node STAND-IN: {msg}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -57,11 +57,11 @@ class RemoteMpiCommSessionServer:
     def __init__(self, comm, log):
         self.comm, self.log = comm, log
         self.hosts = comm.gather(socket.gethostname(), root=0)  # returns once every rank has called it
-        self.log("MPI Comm Server: %d ranks up (%s)" % (len(self.hosts), ", ".join(self.hosts)))
+        self.log(f"MPI Comm Server: {len(self.hosts):d} ranks up ({', '.join(self.hosts)})")
 
     def serve(self):
         listener = socket.create_server(ipc_address())
-        self.log("MPI Comm Server listening on %s" % os.environ["TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR"])
+        self.log(f"MPI Comm Server listening on {os.environ['TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR']}")
         clients = []
         while True:
             ready, _, _ = select.select([listener, *clients], [], [], 1.0)
@@ -91,11 +91,11 @@ class RemoteMpiCommSessionServer:
 def worker(comm, log):
     """A worker rank: report, then wait (polling, not MPI's busy wait) for the leader's stop."""
     comm.gather(socket.gethostname(), root=0)
-    log("mgmn worker node rank %d up, waiting for tasks" % comm.Get_rank())
+    log(f"mgmn worker node rank {comm.Get_rank():d} up, waiting for tasks")
     request = comm.irecv(source=0, tag=STOP_TAG)
     while not request.test()[0]:
         time.sleep(0.2)
-    log("mgmn worker node rank %d stopped" % comm.Get_rank())
+    log(f"mgmn worker node rank {comm.Get_rank():d} stopped")
 
 
 class RemoteMpiCommSessionClient:
@@ -107,9 +107,9 @@ class RemoteMpiCommSessionClient:
         _send(self.sock, {"key": _key(), "action": "hello"})
         self.world = _line(self.sock)
         if self.world is None:
-            raise SessionRefused("the MPI session at %s closed the connection without an answer "
-                                 "(TLLM_SPAWN_PROXY_PROCESS_IPC_HMAC_KEY is not the launch's)"
-                                 % os.environ["TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR"])
+            raise SessionRefused(f"the MPI session at {os.environ['TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR']} closed the "
+                                 "connection without an answer (TLLM_SPAWN_PROXY_PROCESS_IPC_HMAC_KEY is not the "
+                                 "launch's)")
 
     def closed(self):
         """Block until the leader's end of the connection closes (or resets)."""
