@@ -59,7 +59,8 @@ def parse_platform(lines: Lines) -> Platform:
         if key in _PLATFORM_TEXT:
             setattr(st, key, rest)
         elif key == "apparmor":  # three tab-separated fields, each possibly empty
-            st.apparmor = tuple((rest.split("\t") + ["", ""])[:3])  # type: ignore[assignment]
+            enabled, loaded, parser = (rest.split("\t") + ["", ""])[:3]
+            st.apparmor = (enabled, loaded, parser)
         elif key == "dpkg_busy":
             st.dpkg_busy = rest.split()
         elif key == "free":
