@@ -31,7 +31,7 @@ def restore(targets: dict[str, str]):
     plan = current_plan()
     layout = plan.paths
     target = targets.get(host.name)
-    st = host_status(plan)
+    st = host_status(plan).release
     if not target or (target == st.current and st.active == "active" and st.gate_passed(target)):
         return
     host_job(name=f"Switch back to release {target} and gate it", key=f"activate:{target}",

@@ -1,203 +1,229 @@
-"""One read-only fact with everything the converge decides on, gathered in a single remote command
-(one SSH round trip per host: re-runs stay fast)."""
+"""One read-only fact with everything the converge decides on, gathered in a single remote command (one SSH round trip
+per host: re-runs stay fast), composed of the parts the features register.
+
+A part (StatusPart) is one feature's share of the read: its fragment of the shell program, the environment that
+fragment reads, its typed parser of the lines the fragment prints (`key<TAB>value`, under keys no other part prints),
+what it asks the shared file checks about, and the files the converge manages for it. The read (HostStatus) holds
+each part's parsed value under the part's name: `status.release.current`, `status.memory.mem_total`, ... The shared
+file checks are the part this module owns (`status.files`): one python3 that reports what every part asked about.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
 import shlex
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any, Generic, TypeVar
 
 from pyinfra.api import FactBase
 
-from .host import release_state
-from .host.layout import DOCKER_UNIT, EARLYOOM_BIN, EARLYOOM_UNIT, Layout, main_pid
+from .host.layout import Layout
+from .plan import HostPlan
 
-# The probe (a shell program of its own, shipped in the one remote command; paths from host/layout.py), and THE
-# reader of the release state it runs (host/release_state.py, also installed next to the host tool).
-_SCRIPT = (resources.files("specfleet.host") / "probes" / "host_status.sh").read_text(encoding="utf-8")
-RELEASE_STATE = (resources.files("specfleet.host") / "release_state.py").read_text(encoding="utf-8")
 FILE_STATUS = (resources.files("specfleet.host") / "probes" / "file_status.py").read_text(encoding="utf-8")
 
+T = TypeVar("T")
+Lines = list[tuple[str, str]]  # a part's lines, in the order printed: (key, the rest of the line after its tab)
+
+
+@dataclass(frozen=True)
+class FileReads:
+    """What a part asks the shared file checks (host/probes/file_status.py) about, each a tuple of paths or users."""
+
+    sizes: tuple[str, ...] = ()  # size (links followed; -1 missing)
+    files: tuple[str, ...] = ()  # kind, mode, owner and content hash (or a link's target)
+    users: tuple[str, ...] = ()  # groups, primary first (or that the user is missing)
+    keys: tuple[str, ...] = ()  # a public key file's first line
+    stats: tuple[str, ...] = ()  # kind, mode, owner and size, never opened (a private key)
+
+
+@dataclass(frozen=True)
+class Want:
+    """What a managed path must be: a dir/file with mode and owner (and content), or a symlink."""
+
+    kind: str  # "dir" | "file" | "link"
+    mode: str = "755"
+    user: str = "root"
+    group: str = "root"
+    sha256: str | None = None  # files: expected content hash (None: only existence, mode, owner)
+    target: str | None = None  # links
+
+    def matches(self, found: tuple[str, ...] | None) -> bool:
+        if not found or found[0] != self.kind:
+            return False
+        if self.kind == "link":
+            return found[1] == self.target
+        if tuple(found[1:4]) != (self.mode, self.user, self.group):
+            return False
+        if self.sha256 is None:
+            # content not known in advance (release.json records its creation time): it must at least not be
+            # empty, as a file is after a power loss right after it was written
+            return self.kind != "file" or (len(found) > 4 and found[4] != EMPTY_SHA256)
+        return found[4] == self.sha256
+
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def sha256(content: bytes | str) -> str:
+    return hashlib.sha256(content.encode() if isinstance(content, str) else content).hexdigest()
+
+
+def _no_env(plan: HostPlan) -> Mapping[str, str]:
+    return {}
+
+
+def _no_reads(plan: HostPlan) -> FileReads:
+    return FileReads()
+
+
+def _no_wanted(plan: HostPlan) -> Mapping[str, Want]:
+    return {}
+
+
+@dataclass(frozen=True)
+class StatusPart(Generic[T]):
+    """A feature's share of the one status read. Every hook is optional: a part may only ask the file checks."""
+
+    name: str  # the attribute of HostStatus that holds the parsed value (and the order of the fragments)
+    keys: frozenset[str] = frozenset()  # the line keys its fragment prints
+    parse: Callable[[Lines], T] | None = None  # its lines -> its value; no lines: what a host that said nothing reads
+    script: str = ""  # its fragment of the one remote command (sh): reads DATA, SVC and its own `env`, prints lines
+    env: Callable[[HostPlan], Mapping[str, str]] = _no_env  # the variables its fragment reads
+    reads: Callable[[HostPlan], FileReads] = _no_reads  # what it asks the shared file checks about
+    wanted: Callable[[HostPlan], Mapping[str, Want]] = _no_wanted  # the files the converge manages for it
+
+
+_PARTS: dict[str, StatusPart[Any]] = {}
+
+
+def register(part: StatusPart[T]) -> StatusPart[T]:
+    """Add a part to the one status read (a feature's module does, once). Its name and keys must be its own."""
+    taken = {key for other in _PARTS.values() for key in other.keys}
+    if part.name in _PARTS or part.name in _RESERVED or part.keys & taken:
+        raise ValueError(f"status part {part.name!r}: its name or one of its keys {sorted(part.keys)} is taken")
+    _PARTS[part.name] = part
+    return part
+
+
+def unregister(part: StatusPart[Any]) -> None:
+    _PARTS.pop(part.name, None)
+
+
+def parts() -> list[StatusPart[Any]]:
+    """The registered parts, by name: the order of the fragments, of the variables and of the wanted files."""
+    return [_PARTS[name] for name in sorted(_PARTS)]
+
+
+class HostStatus:
+    """The one status read of a Spark: each part's parsed value, as the attribute named after the part."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values = dict(values)
+
+    @classmethod
+    def parse(cls, output: Iterable[str]) -> HostStatus:
+        """The read from the probe's lines: each line to the part that prints its key (lines of no part: ignored)."""
+        owners = {key: part for part in parts() for key in part.keys}
+        lines: dict[str, Lines] = {part.name: [] for part in parts()}
+        for line in output:
+            key, _, rest = line.partition("\t")
+            if key in owners:
+                lines[owners[key].name].append((key, rest))
+        return cls({part.name: part.parse(lines[part.name]) for part in parts() if part.parse is not None})
+
+    def part(self, part: StatusPart[T]) -> T:
+        """One part's value, typed."""
+        value: T = self._values[part.name]
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(f"the status read has no part {name!r}") from None
+
+    def __repr__(self) -> str:
+        return f"HostStatus({self._values!r})"
+
+
+# ---- the shared file checks: one python3 reports what every part asked about ----
 
 @dataclass
-class HostStatus:
-    arch: str = "unknown"
-    os: str = "unknown"
-    docker: str = "unknown"  # "ok" or the error docker printed
-    runtimes: str = ""
-    listeners: int = 0
-    active: str = ""
-    enabled: str = ""
-    current: str = ""
-    previous: str = ""
-    releases: list[str] = field(default_factory=list)
-    lock: str = ""  # owner line of a rollout lock, if one is held
-    unit_sha256: str = ""
-    container_running: bool = False
-    free_bytes: int = 0
-    image_id: str = ""
+class FileChecks:
     sizes: dict[str, int] = field(default_factory=dict)  # path -> size (-1 missing)
-    # path -> ("dir"|"file", mode, user, group[, sha256]) or ("link", target)
-    files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # path -> ("dir"|"file", mode, user, group[, sha256]) or ("link", target): the FILES found
+    found: dict[str, tuple[str, ...]] = field(default_factory=dict)
     groups: dict[str, list[str] | None] = field(default_factory=dict)  # user -> groups (None: no such user)
-    hub_client: str = ""  # huggingface_hub version in the fetch virtualenv
-    gate: dict = field(default_factory=dict)  # gate.json: {"release", "result": running|passed|failed, "at", ...}
-    # current/release.json (what the host serves: config hash, models, image)
-    current_release: dict = field(default_factory=dict)
-    job: tuple[str, str, str] | None = None  # the host's active job: (id, unit state, key)
-    default_runtime: str = ""  # docker's default runtime (DGX OS 7 sets nvidia)
-    # docker info SecurityOptions (JSON), e.g. ["name=apparmor","name=seccomp,profile=default"]
-    docker_security: str = ""
-    docker_root: str = ""  # docker's root dir (DockerRootDir); "" if unknown
-    docker_root_free: int = 0  # free bytes under docker_root
-    docker_root_same_fs: bool | None = None  # docker_root on the same filesystem as data_dir (None: unknown)
-    gpu_hook: str | None = None  # path of nvidia-container-runtime-hook ("": missing, None: not reported)
-    # (kernel AppArmor enabled Y/N, docker-default loaded count, apparmor_parser path)
-    apparmor: tuple[str, str, str] | None = None
-    # running apt/dpkg/unattended-upgrades processes (they hold the dpkg lock)
-    dpkg_busy: list[str] = field(default_factory=list)
-    # in-image validation verdicts for the config hash (validate_in_image)
-    validated: list[str] = field(default_factory=list)
-    release_state_error: str = ""  # what release_state.py printed when it failed ("": read, or no python3)
-    started: float | None = None  # the serving unit's last start (behind gateways; release_state.started)
-    # a pair host: its network interfaces, (interface, IPv4 address/prefix) pairs, and link interface -> (operstate
-    # or "missing", speed in Mb/s or None where the driver reports none)
-    interfaces: list[str] = field(default_factory=list)
-    addresses: list[tuple[str, str]] = field(default_factory=list)
-    links: dict[str, tuple[str, int | None]] = field(default_factory=dict)
-    pubkeys: dict[str, str] = field(default_factory=dict)  # public key file -> its first line (a pair host's KEYS)
-    stats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> (kind, mode, user, group, size): STATS
-    pings: dict[tuple[str, str], str] = field(default_factory=dict)  # (link interface, peer address) -> ok|fail|no-ping
-    mem_total: int = 0  # bytes of memory (/proc/meminfo MemTotal: a GB10's one pool for CPU and GPU); 0 unknown
-    mem_available: int = 0  # bytes available now (MemAvailable)
-    dockerd_oom: int | None = None  # the running dockerd's oom_score_adj (None: no dockerd found)
-    cap_bnd: str = ""  # the host's capability bounding set, hex (/proc/self/status CapBnd; "": not read)
-    # earlyoom: its binary ("": not installed), its unit's ActiveState and UnitFileState ("enabled", "disabled", ...)
-    earlyoom: tuple[str, str, str] = ("", "", "")
-
-    def gate_passed(self, release: str) -> bool:
-        """The gate passed for `release` and still holds (behind gateways: the container did not start again since;
-        without gateways there is no start marker and this is the gate's result): release_state.gate_holds."""
-        return release_state.gate_holds({"current": release, "gate": self.gate, "started": self.started})
+    stats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # path -> (kind, mode, user, group, size)
+    pubkeys: dict[str, str] = field(default_factory=dict)  # public key file -> its first line
 
 
-# the probe's integer lines: key -> (HostStatus field, its value when the line holds no integer)
-_INTS = {"listen": ("listeners", 0), "free": ("free_bytes", 0), "dockerd_oom": ("dockerd_oom", None)}
+def parse_file_checks(lines: Lines) -> FileChecks:
+    out = FileChecks()
+    for key, rest in lines:
+        first, _, second = rest.partition("\t")
+        if key == "size":
+            out.sizes[second] = int(first) if first.lstrip("-").isdigit() else -1
+        elif key in ("file", "stat"):
+            (out.found if key == "file" else out.stats)[second] = tuple(first.split("|"))
+        elif key == "groups":
+            out.groups[first] = None if second == "(missing)" else second.split()
+        elif key == "pubkey":
+            out.pubkeys[first] = second
+    return out
+
+
+_FILE_VARS = {"SIZES": "sizes", "FILES": "files", "USERS": "users", "KEYS": "keys", "STATS": "stats"}
+# -I -S: stdlib only, quicker to start; one process for every path, not a few programs per path
+FILES = StatusPart("files", frozenset({"size", "file", "groups", "stat", "pubkey"}), parse_file_checks,
+                   script='command -v python3 >/dev/null 2>&1 && python3 -I -S -c "$FILE_STATUS"\n')
+_RESERVED = {"files"}  # the file checks' own part, added below: no feature registers it
+_PARTS[FILES.name] = FILES
+
+
+def file_env(asked: Iterable[FileReads], wanted: Iterable[str]) -> dict[str, str]:
+    """The file checks' variables: every part's reads, one path per line (Hub file names may hold spaces; the
+    controller refuses control characters); the wanted files come first, then what parts read besides."""
+    merged: dict[str, dict[str, None]] = {attr: {} for attr in _FILE_VARS.values()}
+    merged["files"].update(dict.fromkeys(wanted))
+    for reads in asked:
+        for attr, paths in merged.items():
+            paths.update(dict.fromkeys(getattr(reads, attr)))
+    return {"FILE_STATUS": FILE_STATUS, **{var: "\n".join(merged[attr]) for var, attr in _FILE_VARS.items()}}
+
+
+def status_env(plan: HostPlan, wanted: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """The environment of the one status read of `plan`'s host: DATA and SVC, which any fragment may read, then
+    each part's variables (a variable belongs to one part), then the file checks' (`wanted`: the managed paths)."""
+    s = plan.settings
+    env = {"DATA": s.data_dir, "SVC": s.service_name}
+    for part in parts():
+        for var, value in part.env(plan).items():
+            if var in env or var in _FILE_VARS or var == "FILE_STATUS":
+                raise ValueError(f"status part {part.name!r}: the variable {var} is taken")
+            env[var] = value
+    env.update(file_env([part.reads(plan) for part in parts()], wanted))
+    return tuple(env.items())
 
 
 class SpecfleetHost(FactBase):
-    """Status of a specfleet host: docker, port, unit, current release, free disk, image, file sizes/hashes."""
+    """Status of a specfleet host: every registered part's fragment, in one remote command (`env`: status_env)."""
 
     @staticmethod
     def default() -> HostStatus:
-        return HostStatus()
+        return HostStatus.parse([])
 
-    def command(self, data_dir, service, port, image, sizes=(), files=(), users=(), config_key="", links=(), keys=(),
-                pings=(), stats=()):
-        lay = Layout(data_dir, service_name=service)
-        env = {
-            "DATA": data_dir, "SVC": service, "PORT": str(port), "IMAGE": image,
-            "CFG": config_key or "-none-",  # validate_in_image.config_key of the release's config
-            "SIZES": "\n".join(sizes),
-            "FILES": "\n".join(files),
-            "USERS": "\n".join(users),
-            "LINKS": "\n".join(links),
-            "KEYS": "\n".join(keys),
-            "PINGS": "\n".join(pings),
-            "STATS": "\n".join(stats),
-            "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv, "DOCKERD_PID": main_pid(DOCKER_UNIT),
-            "EARLYOOM_BIN": EARLYOOM_BIN, "EARLYOOM_UNIT": EARLYOOM_UNIT,
-            "RELEASE_STATE": RELEASE_STATE, "RELEASE_PATHS": json.dumps(lay.release_paths()),
-            "FILE_STATUS": FILE_STATUS,
-        }
-        # One path per line (Hub file names may hold spaces; the controller refuses control characters).
-        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        return f"{assigns}; export {' '.join(env)}; {_SCRIPT}"
+    def command(self, env: tuple[tuple[str, str], ...]) -> str:
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env)
+        script = "".join(part.script for part in parts())
+        return f"{assigns}; export {' '.join(k for k, _ in env)}; {script}true"
 
-    def process(self, output):
-        st = HostStatus()
-        for line in output:
-            key, _, rest = line.partition("\t")
-            if key == "size":
-                size, _, path = rest.partition("\t")
-                st.sizes[path] = int(size) if size.lstrip("-").isdigit() else -1
-            elif key == "file":
-                desc, _, path = rest.partition("\t")
-                st.files[path] = tuple(desc.split("|"))
-            elif key == "groups":
-                user, _, groups = rest.partition("\t")
-                st.groups[user] = None if groups == "(missing)" else groups.split()
-            elif key in _INTS:
-                attr, unknown = _INTS[key]
-                setattr(st, attr, int(rest) if re.fullmatch(r"-?[0-9]+", rest) else unknown)
-            elif key == "mem":
-                st.mem_total, st.mem_available = _kib_pair(rest)
-            elif key == "container":
-                st.container_running = rest == "true"
-            elif key == "image":
-                st.image_id = rest
-            elif key == "release_state":
-                apply_release_state(st, rest)
-            elif key == "docker_root":
-                free, _, more = rest.partition("\t")
-                same, _, path = more.partition("\t")
-                st.docker_root, st.docker_root_free = path, int(free) if free.isdigit() else 0
-                st.docker_root_same_fs = {"same": True, "other": False}.get(same)
-            elif key in ("apparmor", "earlyoom"):  # three tab-separated fields, each possibly empty
-                setattr(st, key, tuple((rest.split("\t") + ["", ""])[:3]))
-            elif key == "gpu_hook":
-                st.gpu_hook = rest
-            elif key == "dpkg_busy":
-                st.dpkg_busy = rest.split()
-            elif key == "ifaces":
-                st.interfaces = rest.split()
-            elif key == "addr":
-                ifname, _, cidr = rest.partition("\t")
-                st.addresses.append((ifname.split("@")[0], cidr))
-            elif key == "link":
-                ifname, state, speed = (rest.split("\t") + ["", ""])[:3]
-                st.links[ifname] = (state, int(speed) if speed.isdigit() and int(speed) > 0 else None)
-            elif key == "ping":
-                ifname, address, result = (rest.split("\t") + ["", ""])[:3]
-                st.pings[(ifname, address)] = result
-            elif key == "stat":
-                desc, _, path = rest.partition("\t")
-                st.stats[path] = tuple(desc.split("|"))
-            elif key == "pubkey":
-                path, _, text = rest.partition("\t")
-                st.pubkeys[path] = text
-            elif key == "validated":
-                st.validated = rest.split()
-            elif key in ("arch", "os", "docker", "runtimes", "active", "enabled", "unit_sha256", "hub_client",
-                         "default_runtime", "docker_security", "cap_bnd"):
-                setattr(st, key, rest)
-        return st
-
-
-def _kib_pair(text: str) -> tuple[int, int]:
-    """The probe's `mem` line (MemTotal and MemAvailable in kB, as /proc/meminfo gives them) in bytes; 0 unknown."""
-    values = [int(v) * 1024 if v.isdigit() else 0 for v in text.split()] + [0, 0]
-    return values[0], values[1]
-
-
-def apply_release_state(st: HostStatus, line: str) -> None:
-    """Fill st's release fields from release_state.read()'s JSON. Output that is not its JSON (a python3 that
-    failed) sets st.release_state_error: the preflight refuses the host rather than decide on a guess."""
-    try:
-        rs = json.loads(line)
-    except ValueError:
-        rs = None
-    if not isinstance(rs, dict):
-        st.release_state_error = line[-200:] or "no output"
-        return
-    st.current, st.previous = rs.get("current") or "", rs.get("previous") or ""
-    st.releases, st.lock = list(rs.get("releases") or []), rs.get("lock") or ""
-    st.gate, st.current_release = rs.get("gate") or {}, rs.get("record") or {}
-    st.started = rs.get("started")
-    job = rs.get("job")
-    st.job = (job["id"], job["unit"], job["key"]) if job and job.get("unit") in ("active", "activating") else None
+    def process(self, output) -> HostStatus:
+        return HostStatus.parse(output)
 
 
 class ReleaseStatus(FactBase):

@@ -1,5 +1,6 @@
 """What a gateway host is now (GatewayStatus: one remote command, host/probes/gateway_status.sh), for the gateway
-deploy (steps/gateway.py) to decide on."""
+deploy (steps/gateway.py) to decide on; and the gateway's part of a Spark's one status read (SPARK): the files a
+Spark behind the gateways gets, and those a fleet that dropped its gateway group left behind."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from importlib import resources
 
 from pyinfra.api import FactBase
 
+from .facts import FileReads, StatusPart, Want, register, sha256
+from .gateway_files import spark_files, spark_paths
 from .host.layout import GatewayLayout
+from .plan import HostPlan
 
 _SCRIPT = (resources.files("specfleet.host") / "probes" / "gateway_status.sh").read_text(encoding="utf-8")
 NEEDED_FEATURES = ("LUA", "PROMEX")  # GET /v1/models (host/gateway_models.lua) and the Prometheus exporter
@@ -82,3 +86,20 @@ class GatewayPool(FactBase):
             return {"servers": json.loads(text)}
         except ValueError:
             return {"error": text[-300:] or "no output"}
+
+
+def _spark_reads(plan: HostPlan) -> FileReads:
+    """Left over from a gateway group the fleet no longer has: the cleanup removes them."""
+    return FileReads(files=() if plan.settings.gateways else spark_paths(plan.settings))
+
+
+def _spark_wanted(plan: HostPlan) -> dict[str, Want]:
+    """Behind the fleet's gateways (none without a gateway group): the agent's directory and spark_files."""
+    behind = spark_files(plan.settings)
+    if not behind:
+        return {}
+    return {plan.paths.agent_dir: Want("dir"), **{path: Want("file", "644", sha256=sha256(content))
+                                                  for path, content in behind.items()}}
+
+
+SPARK = register(StatusPart("gateway", reads=_spark_reads, wanted=_spark_wanted))

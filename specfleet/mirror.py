@@ -1,7 +1,8 @@
 """The fleet's Hub mirror (olah on the hosts of the inventory group `hub_mirror`, deploys/hub_mirror.py): the one
 status read of a mirror host (MirrorStatus) and the programs run there (the warm-up, as a host job; the wait for
 olah), each a file of its own in host/probes/. What it renders: mirror_files.py; its layout: host/layout.py's
-MirrorLayout; its steps: steps/mirror.py; `specfleet mirror status` reads it with status.read_mirrors.
+MirrorLayout; its steps: steps/mirror.py; `specfleet mirror status` reads it with status.read_mirrors. Its part of a
+Spark's one status read (SPARK): the sizes of the blobs the mirror would warm.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from importlib import resources
 
 from pyinfra.api import FactBase
 
+from .facts import FileReads, StatusPart, register
 from .host.layout import MirrorLayout
 from .mirror_files import USER
+from .plan import HostPlan
+from .release_status import blob_path
 
 _PROBES = resources.files("specfleet.host") / "probes"
 # The one status read of a mirror host (a shell program of its own, shipped in the one remote command; paths from
@@ -84,3 +88,14 @@ class MirrorStatus(FactBase):
     def process(self, output) -> MirrorState:
         return parse_mirror_state(list(output))
 
+
+
+def _spark_reads(plan: HostPlan) -> FileReads:
+    """A Spark that fetches through the mirror: the sizes of the blobs the mirror would warm (it warms only what no
+    host has: blobs a new commit shares are not fetched)."""
+    if plan.mirror_url is None:
+        return FileReads()
+    return FileReads(sizes=tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs))
+
+
+SPARK = register(StatusPart("mirror", reads=_spark_reads))

@@ -18,7 +18,7 @@ def collect(out: dict):
     """Read the host's status (the SpecfleetHost fact a converge reads) and decide what would change."""
     plan = current_plan()
     st = host_status(plan)
-    out[host.name] = (changes(plan), st.active == "active" and st.container_running)
+    out[host.name] = (changes(plan), st.release.active == "active" and st.release.container_running)
 
 
 def read_changes(plans, hosts) -> tuple[dict, set[str]]:

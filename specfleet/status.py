@@ -17,11 +17,11 @@ from pyinfra import host
 from pyinfra.api import FactBase, deploy
 
 from . import runner
-from .facts import RELEASE_STATE
 from .gateway import GatewayPool
 from .host.layout import CONFIG_FILE, Layout
 from .mirror import MirrorState, MirrorStatus
 from .plan import HostPlan, PlanError
+from .release_status import RELEASE_STATE
 from .steps.state import current_plan
 
 # Runs on the host with python3 (specfleet's host tools need it too) and prints one JSON object: a program of its

@@ -93,9 +93,9 @@ def _count_restarts() -> None:
     else:
         if plan.settings.gateways:
             peers[plan.settings.profile["target"]["repo"]] = set(plan.settings.model_peers)
-        serving, s = st.active == "active" and st.container_running, plan.settings
+        serving, s = st.release.active == "active" and st.release.container_running, plan.settings
         model = (s.profile["target"]["repo"], s.profile_name) if s.gateways else None
-        seen[host.name] = (model, serving and st.gate_passed(st.current or ""),
+        seen[host.name] = (model, serving and st.release.gate_passed(st.release.current or ""),
                            serving and bool(changes(plan).restart))
     if len(seen) < len(list(state.inventory.get_active_hosts())):
         return

@@ -62,7 +62,7 @@ def _unit_names(paths) -> list[str]:
 def remove_spark_side(plan) -> None:
     """Stop and remove the gateway-facing units, gateways.json and the agent's directory where they exist (the
     cleanup deploy; a converge of a fleet without a gateway group)."""
-    s, layout, found = plan.settings, plan.paths, host_status(plan).files
+    s, layout, found = plan.settings, plan.paths, host_status(plan).files.found
     present = [path for path in spark_paths(s) if path in found]
     if not present:
         return

@@ -83,17 +83,17 @@ class Changes:
 def changes(plan: HostPlan) -> Changes:
     s, st, layout = plan.settings, host_status(plan), plan.paths
     token = None
-    if s.hf_token is None and layout.token_file in st.files:
+    if s.hf_token is None and layout.token_file in st.files.found:
         token = "remove"
     elif s.hf_token is not None and differs(plan, layout.token_file):
         token = "write"
     writes = [path for path in wanted_files(plan) if path != layout.token_file and differs(plan, path)]
-    users = [u for u in s.operator_users if st.groups.get(u) and "docker" not in st.groups[u]]
+    users = [u for u in s.operator_users if st.files.groups.get(u) and "docker" not in st.files.groups[u]]
     fetches: list[Fetch] = []
     switch: list[tuple[str, str]] = []
     pull = None
     if s.profile is not None:
-        pull = None if st.image_id else s.image
+        pull = None if st.release.image_id else s.image
         for role, pin in plan.pins.items():
             todo = missing(plan, st, role)
             if todo:
@@ -101,14 +101,16 @@ def changes(plan: HostPlan) -> Changes:
                 fetches.append(Fetch(role, pin.repo, pin.commit, len(snap), sum(size for _, size in snap),
                                      len(todo) - len(snap)))
         switch = switch_checks(plan)
-    return Changes(current=st.current, release=plan.release_id if s.profile is not None else None, switch=switch,
+    mem = st.memory
+    return Changes(current=st.release.current, release=plan.release_id if s.profile is not None else None,
+                   switch=switch,
                    fetches=fetches, pull=pull, token=token, users=users,
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
-                   removes=[path for path in spark_paths(s) if path in st.files] if not s.gateways else [],
+                   removes=[path for path in spark_paths(s) if path in st.files.found] if not s.gateways else [],
                    validate=s.image if needs_validation(plan) else None,
                    pair=_pair_lines(plan), dockerd=dockerd_work(plan), earlyoom=earlyoom_work(plan),
                    notes=[n for n in (dockerd_note(plan),) if n],
-                   memory=plan.memory_fit.plan_line(st.mem_total, st.mem_available) if plan.memory_fit else None)
+                   memory=plan.memory_fit.plan_line(mem.mem_total, mem.mem_available) if plan.memory_fit else None)
 
 
 def _pair_lines(plan: HostPlan) -> list[str]:

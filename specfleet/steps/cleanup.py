@@ -28,14 +28,14 @@ def cleanup():
     s, layout = plan.settings, plan.paths
     st = host_status(plan)
     remove_spark_side(plan)
-    if st.active not in ("inactive", "unknown", "") or st.enabled == "enabled":
+    if st.release.active not in ("inactive", "unknown", "") or st.release.enabled == "enabled":
         systemd.service(name=f"Stop and disable {s.service_name}", service=f"{s.service_name}.service",
                         running=False, enabled=False)
-    if st.container_running:
+    if st.release.container_running:
         server.shell(name=f"Remove container {s.service_name}", commands=[f"docker rm -f {s.service_name}"])
     remove_pair_trust(plan)  # a pair host's MPI key, login and host key pin
     remove_pair_link(plan)  # then its link: netplan file, link addresses, pair directory
-    if layout.dockerd_oom_dropin in st.files:  # the running dockerd keeps its figure until its next start
+    if layout.dockerd_oom_dropin in st.files.found:  # the running dockerd keeps its figure until its next start
         files.file(name=f"Remove {layout.dockerd_oom_dropin}", path=layout.dockerd_oom_dropin, present=False)
         systemd.daemon_reload(name="systemd daemon-reload (docker.service's drop-in removed; dockerd keeps running)")
     remove_earlyoom(plan)

@@ -19,7 +19,7 @@ from .state import current_plan, host_status
 @deploy("Docker access")
 def docker_access():
     plan = current_plan()
-    groups = host_status(plan).groups
+    groups = host_status(plan).files.groups
     for user in plan.settings.operator_users:
         if groups.get(user) is None or "docker" in groups[user]:
             continue  # missing users fail the preflight (naming them); members need nothing

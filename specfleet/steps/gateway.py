@@ -19,11 +19,12 @@ from pyinfra.operations import apt, python, server
 
 from ..api_keys import gateway_secrets
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
+from ..facts import sha256
 from ..gateway import GatewayStatus, admin_command
 from ..gateway_files import backends, check_config, gateway_files, gateway_options
 from ..host.layout import GatewayLayout
 from .jobs import write_root_file
-from .state import current_plan, refuse, sha256
+from .state import current_plan, refuse
 
 LAYOUT = GatewayLayout()
 NEW, CHECK = ".specfleet-new", ".specfleet-check"  # a file before it is proven; the config that proves them

@@ -51,15 +51,15 @@ def lock(run_id: str, held: dict | None = None, kind: str = "rollout"):
     lock_dir = plan.paths.lock
     st = host_status(plan)
     mine = owner_line(run_id, kind)
-    if st.lock and st.lock.split(" since ")[0] != mine:
-        if not is_stale(st.lock):
+    if st.release.lock and st.release.lock.split(" since ")[0] != mine:
+        if not is_stale(st.release.lock):
             if held is not None:
-                held[host.name] = st.lock
+                held[host.name] = st.release.lock
             refuse(name="Take the run lock",
-                   message=f"{host.name}: refused: another run holds the lock: {st.lock}")
+                   message=f"{host.name}: refused: another run holds the lock: {st.release.lock}")
             return
         server.shell(name="Take over a stale run lock", commands=[f"rm -rf {shlex.quote(lock_dir)}"])
-    if not st.lock or st.lock.split(" since ")[0] != mine:
+    if not st.release.lock or st.release.lock.split(" since ")[0] != mine:
         line, d = shlex.quote(mine), shlex.quote(lock_dir)
         server.shell(name="Take the run lock", commands=[
             f"mkdir -p {shlex.quote(plan.settings.data_dir)} && if mkdir {d} 2>/dev/null; then "

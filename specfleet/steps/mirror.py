@@ -26,14 +26,16 @@ from pyinfra.context import ctx_state
 from pyinfra.operations import python, server
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC, GB
+from ..facts import sha256
 from ..grammars import pinned_version
 from ..host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout, program_mode
 from ..mirror import OLAH_READY, WARM, MirrorStatus
 from ..mirror_files import NAME, USER, advertised_url, mirror_files
+from ..release_status import blob_path
 from ..render import token_file_text
 from .changes import changes
 from .jobs import _follow, _say, run_on_host, write_root_file
-from .state import _STATUS, blob_path, current_plan, host_status, missing, refuse, sha256
+from .state import _STATUS, current_plan, host_status, missing, refuse
 from .token import _write_token
 
 # The host tool and the modules it imports from its own directory (host/layout.py): the warm-up runs as a host job.
@@ -221,7 +223,7 @@ def needed_files(state) -> list[tuple[str, str, str, int]]:
             for (name, size), blob in zip(pin.files, blobs):
                 if f"{snap}/{name}" not in todo:
                     continue
-                if blob and st.sizes.get(blob_path(plan, pin, blob)) == size:
+                if blob and st.files.sizes.get(blob_path(plan, pin, blob)) == size:
                     continue  # its content is in the host's cache already (an unchanged file of a new commit)
                 out[(pin.repo, pin.commit, name)] = size
     return [(repo, commit, name, size) for (repo, commit, name), size in sorted(out.items())]

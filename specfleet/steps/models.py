@@ -28,7 +28,7 @@ def models():
     plan = current_plan()
     s, layout = plan.settings, plan.paths
     st = host_status(plan)
-    if not st.image_id:
+    if not st.release.image_id:
         host_job(name=f"Pull {s.image}", key=f"pull:{s.image}", argv=["docker", "pull", s.image])
     env = {"HF_HUB_CACHE": layout.hub_cache, "HF_ENDPOINT": s.hub_endpoint, "HF_TOKEN_PATH": layout.token_file,
            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}

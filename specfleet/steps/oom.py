@@ -23,10 +23,11 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server, systemd
 
 from ..constants import DPKG_LOCK_TIMEOUT_SEC
+from ..facts import sha256
 from ..host.layout import DOCKER_UNIT, EARLYOOM_UNIT, main_pid
 from ..memory import can_lower_scores, earlyoom_floor_gb
 from ..render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin, earlyoom_dropin
-from .state import current_plan, differs, host_status, sha256
+from .state import current_plan, differs, host_status
 
 # the marker's texts: what the deploy did to earlyoom, which the cleanup deploy undoes (a host that ran it before: none)
 EARLYOOM_INSTALLED = "installed by specfleet: the cleanup deploy purges the package\n"
@@ -36,7 +37,7 @@ EARLYOOM_ENABLED = "enabled and started by specfleet: the cleanup deploy disable
 def _dockerd_score(plan) -> int | None:
     """The running dockerd's OOM score when it is not the one wanted (None: it is, none runs, or not a serving
     Spark)."""
-    now = host_status(plan).dockerd_oom
+    now = host_status(plan).memory.dockerd_oom
     if plan.settings.profile is None or plan.is_mirror or now is None or now == DOCKERD_OOM_SCORE_ADJ:
         return None
     return now
@@ -45,7 +46,7 @@ def _dockerd_score(plan) -> int | None:
 def dockerd_work(plan) -> str | None:
     """The change to the running dockerd's OOM score, as `plan` says it (None: none, or none that can be made)."""
     now = _dockerd_score(plan)
-    if now is None or not can_lower_scores(host_status(plan).cap_bnd):
+    if now is None or not can_lower_scores(host_status(plan).memory.cap_bnd):
         return None
     return f"set the running dockerd's oom_score_adj {now} -> {DOCKERD_OOM_SCORE_ADJ}"
 
@@ -53,7 +54,7 @@ def dockerd_work(plan) -> str | None:
 def dockerd_note(plan) -> str | None:
     """Why the running dockerd keeps a score the deploy would lower (None: it does not)."""
     now = _dockerd_score(plan)
-    if now is None or can_lower_scores(host_status(plan).cap_bnd):
+    if now is None or can_lower_scores(host_status(plan).memory.cap_bnd):
         return None
     return (f"dockerd's oom_score_adj stays {now} (wanted {DOCKERD_OOM_SCORE_ADJ}): this host cannot lower an OOM "
             "score (no CAP_SYS_RESOURCE in its capability bounding set, as in a container)")
@@ -66,7 +67,7 @@ def earlyoom_managed(plan) -> bool:
 
 def _earlyoom_steps(plan) -> tuple[bool, bool, bool]:
     """THE decision for a managed earlyoom, from the one status read: (install, enable, restart)."""
-    binary, active, enabled = host_status(plan).earlyoom
+    binary, active, enabled = host_status(plan).memory.earlyoom
     rewrite = differs(plan, plan.paths.earlyoom_dropin)
     return not binary, not binary or enabled != "enabled", not binary or rewrite or active != "active"
 
@@ -77,13 +78,14 @@ def earlyoom_work(plan) -> list[str]:
     if plan.settings.profile is None or plan.is_mirror:
         return []
     if not earlyoom_managed(plan):
-        left = plan.paths.earlyoom_dropin in st.files or plan.paths.earlyoom_marker in st.files
+        left = plan.paths.earlyoom_dropin in st.files.found or plan.paths.earlyoom_marker in st.files.found
         return ["undo what specfleet did to earlyoom (earlyoom_available_gb: 0)"] if left else []
     install, enable, restart = _earlyoom_steps(plan)
     floor = f"ends the serving container below {earlyoom_floor_gb(plan.settings):g} GB available"
     if install:
         return [f"install earlyoom from the distribution and start it ({floor})"]
-    verbs = (["enable"] if enable else []) + (["restart" if st.earlyoom[1] == "active" else "start"] if restart else [])
+    running = st.memory.earlyoom[1] == "active"
+    verbs = (["enable"] if enable else []) + (["restart" if running else "start"] if restart else [])
     return [f"{' and '.join(verbs)} earlyoom ({floor})"] if verbs else []
 
 
@@ -119,7 +121,8 @@ def _earlyoom(plan) -> None:
                      packages=["earlyoom"], update=False,
                      extra_install_args=f"-o DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_SEC}")
     marker = EARLYOOM_INSTALLED if install else EARLYOOM_ENABLED if enable else None
-    if marker and layout.earlyoom_marker not in st.files:  # the first deploy's record stands: it knows the host before
+    # the first deploy's record stands: it knows the host before
+    if marker and layout.earlyoom_marker not in st.files.found:
         files.put(name=f"Record in {layout.earlyoom_marker} that specfleet {marker.split(' by ')[0]} earlyoom",
                   src=StringIO(marker), dest=layout.earlyoom_marker, user="root", group="root", mode="644")
     if differs(plan, layout.earlyoom_dropin):
@@ -131,7 +134,8 @@ def _earlyoom(plan) -> None:
         ([f"systemctl restart {EARLYOOM_UNIT}"] if restart else [])
     if commands:
         floor = earlyoom_floor_gb(plan.settings)
-        server.shell(name=f"{'Restart' if st.earlyoom[1] == 'active' else 'Start'} earlyoom with specfleet's command "
+        verb = "Restart" if st.memory.earlyoom[1] == "active" else "Start"
+        server.shell(name=f"{verb} earlyoom with specfleet's command "
                           f"line (it ends the serving container below {floor:g} GB available)",
                      commands=commands)
 
@@ -140,11 +144,11 @@ def remove_earlyoom(plan) -> None:
     """The cleanup's part: earlyoom's drop-in goes, and what the marker says the deploy did is undone (purged,
     disabled and stopped); an earlyoom that ran before the deploy is restarted with its own command line."""
     layout, st = plan.paths, host_status(plan)
-    binary = st.earlyoom[0]
-    found = st.files.get(layout.earlyoom_marker) or ()
+    binary = st.memory.earlyoom[0]
+    found = st.files.found.get(layout.earlyoom_marker) or ()
     did = {sha256(EARLYOOM_INSTALLED): "installed", sha256(EARLYOOM_ENABLED): "enabled"}.get(
         found[4] if len(found) > 4 else "")
-    dropin = layout.earlyoom_dropin in st.files
+    dropin = layout.earlyoom_dropin in st.files.found
     if dropin:
         files.file(name=f"Remove {layout.earlyoom_dropin}", path=layout.earlyoom_dropin, present=False)
         systemd.daemon_reload(name="systemd daemon-reload (earlyoom.service's drop-in removed)")

@@ -23,12 +23,12 @@ from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 from pyinfra.operations import files, python, server
 
-from ..facts import HostStatus
+from ..facts import HostStatus, Want, sha256
 from ..host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
 from ..pair_files import authorized_keys, known_hosts, public_key, sudoers
 from ..plan import HostPlan
 from .jobs import run_on_host, wait_for_peer, write_root_file
-from .state import Want, current_plan, host_status, pair_peer, sha256
+from .state import current_plan, host_status, pair_peer
 
 # pyinfra State -> {pair: {"ops": {host name: its exchange operation}, "key": the head's new public key or ""}}
 _EXCHANGE: WeakKeyDictionary = WeakKeyDictionary()
@@ -64,14 +64,14 @@ def head_key(plan: HostPlan, st: HostStatus) -> tuple[str, str] | None:
     lay = plan.paths
     keys = []
     for private, public in ((lay.pair_key, lay.pair_key_pub), (lay.pair_switch_key, lay.pair_switch_key_pub)):
-        found = st.stats.get(private)
+        found = st.files.stats.get(private)
         usable = found is not None and found[:4] == KEY_FILE and found[4].isdigit() and int(found[4]) > 0
-        keys.append(public_key(st.pubkeys.get(public)) if usable else None)
+        keys.append(public_key(st.files.pubkeys.get(public)) if usable else None)
     return (keys[0], keys[1]) if all(keys) else None
 
 
 def worker_host_key(st: HostStatus) -> str | None:
-    return public_key(st.pubkeys.get(HOST_KEY_FILE), host_key=True)
+    return public_key(st.files.pubkeys.get(HOST_KEY_FILE), host_key=True)
 
 
 def trust_problems(plan: HostPlan, st: HostStatus) -> list[str]:
@@ -93,7 +93,7 @@ def program(source: str) -> str:
 
 
 def _write(t: Trust, st: HostStatus, path: str, mode: str, content: str, what: str) -> None:
-    if not Want("file", mode, sha256=sha256(content)).matches(st.files.get(path)):
+    if not Want("file", mode, sha256=sha256(content)).matches(st.files.found.get(path)):
         t.writes[path] = (mode, content, what)
 
 
@@ -116,11 +116,11 @@ def trust(plan: HostPlan) -> Trust | None:
         return t
     # the agent's path must exist in the worker's container too (render.docker_run_args); without a key it is inert
     _write(t, st, lay.pair_agent, "755", program("pair_agent.sh"), "Install pair-agent (orted checks its path)")
-    t.login = st.groups.get(PAIR_USER) is None
-    t.dirs = [path for path in (PAIR_HOME, lay.pair_ssh_dir) if not ROOT_DIR.matches(st.files.get(path))]
+    t.login = st.files.groups.get(PAIR_USER) is None
+    t.dirs = [path for path in (PAIR_HOME, lay.pair_ssh_dir) if not ROOT_DIR.matches(st.files.found.get(path))]
     _write(t, st, lay.pair_gate, "755", program("pair_gate.py"), "Install pair-gate (the MPI key's forced command)")
     rule = sudoers(lay)
-    t.sudoers = None if Want("file", "440", sha256=sha256(rule)).matches(st.files.get(SUDOERS_FILE)) else rule
+    t.sudoers = None if Want("file", "440", sha256=sha256(rule)).matches(st.files.found.get(SUDOERS_FILE)) else rule
     key = head_key(peer_plan, peer_st)
     if key is None:
         t.exchange = lay.pair_authorized_keys
@@ -217,20 +217,21 @@ def remove_pair_trust(plan: HostPlan) -> None:
     if not s.pair:
         return
     if s.pair_role == "head":
+        seen = (st.files.found, st.files.stats, st.files.pubkeys)
         gone = [p for p in (lay.pair_key, lay.pair_key_pub, lay.pair_known_hosts, lay.pair_agent, lay.pair_switch_key,
-                            lay.pair_switch_key_pub) if p in st.files or p in st.stats or p in st.pubkeys]
+                            lay.pair_switch_key_pub) if any(p in found for found in seen)]
         steps = [f"rm -f {' '.join(map(shlex.quote, gone))}"] if gone else []
-        if lay.pair_switch_dir in st.files:
+        if lay.pair_switch_dir in st.files.found:
             steps.append(f"rm -rf {shlex.quote(lay.pair_switch_dir)}")
     else:
         gone = [p for p in (lay.pair_authorized_keys, SUDOERS_FILE, lay.sudoers_staged, lay.pair_gate, lay.pair_agent)
-                if p in st.files]
+                if p in st.files.found]
         steps = [f"rm -f {' '.join(map(shlex.quote, gone))}"] if gone else []
-        if st.groups.get(PAIR_USER) is not None:
+        if st.files.groups.get(PAIR_USER) is not None:
             steps.append(f"{{ ! id -u {PAIR_USER} >/dev/null 2>&1 || userdel {PAIR_USER}; }}")
-        if PAIR_HOME in st.files:
+        if PAIR_HOME in st.files.found:
             steps.append(f"rm -rf {shlex.quote(PAIR_HOME)}")
     if steps:
         server.shell(name=f"Remove the pair's MPI trust ({len(gone)} file(s)"
-                          f"{', the login' if st.groups.get(PAIR_USER) is not None else ''})",
+                          f"{', the login' if st.files.groups.get(PAIR_USER) is not None else ''})",
                      commands=[" && ".join(steps)])

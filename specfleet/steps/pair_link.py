@@ -19,13 +19,13 @@ from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 from pyinfra.operations import files, python, server
 
-from ..facts import HostStatus
+from ..facts import HostStatus, Want, sha256
 from ..host.layout import NETPLAN_FILE
 from ..pair_files import link_ip, netplan
 from ..plan import HostPlan
 from .jobs import run_on_host, wait_for_peer
 from .pair import program
-from .state import Want, current_plan, host_status, pair_peer, sha256
+from .state import current_plan, host_status, pair_peer
 
 # pyinfra State -> {pair: {"ops": {host name: its link operation}, "done": {host name: applied}}}
 _LINKS: WeakKeyDictionary = WeakKeyDictionary()
@@ -38,12 +38,12 @@ def _addresses(plan: HostPlan) -> list[tuple[str, str]]:
 
 def configured(plan: HostPlan, st: HostStatus) -> bool:
     """Whether the host's netplan file for the link is the one this plan renders (root 0600)."""
-    return Want("file", "600", sha256=sha256(netplan(plan.settings))).matches(st.files.get(NETPLAN_FILE))
+    return Want("file", "600", sha256=sha256(netplan(plan.settings))).matches(st.files.found.get(NETPLAN_FILE))
 
 
 def link_ready(plan: HostPlan, st: HostStatus) -> bool:
     """Nothing to apply: the file as rendered and every link interface holding its address."""
-    return configured(plan, st) and all(pair in st.addresses for pair in _addresses(plan))
+    return configured(plan, st) and all(pair in st.pair.addresses for pair in _addresses(plan))
 
 
 def link_problems(plan: HostPlan, st: HostStatus, peer_plan: HostPlan, peer_st: HostStatus) -> list[str]:
@@ -55,10 +55,11 @@ def link_problems(plan: HostPlan, st: HostStatus, peer_plan: HostPlan, peer_st: 
     if not configured(plan, st):
         return []
     both = link_ready(plan, st) and link_ready(peer_plan, peer_st)
-    out = [f"pair_link_interfaces: {ifname} is {st.links[ifname][0]} (allowed: up at both ends; check the cable and "
+    links = st.pair.links
+    out = [f"pair_link_interfaces: {ifname} is {links[ifname][0]} (allowed: up at both ends; check the cable and "
            f"`ip link show {ifname}`)" for ifname in s.pair_link_interfaces
-           if st.links.get(ifname, ("missing", None))[0] not in ("up", "missing")]
-    for (ifname, address), result in st.pings.items():
+           if links.get(ifname, ("missing", None))[0] not in ("up", "missing")]
+    for (ifname, address), result in st.pair.pings.items():
         if result != "ok" and not out and both:
             out.append(f"pair_link_addresses: {address} ({s.pair_peer}) does not answer a ping over {ifname}"
                        + (" (ping is not installed: apt install iputils-ping)" if result == "no-ping" else
@@ -92,11 +93,11 @@ def link_work(plan: HostPlan) -> LinkWork | None:
     if not plan.settings.pair or pair_peer(plan) is None:
         return None
     lay, st, w = plan.paths, host_status(plan), LinkWork()
-    w.pair_dir = None if Want("dir", "700").matches(st.files.get(lay.pair_dir)) else lay.pair_dir
+    w.pair_dir = None if Want("dir", "700").matches(st.files.found.get(lay.pair_dir)) else lay.pair_dir
     tool, text = program("pair_link.py"), netplan(plan.settings)
-    w.tool = None if Want("file", "755", sha256=sha256(tool)).matches(st.files.get(lay.pair_link_tool)) else tool
+    w.tool = None if Want("file", "755", sha256=sha256(tool)).matches(st.files.found.get(lay.pair_link_tool)) else tool
     w.apply = not link_ready(plan, st)
-    stale = not Want("file", "600", sha256=sha256(text)).matches(st.files.get(lay.netplan_staged))
+    stale = not Want("file", "600", sha256=sha256(text)).matches(st.files.found.get(lay.netplan_staged))
     w.staged = text if w.apply and stale else None
     return w
 
@@ -176,13 +177,13 @@ def remove_pair_link(plan: HostPlan) -> None:
     s, lay, st = plan.settings, plan.paths, host_status(plan)
     if not s.pair:
         return
-    steps = [f"rm -f {shlex.quote(p)}" for p in (NETPLAN_FILE, lay.pair_link_tool) if p in st.files]
-    if NETPLAN_FILE in st.files:  # rewrite netplan's generated networkd files without the link (applies nothing)
+    steps = [f"rm -f {shlex.quote(p)}" for p in (NETPLAN_FILE, lay.pair_link_tool) if p in st.files.found]
+    if NETPLAN_FILE in st.files.found:  # rewrite netplan's generated networkd files without the link (applies nothing)
         steps.append("{ ! command -v netplan >/dev/null || netplan generate; }")
     # an address already gone is what cleanup wants: `ip` says so, and the cleanup goes on
     steps += [f"{{ ip addr del {shlex.quote(a)} dev {shlex.quote(i)} || true; }}" for i, a in _addresses(plan)
-              if (i, a) in st.addresses]
-    steps += [f"rm -rf {shlex.quote(lay.pair_dir)}"] if lay.pair_dir in st.files else []
+              if (i, a) in st.pair.addresses]
+    steps += [f"rm -rf {shlex.quote(lay.pair_dir)}"] if lay.pair_dir in st.files.found else []
     if steps:
         server.shell(name=f"Remove the pair link ({NETPLAN_FILE}, the link addresses, {lay.pair_dir})",
                      commands=[" && ".join(steps)])

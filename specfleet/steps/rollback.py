@@ -23,18 +23,18 @@ def rollback():
         logger.info(f"[{host.name}] skipped: the worker of {s.pair}; its head {s.pair_peer} switches both back")
         return
     st = host_status(plan)
-    target = s.rollback_to or st.previous
+    target = s.rollback_to or st.release.previous
     if not target:
         refuse(name="Choose the release to return to",
                message=f"{host.name}: rollback: no previous release recorded "
-                       f"(releases: {' '.join(st.releases) or 'none'})")
+                       f"(releases: {' '.join(st.release.releases) or 'none'})")
         return
-    if target not in st.releases:
+    if target not in st.release.releases:
         refuse(name="Choose the release to return to",
                message=f"{host.name}: rollback_to: release {target} is not on this host "
-                       f"(kept: {' '.join(st.releases) or 'none'})")
+                       f"(kept: {' '.join(st.release.releases) or 'none'})")
         return
-    if target == st.current and st.active == "active" and st.gate_passed(target):
+    if target == st.release.current and st.release.active == "active" and st.release.gate_passed(target):
         return
     lock(CONVERGE_ID, kind="rollback")  # never interleaved with a converge or a rollout on the same host
     # --rollback: a head leaving its pair's release asks its worker to serve alone again (a host tool that predates

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from ..facts import sha256
 from ..render import RENDERING_CHANGED
 from .jobs import host_job
-from .state import current_plan, host_status, sha256
+from .state import current_plan, host_status
 
 RESTARTS = ("release", "unit", "down")  # kinds of switch reason that restart the server (the others only enable/gate)
 
@@ -21,7 +22,7 @@ RESTARTS = ("release", "unit", "down")  # kinds of switch reason that restart th
 def switch_checks(plan) -> list[tuple[str, str]]:
     """(kind, why) for each reason the host must (re)activate the plan's release: release (what changed: config,
     model, image, ...), unit, down (not running), enable (not enabled at boot), gate (not passed)."""
-    st = host_status(plan)
+    st = host_status(plan).release
     unit_sha = sha256(plan.rendered.unit)
     checks = (
         (st.current != plan.release_id, "release", f"release {st.current or '(none)'} -> {plan.release_id}"

@@ -3,26 +3,23 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
-from dataclasses import dataclass
-from importlib import resources
 from weakref import WeakKeyDictionary
 
 from pyinfra import host
 from pyinfra.api import Host, operation
 from pyinfra.context import ctx_state
 
-from ..facts import HostStatus, SpecfleetHost
-from ..gateway_files import spark_files, spark_paths
+from .. import gateway, memory_status, mirror, pair_status, release_status
+from ..facts import HostStatus, SpecfleetHost, Want, parts, status_env
 from ..grammars import pinned_version
-from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
-from ..memory import earlyoom_floor_gb
-from ..pair_files import pair_reads
 from ..plan import HostPlan
-from ..render import dockerd_oom_dropin, earlyoom_dropin, token_text
-from ..settings import TIKTOKEN_FILES
+from ..release_status import model_paths
 from ..validate_in_image import config_key, image_key
+
+# What a Spark's one status read is made of: each feature's part, registered by its module (facts.register).
+SPARK_PARTS = (release_status.PLATFORM, release_status.RELEASE, memory_status.MEMORY, pair_status.PAIR, gateway.SPARK,
+               mirror.SPARK)
 
 
 def current_plan() -> HostPlan:
@@ -31,23 +28,6 @@ def current_plan() -> HostPlan:
         raise SystemExit(f"specfleet: {host.name}: no specfleet plan in host data; run with specfleet's inventory.py "
                          "(pyinfra inventory.py deploys/<name>.py)")
     return plan
-
-
-def model_paths(plan: HostPlan) -> dict[str, list[tuple[str, int]]]:
-    """Per pin role: the (host path, expected size) of every file the server needs (snapshot + draft dir)."""
-    layout = plan.paths
-    out: dict[str, list[tuple[str, int]]] = {}
-    for role, pin in plan.pins.items():
-        paths = [(f"{layout.snapshot(pin.repo, pin.commit)}/{f}", size) for f, size in pin.files]
-        if role == "draft":
-            paths += [(f"{layout.draft_dir(pin.repo, pin.commit)}/{f}", size) for f, size in pin.files]
-        out[role] = paths
-    return out
-
-
-def blob_path(plan: HostPlan, pin, blob: str) -> str:
-    """Where the Hugging Face cache keeps a file's content (snapshots link to it): blobs/<etag>."""
-    return f"{plan.paths.repo_dir(pin.repo)}/blobs/{blob}"
 
 
 _STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host name: HostStatus}
@@ -73,106 +53,24 @@ def pair_peer(plan: HostPlan) -> tuple[HostPlan, Host] | None:
     return None
 
 
-@dataclass(frozen=True)
-class Want:
-    """What a managed path must be: a dir/file with mode and owner (and content), or a symlink."""
-
-    kind: str  # "dir" | "file" | "link"
-    mode: str = "755"
-    user: str = "root"
-    group: str = "root"
-    sha256: str | None = None  # files: expected content hash (None: only existence, mode, owner)
-    target: str | None = None  # links
-
-    def matches(self, found: tuple[str, ...] | None) -> bool:
-        if not found or found[0] != self.kind:
-            return False
-        if self.kind == "link":
-            return found[1] == self.target
-        if tuple(found[1:4]) != (self.mode, self.user, self.group):
-            return False
-        if self.sha256 is None:
-            # content not known in advance (release.json records its creation time): it must at least not be
-            # empty, as a file is after a power loss right after it was written
-            return self.kind != "file" or (len(found) > 4 and found[4] != EMPTY_SHA256)
-        return found[4] == self.sha256
-
-
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-
-
-def sha256(content: bytes | str) -> str:
-    return hashlib.sha256(content.encode() if isinstance(content, str) else content).hexdigest()
-
-
 def wanted_files(plan: HostPlan) -> dict[str, Want]:
     """Every small file/dir/link a converge manages, with what it must be (one status read covers all)."""
     return plan.derived("wanted_files", _wanted_files)
 
 
 def _wanted_files(plan: HostPlan) -> dict[str, Want]:
-    s, layout = plan.settings, plan.paths
-    host_dir = resources.files("specfleet.host")
-    want: dict[str, Want] = {
-        s.secrets_dir: Want("dir", "700"),
-        s.data_dir: Want("dir"),
-        layout.bin: Want("dir"),
-    }
-    for name, source in HOST_PROGRAMS.items():
-        want[f"{layout.bin}/{name}"] = Want("file", program_mode(name),
-                                       sha256=sha256((host_dir / source).read_bytes()))
-    if s.hf_token is not None:
-        want[layout.token_file] = Want("file", "600", sha256=sha256(token_text(s, redact=False)))
-    behind = spark_files(s)  # behind the fleet's gateways (none without a gateway group)
-    if behind:
-        want[layout.agent_dir] = Want("dir")
-        for path, content in behind.items():
-            want[path] = Want("file", "644", sha256=sha256(content))
-    if s.profile is None:
-        return want
-    if s.profile["tiktoken"]:
-        want[layout.tiktoken] = Want("dir")
-        for name in TIKTOKEN_FILES:
-            want[f"{layout.tiktoken}/{name}"] = Want("file", "644", sha256=s.tiktoken_sha256[name])
-    if not plan.is_mirror:  # a serving Spark: dockerd comes last under memory pressure (steps/oom.py)
-        want[layout.dockerd_oom_dropin] = Want("file", "644", sha256=sha256(dockerd_oom_dropin()))
-        if earlyoom_floor_gb(s) > 0:  # earlyoom's command line (steps/oom.py)
-            want[layout.earlyoom_dropin] = Want("file", "644", sha256=sha256(earlyoom_dropin(s)))
-    rdir = layout.release_dir(plan.release_id)
-    want[layout.releases] = Want("dir")
-    want[rdir] = Want("dir")
-    for path, content in plan.files().items():
-        if path.startswith(layout.current + "/"):
-            want[f"{rdir}/{path.rsplit('/', 1)[1]}"] = Want("file", "644", sha256=sha256(content))
-    if "draft" in plan.pins:
-        pin = plan.pins["draft"]
-        want[f"{rdir}/{DRAFT_LINK}"] = Want("link", target=layout.draft_dir(pin.repo, pin.commit))
-    want[f"{rdir}/{RECORD_FILE}"] = Want("file", "644")  # written once: it records the creation time
-    return want
+    """Each part's wanted files, in the parts' order (facts.parts)."""
+    return {path: want for part in parts() for path, want in part.wanted(plan).items()}
 
 
 def _read_status(plan: HostPlan, on: Host) -> HostStatus:
-    s = plan.settings
-    sizes = tuple(path for paths in model_paths(plan).values() for path, _ in paths)
-    if plan.mirror_url is not None:  # the mirror warms only what no host has: blobs a new commit shares are not fetched
-        sizes += tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs)
-    files = tuple(wanted_files(plan)) + (() if s.hf_token is not None else (plan.paths.token_file,))
-    files += () if s.gateways else spark_paths(s)  # left over from a gateway group the fleet no longer has
-    files += tuple(p for p in (plan.paths.dockerd_oom_dropin, plan.paths.earlyoom_dropin, plan.paths.earlyoom_marker)
-                   if p not in files)  # what steps/oom.py left: the cleanup removes it; the marker says what it did
-    trust = pair_reads(s, plan.paths) if s.pair else {}
-    return on.get_fact(SpecfleetHost, data_dir=s.data_dir, service=s.service_name, port=s.serve_port,
-                       image=s.image, sizes=sizes, files=files + tuple(trust.get("files", ())),
-                       users=tuple(s.operator_users) + tuple(trust.get("users", ())),
-                       config_key=config_key(plan.rendered.config) if s.profile is not None else "",
-                       links=tuple(s.pair_link_interfaces) if s.pair else (), keys=tuple(trust.get("keys", ())),
-                       pings=tuple(trust.get("pings", ())), stats=tuple(trust.get("stats", ())))
+    return on.get_fact(SpecfleetHost, env=status_env(plan, wanted_files(plan)))
 
 
 def needs_validation(plan: HostPlan) -> bool:
     """Whether the release step must validate the config in the image (validate_in_image): no cached OK verdict for
     (config hash, image id) in the one status read. An image still to pull has no id yet: validated after the pull."""
-    s, st = plan.settings, host_status(plan)
+    s, st = plan.settings, host_status(plan).release
     if s.profile is None:
         return False
     return not st.image_id or f"{config_key(plan.rendered.config)}-{image_key(st.image_id)}" not in st.validated
@@ -180,11 +78,11 @@ def needs_validation(plan: HostPlan) -> bool:
 
 def differs(plan: HostPlan, path: str) -> bool:
     """Whether `path` is not yet what the converge wants (decided from the one status read)."""
-    return not wanted_files(plan)[path].matches(host_status(plan).files.get(path))
+    return not wanted_files(plan)[path].matches(host_status(plan).files.found.get(path))
 
 
 def missing(plan: HostPlan, status: HostStatus, role: str) -> list[tuple[str, int]]:
-    return [(path, size) for path, size in model_paths(plan)[role] if status.sizes.get(path, -1) != size]
+    return [(path, size) for path, size in model_paths(plan)[role] if status.files.sizes.get(path, -1) != size]
 
 
 @operation(is_idempotent=False)
@@ -196,4 +94,4 @@ def refuse(message: str):
 def hub_client_ok(plan: HostPlan) -> bool:
     """Whether the fetch virtualenv already holds exactly the pinned huggingface_hub."""
     pinned = pinned_version(plan.settings.hub_client_requirement, "huggingface_hub")
-    return pinned is not None and host_status(plan).hub_client == pinned
+    return pinned is not None and host_status(plan).release.hub_client == pinned

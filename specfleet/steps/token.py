@@ -36,7 +36,7 @@ def token():
     if differs(plan, s.secrets_dir):
         files.directory(name="Secrets directory (root only)", path=s.secrets_dir, user="root", group="root", mode="700")
     if s.hf_token is None:
-        if layout.token_file in host_status(plan).files:
+        if layout.token_file in host_status(plan).files.found:
             files.file(name="Remove the Hugging Face token (no token in the inventory)", path=layout.token_file,
                        present=False)
         return

@@ -33,7 +33,7 @@ def tools():
                       user="root", group="root", mode=program_mode(name))
             installed.append(name)
     agent_unit = f"{UNIT_DIR}/{s.service_name}-agent.service"  # absent until behind_gateways writes it (later)
-    if s.gateways and set(installed) & AGENT_READS and agent_unit in host_status(plan).files:
+    if s.gateways and set(installed) & AGENT_READS and agent_unit in host_status(plan).files.found:
         # the long-lived agent runs what is installed from now on
         server.shell(name=f"Restart {s.service_name}-agent.service if it runs (its program changed)",
                      commands=[f"systemctl try-restart {shlex.quote(s.service_name + '-agent.service')}"])
@@ -41,7 +41,7 @@ def tools():
         return  # the virtualenv already has exactly the pinned client
     # DGX OS 7 (Ubuntu 24.04) has no python3-venv by default, and unattended-upgrades may hold the dpkg lock
     # right after boot: apt waits for the lock (bounded) instead of failing at once.
-    busy = host_status(plan).dpkg_busy
+    busy = host_status(plan).platform.dpkg_busy
     if busy:
         logger.info(f"    [{host.name}] dpkg is busy ({', '.join(busy)}); installing python3-venv waits up to "
                     f"{DPKG_LOCK_TIMEOUT_SEC} s for the dpkg lock")

@@ -75,6 +75,17 @@ def make_plans(host_vars: dict[str, dict[str, Any]], profile: str | None,
     return plans
 
 
+def status_command(data_dir: str, service: str = "specfleet-test-nonexistent", **env: str) -> str:
+    """The one status read's command (facts.SpecfleetHost) for a host with `data_dir` and no profile, run locally or
+    over ssh by a test; `env` overrides the variables the parts compose (SIZES, FILES, LINKS, ...)."""
+    from specfleet.facts import SpecfleetHost, status_env
+    from specfleet.steps.state import wanted_files
+    plan = make_plans({"local": {"data_dir": data_dir, "service_name": service, "hf_token_required": False}},
+                      None)["local"]
+    composed = dict(status_env(plan, wanted_files(plan)))
+    return SpecfleetHost().command(tuple({**composed, **env}.items()))
+
+
 def release_state_line(**state: Any) -> str:
     """The probe's `release_state` line: release_state.read()'s JSON (fields left out read as on a fresh host)."""
     blank = {"current": None, "previous": None, "releases": [], "record": {}, "gate": {}, "lock": None, "job": None}
@@ -96,7 +107,7 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
     }
     fields.update({k: str(v) for k, v in over.items() if k in fields})
     lines = [f"{k}\t{v}" for k, v in fields.items()]
-    from specfleet.steps.state import model_paths
+    from specfleet.release_status import model_paths
     sizes = over.get("sizes", {})
     for paths in model_paths(plan).values():
         for path, size in paths:
@@ -193,7 +204,7 @@ def changed_ops(state: State) -> dict[str, list[str]]:
     return out
 
 
-SPECFLEET_FACT = re.compile(r"export DATA SVC PORT IMAGE")
+SPECFLEET_FACT = re.compile(r"export DATA SVC ")
 
 
 def _stat(path: str, mode: str, target: str | None = None) -> tuple[re.Pattern, str]:

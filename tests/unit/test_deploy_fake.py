@@ -6,7 +6,7 @@ import pytest
 
 from specfleet.steps import cleanup, converge
 from tests.unit.conftest import TOKEN
-from tests.unit.fakehost import changed_ops, converged_responses, executed, make_plans, run_deploy
+from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, converged_responses, executed, make_plans, run_deploy
 
 MUTATING = ("systemctl restart", "daemon-reload", "fetch-model --repo", "docker pull", " activate ", "job start", "curl ",
             "mkdir /var/lib/specfleet/lock", "docker run --rm --network none")
@@ -172,7 +172,7 @@ def test_cached_verdict_runs_no_container_and_the_status_read_asks_for_it():
     assert not [c for c in cmds if VALIDATE in c] and changed_ops(state)["spark-01"] == []
     from specfleet.render import config_yaml
     from specfleet.validate_in_image import config_key
-    status = [c for c in cmds if "export DATA SVC PORT IMAGE CFG" in c]
+    status = [c for c in cmds if SPECFLEET_FACT.search(c)]
     assert len(status) == 1 and f"CFG={config_key(config_yaml(plan.settings))}" in status[0]
 
 

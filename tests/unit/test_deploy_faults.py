@@ -186,7 +186,8 @@ def test_rollback_to_from_the_pyinfra_command_line_is_used_and_validated(fleet_f
 def test_a_release_file_emptied_by_a_power_loss_is_written_again():
     """release.json's content is not known in advance (it records its creation time), but an empty one (a guest
     powered off right after the stage) is damaged: the next run writes it again instead of switching to it."""
-    from specfleet.steps.state import EMPTY_SHA256, wanted_files
+    from specfleet.facts import EMPTY_SHA256
+    from specfleet.steps.state import wanted_files
     plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
     rj = f"{plan.paths.releases}/{plan.release_id}/release.json"
     assert rj in wanted_files(plan)

@@ -41,11 +41,11 @@ def _run(responses, profile="eagle3", **vars):
 def test_status_fact_parses_the_new_lines():
     st = SpecfleetHost().process(["docker\tok", "default_runtime\tnvidia", f"docker_security\t{SECURITY}",
                                   "gpu_hook\t", "apparmor\tY\t0\t", "dpkg_busy\tapt unattended-upgr ",
-                                  "docker_root\t123456\tsame\t/var/lib/docker"])
+                                  "docker_root\t123456\tsame\t/var/lib/docker"]).platform
     assert st.default_runtime == "nvidia" and "apparmor" in st.docker_security
     assert st.gpu_hook == "" and st.apparmor == ("Y", "0", "") and st.dpkg_busy == ["apt", "unattended-upgr"]
     assert (st.docker_root, st.docker_root_free, st.docker_root_same_fs) == ("/var/lib/docker", 123456, True)
-    old = SpecfleetHost().process(["docker\tok"])  # an older fact output: everything unknown, nothing refused
+    old = SpecfleetHost().process(["docker\tok"]).platform  # an older fact output: everything unknown, nothing refused
     assert old.gpu_hook is None and old.apparmor is None and old.docker_root_same_fs is None
 
 

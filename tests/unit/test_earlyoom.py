@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from specfleet.facts import SpecfleetHost
+from specfleet.facts import SpecfleetHost, sha256
 from specfleet.host.layout import EARLYOOM_BIN, Layout
 from specfleet.preview import describe
 from specfleet.render import earlyoom_dropin, earlyoom_kib
@@ -16,7 +16,6 @@ from specfleet.settings import build_settings
 from specfleet.steps import cleanup
 from specfleet.steps.changes import changes
 from specfleet.steps.oom import EARLYOOM_ENABLED, EARLYOOM_INSTALLED
-from specfleet.steps.state import sha256
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, converged_responses, executed, make_plans, run_deploy
 from tests.unit.test_deploy_fake import FRESH, _run
 
@@ -144,9 +143,9 @@ def test_cleanup_of_a_host_without_earlyoom_runs_nothing_for_it():
 
 def test_the_status_read_reports_earlyoom():
     st = SpecfleetHost().process([f"earlyoom\t{EARLYOOM_BIN}\tactive\tenabled\t"])
-    assert st.earlyoom == (EARLYOOM_BIN, "active", "enabled")
-    assert SpecfleetHost().process(["earlyoom\t\tinactive\t\t"]).earlyoom == ("", "inactive", "")
-    assert SpecfleetHost().process([]).earlyoom == ("", "", "")
+    assert st.memory.earlyoom == (EARLYOOM_BIN, "active", "enabled")
+    assert SpecfleetHost().process(["earlyoom\t\tinactive\t\t"]).memory.earlyoom == ("", "inactive", "")
+    assert SpecfleetHost().process([]).memory.earlyoom == ("", "", "")
 
 
 @pytest.mark.parametrize("given,reserve,floor_kib", [(None, 8, 1953125), (None, 0.5, 122070), (1, 8, 976562)])

@@ -62,13 +62,16 @@ LAYERS = {
     "specfleet.status_report": "core",  # what `specfleet status` makes of the hosts' answers: health, rows, table
     "specfleet.bench": "core",  # bench variants, prompts, statistics, table, plot, the fleet-file rewrite
     # ---- pyinfra layer: facts, steps, running deploys on hosts ----
-    "specfleet.gateway": "pyinfra",  # the gateway host's status read (GatewayStatus)
-    "specfleet.facts": "pyinfra",  # the host's status read (SpecfleetHost, ReleaseStatus): pyinfra facts
+    "specfleet.gateway": "pyinfra",  # the gateway host's status read (GatewayStatus), its part of a Spark's
+    "specfleet.facts": "pyinfra",  # the host's status read (SpecfleetHost, ReleaseStatus), composed of parts
+    "specfleet.release_status": "pyinfra",  # the status read's platform and release parts, the release's files
+    "specfleet.memory_status": "pyinfra",  # the status read's memory part, the OOM drop-ins
+    "specfleet.pair_status": "pyinfra",  # the status read's pair part: interfaces, addresses, links, pings
     "specfleet.runner": "pyinfra",  # run a packaged deploy on a set of hosts through pyinfra's API
     "specfleet.rollout": "pyinfra",  # the rollout: lock, warm the mirror, stage, switch in batches behind the gate
     "specfleet.status": "pyinfra",  # the status probe (HostOverview fact + its deploy) and the journal over ssh
     "specfleet.bench_run": "pyinfra",  # the bench: rounds of variants staged, switched, loaded, hosts restored
-    "specfleet.mirror": "pyinfra",  # the mirror host's status fact (MirrorStatus), its warm-up program, its read
+    "specfleet.mirror": "pyinfra",  # the mirror host's status fact (MirrorStatus), its warm-up, its part of a Spark's
     "specfleet.preview": "pyinfra",  # what a converge would change on each host, read without changing anything
     "specfleet.steps": "pyinfra",  # the packaged deploys composed: converge, stage, switch
     "specfleet.steps.state": "pyinfra",  # the host's plan and its one status read, wanted files, refuse

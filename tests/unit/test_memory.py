@@ -92,7 +92,7 @@ def test_plan_shows_the_figure_whether_or_not_anything_changes():
 
     def read(_plan):
         found["ch"] = changes(_plan)
-        found["mem"] = host_status(_plan).mem_total
+        found["mem"] = host_status(_plan).memory.mem_total
 
     from pyinfra.api import deploy
 

@@ -5,12 +5,12 @@ import re
 
 import pytest
 
+from specfleet.facts import sha256
 from specfleet.host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout
 from specfleet.mirror import parse_mirror_state
 from specfleet.mirror_files import NAME, mirror_files
 from specfleet.plan import PlanError, build_plans, load_inventory_or_fail
 from specfleet.steps import converge, mirror_setup
-from specfleet.steps.state import sha256
 from tests.unit.fakehost import changed_ops, converged_responses, executed, run_deploy
 
 FLEET = """
@@ -234,7 +234,7 @@ def test_mirror_disk_preflight_counts_the_fleets_models(fleet_file):
 
 
 def _fresh_spark(plan):
-    return converged_responses(plan, sizes={path: -1 for paths in __import__("specfleet.steps.state", fromlist=["x"])
+    return converged_responses(plan, sizes={path: -1 for paths in __import__("specfleet.release_status", fromlist=["x"])
                                             .model_paths(plan).values() for path, _ in paths})
 
 
@@ -308,7 +308,7 @@ def test_failed_warm_with_hub_fallback_fetches_from_the_upstream_hub_with_a_warn
 
 def test_warm_skips_files_whose_content_the_host_has(fleet_file):
     """A new commit's unchanged file (same blob) is linked from the host's cache: the mirror does not fetch it."""
-    from specfleet.steps.state import blob_path, model_paths
+    from specfleet.release_status import blob_path, model_paths
     plans = _plans(fleet_file)
     spark = plans["spark-01"]
     pin = spark.pins["draft"]

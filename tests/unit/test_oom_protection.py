@@ -51,7 +51,7 @@ def test_a_dockerd_with_another_figure_is_set_again_and_plan_says_so():
     def read():
         found["pending"] = pending(plans["spark-01"])
         found["changes"] = changes(plans["spark-01"])
-        found["st"] = host_status(plans["spark-01"]).dockerd_oom
+        found["st"] = host_status(plans["spark-01"]).memory.dockerd_oom
 
     run_deploy(plans, deploy("read")(read),
                responses=lambda p: converged_responses(p, dockerd_oom="-500", files_missing=[DROPIN]))

@@ -193,10 +193,13 @@ def _pair_plans():
 
 
 def _host_status(addresses=(("lo", "127.0.0.1/8"), ("eth0", "10.0.0.11/24")), links=None, interfaces=IFACES):
-    from specfleet.facts import HostStatus
-    return HostStatus(docker="ok", runtimes='{"nvidia":{}}', gpu_hook="/usr/bin/nvidia-container-runtime-hook",
-                      free_bytes=10**15, interfaces=list(interfaces), addresses=list(addresses),
-                      links=dict(LINKS if links is None else links))
+    from specfleet.facts import SpecfleetHost
+    st = SpecfleetHost.default()
+    st.platform.docker, st.platform.runtimes, st.platform.free_bytes = "ok", '{"nvidia":{}}', 10**15
+    st.platform.gpu_hook = "/usr/bin/nvidia-container-runtime-hook"
+    st.pair.interfaces, st.pair.addresses = list(interfaces), list(addresses)
+    st.pair.links = dict(LINKS if links is None else links)
+    return st
 
 
 def _pair_clauses(st):
@@ -239,13 +242,12 @@ def test_the_status_read_reports_a_pair_hosts_interfaces_addresses_and_links(tmp
     import subprocess
 
     from specfleet.facts import SpecfleetHost
-    fact = SpecfleetHost()
+    from tests.unit.fakehost import status_command
 
     def read(links):
-        command = fact.command(data_dir=str(tmp_path), service="specfleet-test-nonexistent", port=1, image="img",
-                               links=links)
-        return fact.process(subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
-                            .stdout.splitlines())
+        command = status_command(str(tmp_path), LINKS="\n".join(links))
+        return SpecfleetHost().process(subprocess.run(["sh", "-c", command], capture_output=True, text=True,
+                                                      timeout=60).stdout.splitlines()).pair
 
     st = read(("lo", "nosuch0"))
     assert "lo" in st.interfaces and ("lo", "127.0.0.1/8") in st.addresses, (st.interfaces, st.addresses)

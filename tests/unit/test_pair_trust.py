@@ -44,9 +44,9 @@ def _plans(limit=("spark-1", "spark-2")):
 
 def _converged_trust(plan) -> list[str]:
     """The pair part of a converged pair host's status read (link and trust), as the status read reports it."""
+    from specfleet.facts import sha256
     from specfleet.pair_files import netplan
     from specfleet.steps.pair import program
-    from specfleet.steps.state import sha256
 
     s, lay = plan.settings, plan.paths
     text = netplan(s)
@@ -61,9 +61,9 @@ def _converged_trust(plan) -> list[str]:
 
 
 def _trust_lines(plan) -> list[str]:
+    from specfleet.facts import sha256
     from specfleet.pair_files import authorized_keys, known_hosts, sudoers
     from specfleet.steps.pair import program
-    from specfleet.steps.state import sha256
 
     s, lay = plan.settings, plan.paths
     if s.pair_role == "head":

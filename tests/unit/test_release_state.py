@@ -15,7 +15,7 @@ from specfleet import status
 from specfleet.facts import SpecfleetHost
 from specfleet.host import layout, release_state
 from specfleet.steps import converge
-from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
+from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy, status_command
 
 SVC = "specfleet-test-nonexistent"
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +54,7 @@ def test_the_three_readers_agree_on_a_scratch_host(tmp_path):
     assert want["releases"] == ["r-aaaaaaaaaaaa", "r-bbbbbbbbbbbb"] and want["record"]["id"] == "r-bbbbbbbbbbbb"
     assert want["lock"].startswith("rollout 1234abcd") and want["job"]["key"] == "activate:r-bbbbbbbbbbbb"
 
-    fact = SpecfleetHost()
-    st = fact.process(_sh(fact.command(data_dir=str(tmp_path), service=SVC, port=1, image="img")).splitlines())
+    st = SpecfleetHost().process(_sh(status_command(str(tmp_path), SVC)).splitlines()).release
     assert not st.release_state_error
     assert (st.current, st.previous, st.releases, st.lock, st.gate, st.current_release) == (
         want["current"], want["previous"], want["releases"], want["lock"], want["gate"], want["record"])
@@ -73,8 +72,7 @@ def test_the_three_readers_agree_on_a_scratch_host(tmp_path):
 
 
 def test_a_fresh_host_reads_empty(tmp_path):
-    fact = SpecfleetHost()
-    st = fact.process(_sh(fact.command(data_dir=str(tmp_path / "none"), service=SVC, port=1, image="img")).splitlines())
+    st = SpecfleetHost().process(_sh(status_command(str(tmp_path / "none"), SVC)).splitlines()).release
     assert (st.current, st.previous, st.releases, st.lock, st.gate, st.job, st.release_state_error) == (
         "", "", [], "", {}, None, "")
 
@@ -122,6 +120,6 @@ def test_no_other_module_reads_the_state_files():
             if isinstance(node, ast.Attribute) and node.attr in _READERS_ONLY:
                 found.append(f"{rel}:{node.lineno}: .{node.attr}")
     assert not found, found
-    probe = (ROOT / "specfleet" / "host" / "probes" / "host_status.sh").read_text()
+    probe = (ROOT / "specfleet" / "host" / "probes" / "release_status.sh").read_text()
     assert "$RELEASE_STATE" in probe
     assert not [v for v in ("$CURRENT", "$PREVIOUS", "$RELEASES", "$GATE", "$LOCK_OWNER", "$ACTIVE_JOB") if v in probe]

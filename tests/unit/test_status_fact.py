@@ -4,14 +4,13 @@ import json
 import subprocess
 
 from specfleet.facts import SpecfleetHost
+from tests.unit.fakehost import status_command
 
 
 def _status(tmp_path, sizes=(), files=(), users=()):
-    fact = SpecfleetHost()
-    command = fact.command(data_dir=str(tmp_path), service="specfleet-test-nonexistent", port=1, image="img",
-                           sizes=sizes, files=files, users=users)
+    command = status_command(str(tmp_path), SIZES="\n".join(sizes), FILES="\n".join(files), USERS="\n".join(users))
     out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60).stdout
-    return fact.process(out.splitlines())
+    return SpecfleetHost().process(out.splitlines())
 
 
 def test_hub_file_names_with_spaces_are_found(tmp_path):
@@ -22,18 +21,18 @@ def test_hub_file_names_with_spaces_are_found(tmp_path):
     (snap / "sub dir" / "it's here.bin").write_bytes(b"x" * 7)
     wanted = (str(snap / "tokenizer config.json"), str(snap / "sub dir" / "it's here.bin"), str(snap / "missing file"))
     st = _status(tmp_path, sizes=wanted, files=wanted[:1])
-    assert st.sizes == {wanted[0]: 5, wanted[1]: 7, wanted[2]: -1}
-    assert st.files[wanted[0]][0] == "file"
+    assert st.files.sizes == {wanted[0]: 5, wanted[1]: 7, wanted[2]: -1}
+    assert st.files.found[wanted[0]][0] == "file"
 
 
 def test_gate_and_active_job_are_read(tmp_path):
     (tmp_path / "gate.json").write_text(json.dumps({"release": "r-1", "result": "passed", "at": "x"}, indent=1))
-    st = _status(tmp_path)
+    st = _status(tmp_path).release
     assert st.gate == {"release": "r-1", "result": "passed", "at": "x"} and st.gate_passed("r-1") and not st.gate_passed("r-2")
     (tmp_path / "gate.json").write_text(json.dumps({"release": "r-1", "result": "running"}))
-    assert not _status(tmp_path).gate_passed("r-1")
+    assert not _status(tmp_path).release.gate_passed("r-1")
     (tmp_path / "gate.json").unlink()
-    assert _status(tmp_path).gate == {}
+    assert _status(tmp_path).release.gate == {}
 
 
 # What the probe printed per path before file_status.py (coreutils, a few programs per path): the reference that

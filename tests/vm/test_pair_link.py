@@ -11,6 +11,7 @@ import pytest
 from specfleet import defaults
 from specfleet.facts import SpecfleetHost
 from specfleet.pair_fleet import host_problems
+from tests.unit.fakehost import status_command
 from tests.vm.conftest import own_guests
 
 pytestmark = [pytest.mark.vm, pytest.mark.full, pytest.mark.kernel("netplan-link")]
@@ -26,10 +27,8 @@ def pair(tmp_path_factory, request):
 
 
 def _status(g, links=IFNAMES):
-    fact = SpecfleetHost()
-    out = g.ssh(fact.command(data_dir="/var/lib/specfleet", service="specfleet-trtllm", port=8000, image="none",
-                             links=links)).stdout
-    return fact.process(out.splitlines())
+    out = g.ssh(status_command("/var/lib/specfleet", "specfleet-trtllm", LINKS="\n".join(links))).stdout
+    return SpecfleetHost().process(out.splitlines()).pair
 
 
 def test_the_link_has_a_sparks_names_and_carries_traffic_on_both_interfaces(pair):

@@ -1,7 +1,8 @@
-"""The files part of a specfleet host's status read (host_status.sh runs it; facts.SpecfleetHost parses it): the size of
-each path in SIZES, the kind, mode, owner and sha256 of each path in FILES, the groups of each user in USERS, the
-kind, mode, owner and size of each path in STATS (not opened), and the first line of each public key file in KEYS
-(newline-separated lists, from the environment), as `key<TAB>value` lines. Read-only, stdlib only.
+"""The shared file checks of a specfleet host's status read (facts.FILES runs it; facts.parse_file_checks parses
+it): the size of each path in SIZES, the kind, mode, owner and sha256 of each path in FILES, the groups of each user
+in USERS, the kind, mode, owner and size of each path in STATS (not opened), and the first line of each public key
+file in KEYS (newline-separated lists, from the environment, asked for by every part of the read), as
+`key<TAB>value` lines. Read-only, stdlib only.
 
 It is one process because the shell loop it replaces ran four to six programs per path: on a slow host (an
 emulated guest) that was 3 of the probe's 7 seconds, on every converge.

@@ -1,0 +1,15 @@
+# The release part of a Spark's one status read (release_status.RELEASE): what the host serves, as `key<TAB>value`
+# lines. Read-only; a fragment of the one remote command (facts.SpecfleetHost). From the environment (paths from
+# host/layout.py): SVC PORT IMAGE CFG (the service, its port, the image, the config's verdict key), UNIT VALIDATED
+# VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py).
+echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
+echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
+echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
+echo "unit_sha256	$(sha256sum "$UNIT" 2>/dev/null | cut -d' ' -f1)"
+echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
+echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
+# The release state: current, previous, kept releases, the current record, gate, lock, active job (one JSON line,
+# from THE reader, host/release_state.py, shipped in $RELEASE_STATE; -I -S: stdlib only, quicker to start).
+command -v python3 >/dev/null 2>&1 && echo "release_state	$(python3 -I -S -c "$RELEASE_STATE" "$RELEASE_PATHS" 2>&1 | tail -n 1)"
+echo "validated	$(ls "$VALIDATED" 2>/dev/null | grep -e "^$CFG-" | tr '\n' ' ')"
+echo "hub_client	$(sed -n 's/^Version: //p' "$VENV"/lib/python3*/site-packages/huggingface_hub-*.dist-info/METADATA 2>/dev/null | head -n 1)"
