@@ -2,6 +2,8 @@
 import pytest
 
 TOKEN = "hf_unit_test_secret_Zq9"
+# A vendored fleet project (tests/unit/test_old_scaffold.py): its tests/infra suite runs against hosts, not here.
+collect_ignore = ["scaffold_v010"]
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,7 @@
+"""Converge every host of the inventory into a trtllm-serve server for the baseline profile (see specfleet/profiles.py)."""
+
+from specfleet.steps import converge
+
+PROFILE = "baseline"
+
+converge(PROFILE)
