@@ -7,7 +7,6 @@ import hashlib
 import shlex
 from dataclasses import dataclass
 from importlib import resources
-from weakref import WeakKeyDictionary
 
 from pyinfra import host
 from pyinfra.api import Host, operation
@@ -23,6 +22,7 @@ from ..plan import HostPlan
 from ..render import dockerd_oom_dropin, earlyoom_dropin, token_text
 from ..settings import TIKTOKEN_FILES
 from ..validate_in_image import config_key, image_key
+from .coordination import Slot
 
 
 def current_plan() -> HostPlan:
@@ -50,14 +50,14 @@ def blob_path(plan: HostPlan, pin, blob: str) -> str:
     return f"{plan.paths.repo_dir(pin.repo)}/blobs/{blob}"
 
 
-_STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host name: HostStatus}
+STATUS_READS: Slot[dict[str, HostStatus]] = Slot("status reads", dict)  # host name -> its status before the run
 
 
 def host_status(plan: HostPlan, on: Host | None = None) -> HostStatus:
     """The host's status before this run changed anything (read once per host per run). `on`: another host of
     this run whose plan `plan` is (a pair's head and worker each read the other's, through its own connection)."""
     target = on or host
-    per_run = _STATUS.setdefault(ctx_state.get(), {})
+    per_run = STATUS_READS()
     if target.name not in per_run:
         per_run[target.name] = _read_status(plan, target)
     return per_run[target.name]
