@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
-
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
@@ -11,6 +9,7 @@ from pyinfra.context import ctx_state
 from .behind_gateways import behind_gateways
 from .changes import changes, pending
 from .cleanup import cleanup
+from .coordination import Slot
 from .docker_access import docker_access
 from .encodings import encodings
 from .gateway import gateway, gateway_alive
@@ -71,10 +70,10 @@ def _converge() -> None:
         unlock(CONVERGE_ID, kind="converge")
 
 
-# pyinfra State -> {host: ((model, profile) when behind gateways, ready, restarts)}
-_RESTARTS: WeakKeyDictionary = WeakKeyDictionary()
-# pyinfra State -> {model: every Spark of it in the fleet file, "read": the inventory names this run has read}
-_PEERS: WeakKeyDictionary = WeakKeyDictionary()
+# host name -> ((model, profile) when behind gateways, ready, restarts)
+_RESTARTS: Slot[dict[str, tuple[tuple[str, str] | None, bool, bool]]] = Slot("converge restarts", dict)
+# model -> every Spark of it in the fleet file; "read" -> the inventory names this run has read
+_PEERS: Slot[dict[str, set[str]]] = Slot("converge model peers", lambda: {"read": set()})
 
 
 def _count_restarts() -> None:
@@ -85,8 +84,8 @@ def _count_restarts() -> None:
     plan = current_plan()
     st = host_status(plan) if not (plan.is_mirror or plan.skip) else None
     state = ctx_state.get()
-    seen = _RESTARTS.setdefault(state, {})
-    peers = _PEERS.setdefault(state, {"read": set()})
+    seen = _RESTARTS(state)
+    peers = _PEERS(state)
     peers["read"].add(plan.settings.host)
     if st is None:
         seen[host.name] = (None, False, False)

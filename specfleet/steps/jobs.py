@@ -12,7 +12,6 @@ import logging
 import shlex
 import time
 
-import gevent
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.operations import python
 
@@ -40,26 +39,6 @@ def run_on_host(state, host, command: str, stdin: str | None = None) -> tuple[bo
     except Exception as exc:  # connection lost (paramiko/socket errors): reported by the caller
         return False, [], [f"{type(exc).__name__}: {exc}"]
     return ok, list(output.stdout_lines), list(output.stderr_lines)
-
-
-PEER_GRACE_SEC = 5.0  # how long a host waits for its pair's other host to start the same operation
-
-
-def wait_for_peer(state, host, peer, done, deadline_sec: float) -> str:
-    """Inside an operation called from one place for both hosts of a pair: wait until `done()`. Returns "done", or
-    why not: "failed" (the peer failed), "elsewhere" (after PEER_GRACE_SEC the peer runs another operation, or none:
-    pyinfra's Python API numbers operations per host, and --serial runs hosts one after the other), "timeout"."""
-    start = time.monotonic()
-    while not done():
-        waited = time.monotonic() - start
-        if peer is None or peer in state.failed_hosts:
-            return "failed"
-        if peer.executing_op_hash != host.executing_op_hash and waited > PEER_GRACE_SEC:
-            return "elsewhere"
-        if waited > deadline_sec:
-            return "timeout"
-        gevent.sleep(0.2)
-    return "done"
 
 
 def write_root_file(state, host, path: str, content: str, mode: str) -> bool:

@@ -17,9 +17,7 @@ import hashlib
 import shlex
 from importlib import resources
 from urllib.parse import urlsplit
-from weakref import WeakKeyDictionary
 
-import gevent
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
@@ -29,22 +27,23 @@ from ..constants import DPKG_LOCK_TIMEOUT_SEC, GB
 from ..facts import sha256
 from ..grammars import pinned_version
 from ..host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout, program_mode
-from ..mirror import OLAH_READY, WARM, MirrorStatus
+from ..mirror import OLAH_READY, WARM, MirrorState, MirrorStatus
 from ..mirror_files import NAME, USER, advertised_url, mirror_files
 from ..release_status import blob_path
 from ..render import token_file_text
 from .changes import changes
+from .coordination import SharedOperation, Slot
 from .jobs import _follow, _say, run_on_host, write_root_file
-from .state import _STATUS, current_plan, host_status, missing, refuse
+from .state import STATUS_READS, current_plan, host_status, missing, refuse
 from .token import _write_token
 
 # The host tool and the modules it imports from its own directory (host/layout.py): the warm-up runs as a host job.
 _HOST_DIR = resources.files("specfleet.host")
 HOST_FILES = {name: (_HOST_DIR / HOST_PROGRAMS[name]).read_text(encoding="utf-8") for name in (HOST_TOOL, *MODULES)}
-_MIRROR_STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: MirrorState}
-_WARMED: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: (ok, url)}
-_WARM_OPS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {mirror host: op hash of its warm-up}
-_FALLBACK: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host: the upstream Hub it falls back to}
+_MIRROR_STATUS: Slot[dict[str, MirrorState]] = Slot("mirror status reads", dict)  # mirror host name -> its status
+# the warm-up: the mirror hosts that added it, and each one's (ok, advertised URL)
+_WARM_UP: Slot[SharedOperation[tuple[bool, str]]] = Slot("mirror warm-up", SharedOperation)
+_FALLBACK: Slot[dict[str, str]] = Slot("hub fallbacks", dict)  # host name -> the upstream Hub it fetches from instead
 
 
 def host_files(plan) -> dict[str, tuple[str, str]]:
@@ -54,7 +53,7 @@ def host_files(plan) -> dict[str, tuple[str, str]]:
 
 
 def mirror_status(plan):
-    per_run = _MIRROR_STATUS.setdefault(ctx_state.get(), {})
+    per_run = _MIRROR_STATUS()
     if host.name not in per_run:
         s, p = plan.settings, MirrorLayout(plan.settings.mirror_cache_dir)
         files = tuple(mirror_files(s, plan.connection)) + tuple(host_files(plan)) + (plan.paths.token_file,)
@@ -209,7 +208,7 @@ def _files_and_service(plan, st, p: MirrorLayout, installed: bool) -> None:
 def needed_files(state) -> list[tuple[str, str, str, int]]:
     """(repo, commit, file, size) that some non-mirror host of this run still has to fetch, from the status each
     of them read (the same decision its models step makes); each file once."""
-    statuses = _STATUS.get(state, {})
+    statuses = STATUS_READS(state)
     out: dict[tuple[str, str, str], int] = {}
     for other in state.inventory:
         plan = other.data.get("specfleet")
@@ -231,13 +230,13 @@ def needed_files(state) -> list[tuple[str, str, str, int]]:
 
 def _warm_or_wait(state, host) -> bool:
     plan = host.data.get("specfleet")
-    done = _WARMED.setdefault(state, {})
+    warm = _WARM_UP(state)
     if plan.is_mirror:
         s = plan.settings
         files = needed_files(state)
         url = advertised_url(s, plan.connection)
         if not files:
-            done[host.name] = (True, url)
+            warm.publish(host, (True, url))
             return True
         token = plan.paths.token_file if s.hf_token is not None else "-"  # a path; the token itself stays in its file
         argv = [MirrorLayout(s.mirror_cache_dir).python, "-c", WARM, f"http://127.0.0.1:{s.mirror_engine_port}", token]
@@ -247,22 +246,21 @@ def _warm_or_wait(state, host) -> bool:
         _say(host, f"hub mirror: warming {len(files)} file(s), {sum(f[3] for f in files) / 1e6:.1f} MB, "
                    f"through {url} (one upstream fetch each)")
         ok = _follow(state, host, key, argv, {})
-        done[host.name] = (ok, url)
+        warm.publish(host, (ok, url))
         return ok
     if plan.mirror_down:  # `specfleet rollout`: the mirror failed its warm-up phase
         return _mirror_unusable(state, host, plan)
     # The mirror hosts' warm-up: in a CLI run (`pyinfra inventory.py deploys/...`) operations are identified by where
-    # they are called, so the warm-up and this wait are ONE operation, running now on the mirror: wait for its result.
+    # they are called, so the warm-up and this wait are ONE operation, running now on the mirror: wait for its result
+    # (steps/coordination.py).
     # Under pyinfra's Python API (operations identified by their index per host) the mirror's warm-up may be an
     # earlier operation (its result is known) or a later one: then nothing can be waited for here (`specfleet
     # rollout` warms in a phase of its own before it stages).
-    warm_ops = _WARM_OPS.get(state, {})
-    mirrors = [h for h in state.inventory if h.name in warm_ops]
-    while any(warm_ops[m.name] == host.executing_op_hash and m.name not in done and m not in state.failed_hosts
-              for m in mirrors):
-        gevent.sleep(0.5)
+    for m in warm.running_with(state, host):
+        warm.wait(state, host, m, grace_sec=None)  # until it ends or fails: no deadline but its warm-up job's
+    mirrors = warm.hosts(state)
     for m in mirrors:
-        ok, _ = done.get(m.name, (m not in state.failed_hosts, None))
+        ok, _ = warm.results.get(m.name, (m not in state.failed_hosts, None))
         if not ok:
             return _mirror_unusable(state, host, plan)
     if not mirrors and plan.mirror_name in {h.name for h in state.failed_hosts}:
@@ -275,7 +273,7 @@ def _mirror_unusable(state, host, plan) -> bool:
     (a warning); without, it refuses to stage (and keeps serving what it serves)."""
     s = plan.settings
     if s.hub_fallback and plan.hub_upstream:
-        _FALLBACK.setdefault(state, {})[host.name] = plan.hub_upstream
+        _FALLBACK(state)[host.name] = plan.hub_upstream
         logger.warning(f"{host.print_prefix}hub mirror {plan.mirror_name} ({plan.mirror_url}) is down or failed to "
                        f"warm; hub_fallback: fetching from the Hub directly ({plan.hub_upstream})")
         return True
@@ -287,7 +285,7 @@ def _mirror_unusable(state, host, plan) -> bool:
 
 def fetch_endpoint(state, host, plan) -> str:
     """Where the host's model fetches go: its hub_endpoint, or the upstream Hub when it fell back (hub_fallback)."""
-    return _FALLBACK.get(state, {}).get(host.name, plan.settings.hub_endpoint)
+    return _FALLBACK(state).get(host.name, plan.settings.hub_endpoint)
 
 
 def mirror_warm() -> None:
@@ -301,7 +299,7 @@ def mirror_warm() -> None:
     python.call(name="Hub mirror: warm it with the files the fleet needs (the other hosts stage from it afterwards)",
                 function=_warm_or_wait)
     if plan.is_mirror:
-        _WARM_OPS.setdefault(ctx_state.get(), {})[host.name] = host.op_hash_order[-1]
+        _WARM_UP().added(host)
 
 
 @deploy("Hub mirror warm-up")

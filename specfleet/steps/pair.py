@@ -7,31 +7,33 @@ worker's ed25519 host key (into the head's known_hosts). Each comes from its own
 other host's steps read too (state.host_status with `on`: through that host's connection, still once per run). A
 head without a key generates it in the run, in ONE operation called from one place for both hosts (_exchange): in a
 CLI run pyinfra identifies operations by where they are called, so both run it at once and the worker waits for the
-head's new public half (steps/mirror.py's warm-up does the same). The private key never leaves the head, and no
-command reads it. A pair converges as one: the preflight refuses a run that has only one of its hosts."""
+head's new public half (steps/coordination.py; steps/mirror.py's warm-up does the same). The private key never
+leaves the head, and no command reads it. A pair converges as one: the preflight refuses a run that has only one of
+its hosts."""
 
 from __future__ import annotations
 
 import shlex
+from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from io import StringIO
-from weakref import WeakKeyDictionary
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.context import ctx_state
 from pyinfra.operations import files, python, server
 
 from ..facts import HostStatus, Want, sha256
 from ..host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
 from ..pair_files import authorized_keys, known_hosts, public_key, sudoers
 from ..plan import HostPlan
-from .jobs import run_on_host, wait_for_peer, write_root_file
+from .coordination import SharedOperation, Slot
+from .jobs import run_on_host, write_root_file
 from .state import current_plan, host_status, pair_peer
 
-# pyinfra State -> {pair: {"ops": {host name: its exchange operation}, "key": the head's new public key or ""}}
-_EXCHANGE: WeakKeyDictionary = WeakKeyDictionary()
+# pair -> its key exchange: the hosts that added it, and what the head publishes (its new public keys, or None)
+_EXCHANGES: Slot[defaultdict[str, SharedOperation[tuple[str, str] | None]]] = \
+    Slot("pair key exchanges", lambda: defaultdict(SharedOperation))
 KEY_FILE = ("file", "600", "root", "root")  # the head's private key: root's alone, only stat'ed (never opened)
 ROOT_DIR = Want("dir")  # the worker's PAIR_HOME and its .ssh: root-owned, so the MPI login cannot change its key
 
@@ -159,8 +161,7 @@ def pair_trust() -> None:
         # operation, run on both at once; the worker waits for the head's new key (steps/mirror.py does the same)
         python.call(name=f"Pair trust: {s.pair}'s head generates its MPI key, the worker authorizes it",
                     function=_exchange)
-        _EXCHANGE.setdefault(ctx_state.get(), {}).setdefault(s.pair, {"ops": {}})["ops"][host.name] = \
-            host.op_hash_order[-1]
+        _EXCHANGES()[s.pair].added(host)
 
 
 def _authorized(plan: HostPlan, keys: tuple[str, str]) -> str:
@@ -185,20 +186,22 @@ def _exchange(state, host) -> bool:
     """The head: generate the key and publish its public half. The worker: wait for it, then authorize it."""
     plan = host.data.get("specfleet")
     s, lay = plan.settings, plan.paths
-    ex = _EXCHANGE[state][s.pair]
+    ex = _EXCHANGES(state)[s.pair]
     if s.pair_role == "head":
         ok, out, err = False, [], ["no output"]
-        try:  # the keys (or "") are published whatever happens: the worker waits for them
+        try:  # the keys (or None) are published whatever happens: the worker waits for them
             ok, out, err = run_on_host(state, host, _keygen(lay, s.pair))
         finally:
             keys = [public_key(line) for line in (out[-2:] if ok and len(out) >= 2 else [])]
-            ex["key"] = (keys[0], keys[1]) if len(keys) == 2 and all(keys) else ""
-        if not ex["key"]:
+            new = (keys[0], keys[1]) if len(keys) == 2 and all(keys) else None
+            ex.publish(host, new)
+        if new is None:
             logger.error(f"{host.print_prefix}the pair's keys were not generated: {(err or out or ['?'])[-1]}")
-        return bool(ex["key"])
-    head = next((h for h in state.inventory if h.name in ex["ops"] and h is not host), None)
-    why = wait_for_peer(state, host, head, lambda: "key" in ex, KEY_WAIT_SEC)
-    if not ex.get("key"):
+        return new is not None
+    head = next((h for h in ex.hosts(state) if h is not host), None)
+    why = ex.wait(state, host, head, KEY_WAIT_SEC)
+    key = ex.results.get(head.name) if head is not None else None
+    if key is None:
         logger.error(f"{host.print_prefix}{s.pair_peer} generated no MPI key " + {
             "failed": "(it failed): nothing authorized",
             "timeout": f"within {KEY_WAIT_SEC} s: nothing authorized",
@@ -206,7 +209,7 @@ def _exchange(state, host) -> bool:
                    "operations, and --serial runs one host after the other: run the converge again, which "
                    "authorizes the key from the head's status read)"))
         return False
-    return write_root_file(state, host, lay.pair_authorized_keys, _authorized(plan, ex["key"]), "644")
+    return write_root_file(state, host, lay.pair_authorized_keys, _authorized(plan, key), "644")
 
 
 def remove_pair_trust(plan: HostPlan) -> None:

@@ -10,25 +10,25 @@ The preflight (link_problems) refuses a configured link that is down or does not
 from __future__ import annotations
 
 import shlex
+from collections import defaultdict
 from dataclasses import dataclass
 from io import StringIO
-from weakref import WeakKeyDictionary
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.context import ctx_state
 from pyinfra.operations import files, python, server
 
 from ..facts import HostStatus, Want, sha256
 from ..host.layout import NETPLAN_FILE
 from ..pair_files import link_ip, netplan
 from ..plan import HostPlan
-from .jobs import run_on_host, wait_for_peer
+from .coordination import SharedOperation, Slot
+from .jobs import run_on_host
 from .pair import program
 from .state import current_plan, host_status, pair_peer
 
-# pyinfra State -> {pair: {"ops": {host name: its link operation}, "done": {host name: applied}}}
-_LINKS: WeakKeyDictionary = WeakKeyDictionary()
+# pair -> its link operation: the hosts that added it, and whether each applied its side
+_LINKS: Slot[defaultdict[str, SharedOperation[bool]]] = Slot("pair links", lambda: defaultdict(SharedOperation))
 
 
 def _addresses(plan: HostPlan) -> list[tuple[str, str]]:
@@ -121,8 +121,7 @@ def pair_link() -> None:
     if w.apply:
         python.call(name=f"Pair link: apply {s.pair}'s netplan with netplan try, confirm it over SSH, ping across",
                     function=_apply)
-        _LINKS.setdefault(ctx_state.get(), {}).setdefault(s.pair, {"ops": {}, "done": {}})["ops"][host.name] = \
-            host.op_hash_order[-1]
+        _LINKS()[s.pair].added(host)
 
 
 def _run(state, host, argv: list[str], what: str) -> bool:
@@ -135,28 +134,28 @@ def _run(state, host, argv: list[str], what: str) -> bool:
 def _apply(state, host) -> bool:
     plan = host.data.get("specfleet")
     s, lay = plan.settings, plan.paths
-    links = _LINKS[state][s.pair]
+    links = _LINKS(state)[s.pair]
     addrs = _addresses(plan)
     logger.info(f"{host.print_prefix}pair link: netplan try on {', '.join(i for i, _ in addrs)} (about 15 s; "
                 f"reverted unless confirmed within {s.pair_link_confirm_sec} s)")
     ok = False
-    try:  # `done` is set whatever happens: the head waits for it
+    try:  # the outcome is published whatever happens: the head waits for it
         ok = _run(state, host, lay.pair_link_argv("apply", "--interfaces", ",".join(i for i, _ in addrs),
                                                   "--addresses", ",".join(a for _, a in addrs), "--confirm-sec",
                                                   str(s.pair_link_confirm_sec)), "pair link apply")
         ok = ok and _run(state, host, lay.pair_link_argv("confirm"), "pair link confirm")  # this controller is back
     finally:
-        links["done"][host.name] = ok
+        links.publish(host, ok)
     if not ok or s.pair_role != "head":
         return ok
-    worker = next((h for h in state.inventory if h.name in links["ops"] and h is not host), None)
+    worker = next((h for h in links.hosts(state) if h is not host), None)
     if worker is not None:  # the worker applies too: wait for its side (pair-link waits START_SEC + VERIFY_SEC at most)
-        why = wait_for_peer(state, host, worker, lambda: worker.name in links["done"], s.pair_link_confirm_sec + 120)
+        why = links.wait(state, host, worker, s.pair_link_confirm_sec + 120)
         if why == "elsewhere":
             logger.warning(f"{host.print_prefix}pair link: {s.pair_peer} applies its side in another operation "
                            "(pyinfra's Python API, or --serial); the next converge's preflight pings across it")
             return True
-        if not links["done"].get(worker.name):
+        if not links.results.get(worker.name):
             said = {"done": "its apply failed", "failed": "it failed", "timeout": "not in time"}[why]
             logger.error(f"{host.print_prefix}pair link: {s.pair_peer}'s side of the link is not applied ({said}); "
                          "not checked")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shlex
-from weakref import WeakKeyDictionary
 
 from pyinfra import host
 from pyinfra.api import Host, operation
@@ -16,6 +15,7 @@ from ..grammars import pinned_version
 from ..plan import HostPlan
 from ..release_status import model_paths
 from ..validate_in_image import config_key, image_key
+from .coordination import Slot
 
 # What a Spark's one status read is made of: each feature's part, registered by its module (facts.register).
 SPARK_PARTS = (release_status.PLATFORM, release_status.RELEASE, memory_status.MEMORY, pair_status.PAIR, gateway.SPARK,
@@ -30,14 +30,14 @@ def current_plan() -> HostPlan:
     return plan
 
 
-_STATUS: WeakKeyDictionary = WeakKeyDictionary()  # pyinfra State -> {host name: HostStatus}
+STATUS_READS: Slot[dict[str, HostStatus]] = Slot("status reads", dict)  # host name -> its status before the run
 
 
 def host_status(plan: HostPlan, on: Host | None = None) -> HostStatus:
     """The host's status before this run changed anything (read once per host per run). `on`: another host of
     this run whose plan `plan` is (a pair's head and worker each read the other's, through its own connection)."""
     target = on or host
-    per_run = _STATUS.setdefault(ctx_state.get(), {})
+    per_run = STATUS_READS()
     if target.name not in per_run:
         per_run[target.name] = _read_status(plan, target)
     return per_run[target.name]

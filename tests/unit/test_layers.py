@@ -75,6 +75,7 @@ LAYERS = {
     "specfleet.preview": "pyinfra",  # what a converge would change on each host, read without changing anything
     "specfleet.steps": "pyinfra",  # the packaged deploys composed: converge, stage, switch
     "specfleet.steps.state": "pyinfra",  # the host's plan and its one status read, wanted files, refuse
+    "specfleet.steps.coordination": "pyinfra",  # what the hosts of one run share (per pyinfra State); waits between hosts
     "specfleet.steps.changes": "pyinfra",  # what a converge would change, decided from the one status read
     "specfleet.steps.behind_gateways": "pyinfra",  # a Spark behind gateways: filtering socket, agent, gateways.json
     "specfleet.steps.pair": "pyinfra",  # a pair host's MPI trust: the head's key, the worker's login, the host key pin
