@@ -1,4 +1,4 @@
-"""Converge every host of the inventory into a trtllm-serve server for the baseline profile (see specfleet/profiles.py)."""
+"""Converge every host of the inventory into a trtllm-serve server for the baseline profile (see specfleet/serving/profiles.py)."""
 
 from specfleet.steps import converge
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specfleet.cli import main
-from specfleet.tunables import DEFAULTS_FILE, load_defaults
+from specfleet.fleet.tunables import DEFAULTS_FILE, load_defaults
 
 PAGE = Path(__file__).resolve().parent / "variables.md"
 REGENERATE = "python3 docs/gen_variables.py"

@@ -1,6 +1,6 @@
 """Every specfleet tunable, with its default: the one place to read them (like Ansible's defaults/main.yml).
 
-Package data, not a module to import: specfleet reads this file with importlib.resources (settings.py:
+Package data, not a module to import: specfleet reads this file with importlib.resources (fleet/settings.py:
 load_defaults / default_comments). `specfleet vars` prints it as a table, and docs/variables.md is made from
 it (tests/unit/test_docs.py keeps the two in step). Each variable has exactly one trailing comment, on the last
 line of its assignment (default_comments takes the text after the line's last `  # `, so a line too long for

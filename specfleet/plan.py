@@ -15,21 +15,21 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gateway_fleet
-from .api_keys import gateway_secrets
 from .constants import DEFAULT_INVENTORY, EXIT_INVALID
+from .fleet.inventory import Inventory, InventoryError, load_inventory
 from .fleet.model import Fleet, read_fleet
+from .fleet.problems import Problem
+from .fleet.project import project_dir, use_project
+from .fleet.settings import Settings, build_fleet
+from .gateway import rules as gateway_fleet
+from .gateway.keys import gateway_secrets
 from .host.layout import Layout
-from .hub import ModelPin, resolve_pins
-from .inventory import Inventory, InventoryError, load_inventory
-from .lockfile import pins_from_lock
-from .memory import Fit, fit
-from .mirror_files import advertised_url
-from .pair_files import pair_record
-from .problems import Problem
-from .project import project_dir, use_project
-from .render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
-from .settings import Settings, build_fleet
+from .memory.rules import Fit, fit
+from .mirror.render import advertised_url
+from .pair.render import pair_record
+from .pins.lockfile import pins_from_lock
+from .pins.models import ModelPin, resolve_pins
+from .serving.render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
 
 
 class PlanError(Exception):
@@ -149,7 +149,7 @@ class Rendered:
 
 
 def inventory_path() -> Path:
-    """$SPECFLEET_INVENTORY (relative to the cwd), else inventory/fleet.yml of the project (project.py)."""
+    """$SPECFLEET_INVENTORY (relative to the cwd), else inventory/fleet.yml of the project (fleet/project.py)."""
     return Path(os.environ.get("SPECFLEET_INVENTORY") or project_dir() / DEFAULT_INVENTORY)
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from .. import bench_run
-from ..bench import (
+from ..bench import run as bench_run
+from ..bench.rules import (
     BUCKETS,
     DEFAULT_GROUP,
     assign_rounds,
@@ -24,9 +24,9 @@ from ..bench import (
     with_best_variant,
     write_outputs,
 )
+from ..fleet.project import use_project
+from ..fleet.selection import select
 from ..plan import PlanError, build_plans, load_inventory_or_fail
-from ..project import use_project
-from ..selection import select
 from .invalid import invalid_input
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130

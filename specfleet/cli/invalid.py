@@ -12,9 +12,9 @@ from typing import NoReturn
 import click
 
 from ..constants import EXIT_INVALID
-from ..inventory import Inventory
+from ..fleet.inventory import Inventory
+from ..fleet.project import use_project
 from ..plan import HostPlan, PlanError, fleet_plans
-from ..project import use_project
 
 
 def exit_invalid(lines: list[str]) -> NoReturn:

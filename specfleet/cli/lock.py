@@ -7,13 +7,13 @@ import sys
 
 import click
 
-from .. import runner
-from ..lockfile import fleets_to_lock, update_lock
+from ..fleet import run as runner
+from ..fleet.selection import select
+from ..gateway.steps.gateways import gateway_plan
+from ..pins.lockfile import fleets_to_lock, update_lock
 from ..plan import PlanError, build_plans, deploy_constant, deploy_profile, load_inventory_or_fail, role_problems
-from ..preview import EXIT_CHANGES, EXIT_UNREACHABLE, read_changes, report
-from ..profiles import PROFILES
-from ..selection import select
-from ..steps.gateway import gateway_plan
+from ..serving.profiles import PROFILES
+from ..serving.run.preview import EXIT_CHANGES, EXIT_UNREACHABLE, read_changes, report
 from .invalid import exit_invalid, invalid_input, use_inventory_py
 
 

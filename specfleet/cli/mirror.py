@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..mirror_files import advertised_url
-from ..status import read_mirrors
+from ..mirror.render import advertised_url
+from ..overview.run import read_mirrors
 from .invalid import exit_invalid, fleet_plans_or_exit
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from ..constants import DEFAULT_INVENTORY
-from ..project import project_dir, scaffold_files
-from ..tunables import default_comments, load_defaults, load_overrides
+from ..fleet.project import project_dir, scaffold_files
+from ..fleet.tunables import default_comments, load_defaults, load_overrides
 from .invalid import exit_invalid
 
 

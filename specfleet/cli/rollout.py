@@ -9,11 +9,11 @@ import time
 
 import click
 
-from .. import rollout as engine
-from .. import runner
+from ..fleet import run as runner
+from ..fleet.selection import parse_batches, parse_max_fail, select, whole_model_batches
+from ..overview.report import gate_memory
 from ..plan import PlanError, deploy_profile, fleet_plans, role_problems
-from ..selection import parse_batches, parse_max_fail, select, whole_model_batches
-from ..status_report import gate_memory
+from ..serving.run import rollout as engine
 from .invalid import fleet_plans_or_exit, invalid_input
 
 

@@ -9,10 +9,10 @@ import sys
 
 import click
 
+from ..fleet.selection import select
+from ..overview.report import gateway_rows, gateway_table, pair_rows, pools, rows, table
+from ..overview.run import follow_journal, read_gateways, read_overviews, ssh_argv
 from ..plan import PlanError, fleet_plans
-from ..selection import select
-from ..status import follow_journal, read_gateways, read_overviews, ssh_argv
-from ..status_report import gateway_rows, gateway_table, pair_rows, pools, rows, table
 from .invalid import invalid_input
 
 EXIT_OK, EXIT_UNHEALTHY = 0, 1

@@ -1,10 +1,10 @@
 """The fleet, parsed once (pure): its hosts in file order, its groups, each host's connection and deploy vars, and
 the roles the groups give (Hub mirror, gateway, Spark, pair member).
 
-The fleet file (inventory.py reads it into an Inventory) is split here, once per host: what configures the
-connection goes to pyinfra, the rest is the host's deploy vars (tunables.split_vars). Everything downstream reads
-this model, never the raw inventory: the per-host settings (settings.py) and the rules between hosts (topology.py,
-gateway_fleet.py, pair_fleet.py). The data flows one way: fleet file -> Fleet -> one Settings per host.
+The fleet file (inventory.py reads it into an Inventory) is split here, once per host: what configures the connection
+goes to pyinfra, the rest is the host's deploy vars (tunables.split_vars). Everything downstream reads this model, never
+the raw inventory: the per-host settings (fleet/settings.py) and the rules between hosts (mirror/rules.py,
+gateway/rules.py, pair/rules.py). The data flows one way: fleet file -> Fleet -> one Settings per host.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..inventory import Inventory
-from ..tunables import split_vars
+from .inventory import Inventory
+from .tunables import split_vars
 
 MIRROR_GROUP = "hub_mirror"  # inventory group whose hosts run the fleet's Hub mirror (deploys/hub_mirror.py)
 GATEWAY_GROUP = "gateway"  # inventory group whose hosts run the fleet's gateway (deploys/gateway.py)

@@ -6,26 +6,26 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 
-from .behind_gateways import behind_gateways
-from .changes import changes, pending
+from ..fleet.steps.changes import changes, pending
+from ..fleet.steps.coordination import Slot
+from ..fleet.steps.lock import CONVERGE_ID, lock, unlock
+from ..fleet.steps.state import current_plan, host_status
+from ..fleet.steps.tools import tools
+from ..gateway.steps.behind import behind_gateways
+from ..gateway.steps.gateways import gateway, gateway_alive
+from ..memory.steps import oom_protection
+from ..mirror.steps import mirror_setup, mirror_warm
+from ..pair.steps.link import pair_link
+from ..pair.steps.trust import pair_trust
+from ..serving.steps.docker_access import docker_access
+from ..serving.steps.encodings import encodings
+from ..serving.steps.models import models
+from ..serving.steps.preflight import preflight
+from ..serving.steps.release import release
+from ..serving.steps.rollback import rollback
+from ..serving.steps.service import activate
+from ..serving.steps.token import token
 from .cleanup import cleanup
-from .coordination import Slot
-from .docker_access import docker_access
-from .encodings import encodings
-from .gateway import gateway, gateway_alive
-from .lock import CONVERGE_ID, lock, unlock
-from .mirror import mirror_setup, mirror_warm
-from .models import models
-from .oom import oom_protection
-from .pair import pair_trust
-from .pair_link import pair_link
-from .preflight import preflight
-from .release import release
-from .rollback import rollback
-from .service import activate
-from .state import current_plan, host_status
-from .token import token
-from .tools import tools
 
 __all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
            "token", "tools", "pair_link", "pair_trust", "encodings", "models", "release", "activate", "mirror_setup",
@@ -128,7 +128,7 @@ def _stage_steps(preflight_done: bool = False) -> None:
         pair_trust()  # a pair host's MPI key, login and host key pin
         behind_gateways()  # before any restart: the drain reads gateways.json and asks the agent's acks
         encodings()
-    mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (steps/mirror.py)
+    mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (mirror/steps.py)
     if mirror:
         return
     models()

@@ -1,23 +1,23 @@
 """Cleanup (seed step 4): stop and disable the service and remove the container, and behind gateways the Spark's
-gateway-facing units and files, and on a pair host its MPI trust and link (steps/pair.py, steps/pair_link.py). The
-model cache, encodings and releases stay unless purge_models is true; then they go too, with the release state
-(current link, previous, gate state, job logs) and the token file. dockerd's OOM drop-in (steps/oom.py) goes; the
-running dockerd keeps its figure until its next start; earlyoom's drop-in goes, and what the deploy did to earlyoom
-(installed or enabled it) is undone. A gateway host: HAProxy stopped and removed with
-every file the gateway deploy wrote (steps/gateway.py), then whatever it still holds from serving as a Spark before
-it joined the gateway group (the same Spark-side removals, each only where the one status read finds it)."""
+gateway-facing units and files, and on a pair host its MPI trust and link (pair/steps/trust.py, pair/steps/link.py). The
+model cache, encodings and releases stay unless purge_models is true; then they go too, with the release state (current
+link, previous, gate state, job logs) and the token file. dockerd's OOM drop-in (memory/steps.py) goes; the running
+dockerd keeps its figure until its next start; earlyoom's drop-in goes, and what the deploy did to earlyoom (installed
+or enabled it) is undone. A gateway host: HAProxy stopped and removed with every file the gateway deploy wrote
+(gateway/steps/gateways.py), then whatever it still holds from serving as a Spark before it joined the gateway group
+(the same Spark-side removals, each only where the one status read finds it)."""
 
 from __future__ import annotations
 
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
-from .behind_gateways import remove_spark_side
-from .gateway import gateway_cleanup
-from .oom import remove_earlyoom
-from .pair import remove_pair_trust
-from .pair_link import remove_pair_link
-from .state import current_plan, host_status
+from ..fleet.steps.state import current_plan, host_status
+from ..gateway.steps.behind import remove_spark_side
+from ..gateway.steps.gateways import gateway_cleanup
+from ..memory.steps import remove_earlyoom
+from ..pair.steps.link import remove_pair_link
+from ..pair.steps.trust import remove_pair_trust
 
 
 @deploy("Cleanup")

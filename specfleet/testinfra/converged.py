@@ -9,6 +9,7 @@ import json
 import pytest
 
 from specfleet.constants import GB
+from specfleet.fleet.settings import TIKTOKEN_FILES
 from specfleet.host.layout import (
     CONFIG_FILE,
     DOCKER_UNIT,
@@ -21,9 +22,9 @@ from specfleet.host.layout import (
     SUDOERS_FILE,
     main_pid,
 )
-from specfleet.memory import can_lower_scores, earlyoom_floor_gb, reserve_kb
-from specfleet.pair_files import gate_command
-from specfleet.render import (
+from specfleet.memory.rules import can_lower_scores, earlyoom_floor_gb, reserve_kb
+from specfleet.pair.render import gate_command
+from specfleet.serving.render import (
     DOCKERD_OOM_SCORE_ADJ,
     EARLYOOM_AVOID,
     OOM_SCORE_ADJ,
@@ -33,7 +34,6 @@ from specfleet.render import (
     earlyoom_kib,
     unit_text,
 )
-from specfleet.settings import TIKTOKEN_FILES
 
 
 def test_operators_in_docker_group_and_can_use_docker(spark):
@@ -181,7 +181,7 @@ def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_l
     if not can_lower_scores(cap_bnd):
         pytest.skip(f"{spark.name}: no CAP_SYS_RESOURCE in the host's bounding set (a container host): sshd and "
                     f"dockerd cannot get a negative OOM score (they have {daemons}) [lab ledger: negative-oom-score]")
-    # sshd's listener: OpenSSH's own -1000 (oom_adjust_setup); dockerd: the deploy's (steps/oom.py)
+    # sshd's listener: OpenSSH's own -1000 (oom_adjust_setup); dockerd: the deploy's (memory/steps.py)
     assert daemons == ["sshd", "-1000", "dockerd", str(DOCKERD_OOM_SCORE_ADJ)], daemons
 
 

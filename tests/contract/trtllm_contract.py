@@ -2,8 +2,8 @@
 
 Python 3 stdlib only: the trtllm-serve STAND-IN image imports this file too (tests/vm/trtllm_standin), so the
 stand-in's validator and the unit test of the rendered profiles read the same extracted table, never specfleet's
-own schema (specfleet/llm_options.py). tests/unit/test_trtllm_contract.py checks every rendered profile against it
-and compares specfleet's contract (specfleet/trtllm_versions.py) with it field by field: a drift on either side
+own schema (specfleet/serving/options.py). tests/unit/test_trtllm_contract.py checks every rendered profile against it
+and compares specfleet's contract (specfleet/serving/contract.py) with it field by field: a drift on either side
 fails there.
 
 A version is served by the releases read for it (`versions` in the table): a value is accepted only if every one

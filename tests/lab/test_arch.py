@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from specfleet.inventory import load_inventory
+from specfleet.fleet.inventory import load_inventory
 from specfleet_lab import Fleet, ImageInfo, VMError, cli, guest_arches, recipe, write_inventory
 from specfleet_lab.arch import qemu_binary
 from specfleet_lab.qemu import accel

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from specfleet.tunables import load_defaults
+from specfleet.fleet.tunables import load_defaults
 from specfleet_lab import Fleet, write_inventory
 from specfleet_lab.qemu.driver import QemuDriver
 from specfleet_lab.qemu.guest import QemuHost

@@ -61,7 +61,7 @@ def test_the_labs_interface_names_are_the_products_defaults():  # seen failing w
 def test_the_container_links_names_subnets_and_addresses_are_the_products_defaults():
     """The container driver gives a pair's link the addresses the deploy's netplan writes (docker assigns them, then
     networkd keeps them): the defaults' interface names, subnets, and the head's .10 and the worker's .11."""
-    from specfleet.tunables import load_defaults
+    from specfleet.fleet.tunables import load_defaults
     from specfleet_lab.container import driver
     defaults = load_defaults()
     assert list(driver.LINK_IFNAMES) == defaults["pair_link_interfaces"] == list(IFNAMES)

@@ -1,5 +1,13 @@
 
+import sys
+
 import pytest
+
+from tests.unit.installed import folders
+
+# Host programs import their siblings by bare name (on a host they are installed side by side in one directory); the
+# tests that import them in-process find those siblings in each feature's host folder.
+sys.path[1:1] = [folder for folder in folders() if folder not in sys.path]
 
 TOKEN = "hf_unit_test_secret_Zq9"
 # A vendored fleet project (tests/unit/test_old_scaffold.py): its tests/infra suite runs against hosts, not here.

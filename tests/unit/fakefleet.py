@@ -26,7 +26,7 @@ from unittest import mock
 from pyinfra.api import State
 from pyinfra.context import ctx_config, ctx_host, ctx_state
 
-import specfleet.project
+import specfleet.fleet.project
 from tests.unit.fakehost import SPECFLEET_FACT, converged_responses, run_deploy, write_fake_lock
 from tests.unit.test_gateway_deploy import KEY as GATEWAY_KEY
 from tests.unit.test_gateway_deploy import _status as gateway_status
@@ -79,12 +79,12 @@ def project(tmp_path: Path, fleet: str | None = FLEET) -> Path:
 def load_inventory_py(root: Path, *argv: str) -> dict:
     """The globals of the project's inventory.py, loaded for `pyinfra <root>/inventory.py ARGV...`; the run's project
     it sets (its own directory) is put back afterwards."""
-    saved = sys.argv, specfleet.project._project
+    saved = sys.argv, specfleet.fleet.project._project
     sys.argv = ["pyinfra", str(root / "inventory.py"), *argv]
     try:
         return runpy.run_path(str(root / "inventory.py"))
     finally:
-        sys.argv, specfleet.project._project = saved
+        sys.argv, specfleet.fleet.project._project = saved
 
 
 def plans_for(root: Path, deploy: str, *data: str) -> dict:

@@ -22,16 +22,17 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
+from specfleet.fleet.inventory import Inventory as FleetInventory
+from specfleet.fleet.inventory import load_inventory
 from specfleet.fleet.model import read_fleet
+from specfleet.fleet.programs import program
+from specfleet.fleet.settings import build_fleet
 from specfleet.host.layout import EARLYOOM_BIN, HOST_PROGRAMS, MODULES
-from specfleet.hub import ModelPin, models_of
-from specfleet.inventory import Inventory as FleetInventory
-from specfleet.inventory import load_inventory
-from specfleet.lockfile import Lock, LockedModel, lock_path, profiles_to_lock, write_lock
+from specfleet.pins.lockfile import Lock, LockedModel, lock_path, profiles_to_lock, write_lock
+from specfleet.pins.models import ModelPin, models_of
 from specfleet.plan import HostPlan, build_plans
-from specfleet.render import DOCKERD_OOM_SCORE_ADJ, config_yaml, unit_text
-from specfleet.settings import build_fleet
-from specfleet.validate_in_image import verdict_name
+from specfleet.serving.render import DOCKERD_OOM_SCORE_ADJ, config_yaml, unit_text
+from specfleet.serving.validate import verdict_name
 
 COMMITS = {"target": "a" * 40, "draft": "b" * 40}
 FILES = (("config.json", 100, "c" * 40), ("model-00001-of-00002.safetensors", 2000, "d" * 64),
@@ -78,8 +79,8 @@ def make_plans(host_vars: dict[str, dict[str, Any]], profile: str | None,
 def status_command(data_dir: str, service: str = "specfleet-test-nonexistent", **env: str) -> str:
     """The one status read's command (facts.SpecfleetHost) for a host with `data_dir` and no profile, run locally or
     over ssh by a test; `env` overrides the variables the parts compose (SIZES, FILES, LINKS, ...)."""
-    from specfleet.facts import SpecfleetHost, status_env
-    from specfleet.steps.state import wanted_files
+    from specfleet.fleet.status import SpecfleetHost, status_env
+    from specfleet.fleet.steps.state import wanted_files
     plan = make_plans({"local": {"data_dir": data_dir, "service_name": service, "hf_token_required": False}},
                       None)["local"]
     composed = dict(status_env(plan, wanted_files(plan)))
@@ -102,17 +103,17 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
         "listen": "1", "active": "active", "enabled": "enabled",
         "current": plan.release_id if s.profile else "", "unit_sha256": unit_sha, "container": "true",
         "free": str(500 * 10**9), "image": "sha256:" + "c" * 64, "dockerd_oom": str(DOCKERD_OOM_SCORE_ADJ),
-        "earlyoom": f"{EARLYOOM_BIN}\tactive\tenabled",  # installed, running with its drop-in (steps/oom.py)
+        "earlyoom": f"{EARLYOOM_BIN}\tactive\tenabled",  # installed, running with its drop-in (memory/steps.py)
         "cap_bnd": "000001ffffffffff",  # a Spark's root: every capability, CAP_SYS_RESOURCE (24) among them
     }
     fields.update({k: str(v) for k, v in over.items() if k in fields})
     lines = [f"{k}\t{v}" for k, v in fields.items()]
-    from specfleet.release_status import model_paths
+    from specfleet.serving.status import model_paths
     sizes = over.get("sizes", {})
     for paths in model_paths(plan).values():
         for path, size in paths:
             lines.append(f"size\t{sizes.get(path, size)}\t{path}")
-    from specfleet.steps.state import wanted_files
+    from specfleet.fleet.steps.state import wanted_files
     missing = set(over.get("files_missing", ()))
     if over.get("release_missing"):
         missing |= {path for path in wanted_files(plan) if path.startswith(f"{p.releases}/{plan.release_id}")}
@@ -219,7 +220,6 @@ def _sha1(path: str, content: bytes) -> tuple[re.Pattern, str]:
 
 def converged_responses(plan: HostPlan, **status: Any) -> dict:
     """Fact answers of a host on which `plan` has fully converged (status fields overridable)."""
-    from importlib import resources
 
     s, p = plan.settings, plan.paths
     rdir = f"{p.releases}/{plan.release_id}"
@@ -232,9 +232,8 @@ def converged_responses(plan: HostPlan, **status: Any) -> dict:
     uploads: dict[str, tuple[bytes, str]] = {}
     if s.hf_token is not None:
         uploads[p.token_file] = ((s.hf_token.get_secret_value() + "\n").encode(), "-rw-------")
-    host_dir = resources.files("specfleet.host")
     for name, source in HOST_PROGRAMS.items():
-        uploads[f"{p.bin}/{name}"] = ((host_dir / source).read_bytes(), "-rw-r--r--" if name in MODULES else "-rwxr-xr-x")
+        uploads[f"{p.bin}/{name}"] = (program(source).read_bytes(), "-rw-r--r--" if name in MODULES else "-rwxr-xr-x")
     for path, content in plan.files(redact=False).items():
         if path.startswith(p.current + "/"):
             uploads[f"{rdir}/{path.rsplit('/', 1)[1]}"] = (content.encode(), "-rw-r--r--")

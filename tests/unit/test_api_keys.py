@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specfleet.api_keys import ENV_VAR, parse_keys, read_keys
+from specfleet.gateway.keys import ENV_VAR, parse_keys, read_keys
 
 GOOD = "sk-0123456789abcdef"
 OTHER = "sk-fedcba9876543210"

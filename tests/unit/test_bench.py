@@ -1,5 +1,5 @@
 """`specfleet bench`: the variant grammar, the arithmetic, and the measurement path end to end against the
-trtllm-serve STAND-IN running locally (no VM): the host-side load client (specfleet/host/bench_load.py, run as
+trtllm-serve STAND-IN running locally (no VM): the host-side load client (specfleet/bench/host/bench_load.py, run as
 a subprocess exactly as on a host: JSON spec on stdin) -> the controller's summaries and speed-ups.
 
 Tolerances (stated): acceptance length and rate within 0.5 % when every draw is certain (probabilities 0/1),
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specfleet import bench, bench_run
+from specfleet.bench import rules as bench
+from specfleet.bench import run as bench_run
 from specfleet.cli import main
 from tests.vm.test_trtllm_standin import EAGLE_MODEL, EAGLE_SEED, Server, _fake_hf_model, free_port, write_yaml
 from tests.vm.trtllm_standin import image
@@ -240,7 +241,7 @@ class FakeFleet:
     """Stands in for runner.run_on/read_statuses: hosts switch to a variant's release unless told to fail the gate."""
 
     def __init__(self, monkeypatch, fail_gate=(), interrupt_on_load=False):
-        from specfleet import runner
+        from specfleet.fleet import run as runner
         self.cur = {"spark-01": "r-before1", "spark-02": "r-before2", "spark-09": "r-other"}
         self.calls: list[tuple[str, tuple]] = []
         self.fail_gate, self.interrupt = set(fail_gate), interrupt_on_load

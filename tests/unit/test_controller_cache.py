@@ -5,7 +5,7 @@ what this saves; this test fails when a step goes back to re-rendering."""
 import jinja2
 
 from specfleet import plan as plan_mod
-from specfleet import render
+from specfleet.fleet import templating
 from specfleet.steps import converge
 from tests.unit.fakehost import changed_ops, converged_responses, make_plans, run_deploy
 
@@ -28,7 +28,7 @@ def test_a_noop_converge_renders_each_host_once_and_compiles_no_template_twice(m
 
     monkeypatch.setattr(plan_mod.Rendered, "of", classmethod(counting_of))
     monkeypatch.setattr(jinja2.Environment, "compile", counting_compile)
-    render.ENV.cache.clear()  # as in a fresh process
+    templating.ENV.cache.clear()  # as in a fresh process
     state = run_deploy(plans, converge, "eagle3", responses=lambda plan: answers[plan.settings.host])
     assert not state.failed_hosts and changed_ops(state) == {h: [] for h in plans}
     # once per host, whatever the number of steps reading it (pyinfra hands each a shallow copy of the plan)

@@ -1,4 +1,4 @@
-"""The helper for what the hosts of one pyinfra run share, and for waits between them (specfleet/steps/coordination.py).
+"""The helper for what the hosts of one pyinfra run share, and for waits between them (specfleet/fleet/steps/coordination.py).
 
 A slot's value is per run (per pyinfra State): made on first use, the same object for every host of the run, never
 seen by another run, and gone with its State. A wait is checked by its mechanism: a clock that moves only when the
@@ -19,8 +19,8 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_state
 from pyinfra.operations import python, server
 
-from specfleet.steps import coordination
-from specfleet.steps.coordination import PEER_GRACE_SEC, POLL_SEC, SharedOperation, Slot, shared, wait_for_peer
+from specfleet.fleet.steps import coordination
+from specfleet.fleet.steps.coordination import PEER_GRACE_SEC, POLL_SEC, SharedOperation, Slot, shared, wait_for_peer
 from tests.unit.fakehost import make_plans, run_deploy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,10 +260,10 @@ def test_under_the_python_api_a_host_whose_peer_runs_another_operation_says_so(t
 def test_only_the_helper_reads_pyinfras_operation_bookkeeping_or_keeps_values_per_run():
     """Values shared by a run's hosts are slots, and waits between hosts go through the helper: nothing else in the
     package keeps a registry keyed by pyinfra's State or reads which operation a host runs."""
-    helper = ROOT / "specfleet" / "steps" / "coordination.py"
+    helper = ROOT / "specfleet" / "fleet" / "steps" / "coordination.py"
     pattern = re.compile(r"executing_op_hash|op_hash_order|WeakKeyDictionary")
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
              for path in sorted((ROOT / "specfleet").rglob("*.py")) if path != helper
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
-    assert not found, "use specfleet/steps/coordination.py (a Slot, SharedOperation, wait_for_peer):\n" + "\n".join(found)
+    assert not found, "use specfleet/fleet/steps/coordination.py (a Slot, SharedOperation, wait_for_peer):\n" + "\n".join(found)
     assert pattern.search(helper.read_text(encoding="utf-8"))  # the check reads the right files

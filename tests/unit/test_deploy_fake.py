@@ -170,8 +170,8 @@ def test_a_verdict_for_another_image_or_config_does_not_count():
 def test_cached_verdict_runs_no_container_and_the_status_read_asks_for_it():
     plan, state, cmds = _run("eagle3", converged_responses)
     assert not [c for c in cmds if VALIDATE in c] and changed_ops(state)["spark-01"] == []
-    from specfleet.render import config_yaml
-    from specfleet.validate_in_image import config_key
+    from specfleet.serving.render import config_yaml
+    from specfleet.serving.validate import config_key
     status = [c for c in cmds if SPECFLEET_FACT.search(c)]
     assert len(status) == 1 and f"CFG={config_key(config_yaml(plan.settings))}" in status[0]
 

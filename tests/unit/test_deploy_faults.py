@@ -8,8 +8,9 @@ import pytest
 from pyinfra.api import Config
 from pyinfra.connectors.fake import FakeConnector
 
+from specfleet.fleet.steps import jobs
 from specfleet.plan import PlanError, build_plans, data_overrides
-from specfleet.steps import cleanup, converge, jobs, rollback
+from specfleet.steps import cleanup, converge, rollback
 from tests.unit.conftest import TOKEN
 from tests.unit.fakehost import converged_responses, executed, make_plans, release_state_line, run_deploy
 
@@ -164,7 +165,7 @@ def test_cleanup_purge_on_a_converged_host_removes_everything_incl_the_token():
 
 
 def test_rollback_to_from_the_pyinfra_command_line_is_used_and_validated(fleet_file):
-    from specfleet.inventory import load_inventory
+    from specfleet.fleet.inventory import load_inventory
     path = fleet_file("all:\n  hosts:\n    spark-01:\n")
     argv = ["pyinfra", "inventory.py", "deploys/rollback.py", "--data", "rollback_to=r-0123456789ab"]
     plans = build_plans(load_inventory(path), None, resolve=False, overrides=data_overrides(argv))
@@ -186,8 +187,8 @@ def test_rollback_to_from_the_pyinfra_command_line_is_used_and_validated(fleet_f
 def test_a_release_file_emptied_by_a_power_loss_is_written_again():
     """release.json's content is not known in advance (it records its creation time), but an empty one (a guest
     powered off right after the stage) is damaged: the next run writes it again instead of switching to it."""
-    from specfleet.facts import EMPTY_SHA256
-    from specfleet.steps.state import wanted_files
+    from specfleet.fleet.status import EMPTY_SHA256
+    from specfleet.fleet.steps.state import wanted_files
     plan = make_plans({"spark-01": {}}, "eagle3")["spark-01"]
     rj = f"{plan.paths.releases}/{plan.release_id}/release.json"
     assert rj in wanted_files(plan)

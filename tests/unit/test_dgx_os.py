@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from specfleet.facts import SpecfleetHost
-from specfleet.render import unit_text
+from specfleet.fleet.status import SpecfleetHost
+from specfleet.fleet.steps.tools import DPKG_LOCK_TIMEOUT_SEC
+from specfleet.serving.render import unit_text
 from specfleet.steps import converge
-from specfleet.steps.tools import DPKG_LOCK_TIMEOUT_SEC
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, converged_responses, executed, make_plans, run_deploy
 
 GB = 1_000_000_000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from specfleet.tunables import default_comments, load_defaults
+from specfleet.fleet.tunables import default_comments, load_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

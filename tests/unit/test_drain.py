@@ -1,4 +1,4 @@
-"""A Spark's drain before its restart (host/drain.py): every gateway acknowledges, then the requests in flight
+"""A Spark's drain before its restart (gateway/host/drain.py): every gateway acknowledges, then the requests in flight
 finish, each step bounded; with a simulated clock, so the bounds are exact and no test waits."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from specfleet.host import drain
-from specfleet.host import specfleet_host as sfh
+from specfleet.gateway.host import drain
+from specfleet.serving.host import specfleet_host as sfh
 from tests.unit.test_host_tool import host  # noqa: F401 (fixture: a scratch host with systemctl simulated)
 
 GW = {"gateways": ["10.0.0.1", "10.0.0.2"], "backend_port": 8001, "check_inter_ms": 2000, "drain_timeout_sec": 60}

@@ -1,4 +1,4 @@
-"""drop-caches (host/drop_caches.sh), the serving unit's first ExecStartPre, so before every start of
+"""drop-caches (memory/host/drop_caches.sh), the serving unit's first ExecStartPre, so before every start of
 the container: a host job's switch, a restart by systemd, a boot. Run as installed, in a mount namespace of its own
 whose /proc/meminfo and /proc/sys/vm/drop_caches are scratch files (this machine's caches are never dropped)."""
 
@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from specfleet import memory
 from specfleet.host.layout import CONTAINER_MEMORY_VAR
-from specfleet.render import memory_cap_args, unit_text
+from specfleet.memory import rules as memory
+from specfleet.serving.render import memory_cap_args, unit_text
+from tests.unit.installed import source
 from tests.unit.test_quoting import EXPANDED, _settings, exec_line
 
-SCRIPT = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "drop_caches.sh"
+SCRIPT = source("drop_caches.sh")
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace (CI is root)")
 
 

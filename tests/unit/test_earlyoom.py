@@ -1,6 +1,6 @@
 """On a real GB10: the GPU's allocations are not charged to the container's cgroup, so its cap
 cannot hold them; earlyoom (the distribution's) watches MemAvailable, which counts them, and ends the serving container
-first (steps/oom.py). Whole converges and cleanups on pyinfra's @fake connector, the status read answering."""
+first (memory/steps.py). Whole converges and cleanups on pyinfra's @fake connector, the status read answering."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from specfleet.facts import SpecfleetHost, sha256
+from specfleet.fleet.settings import build_settings
+from specfleet.fleet.status import SpecfleetHost, sha256
+from specfleet.fleet.steps.changes import changes
 from specfleet.host.layout import EARLYOOM_BIN, Layout
-from specfleet.preview import describe
-from specfleet.render import earlyoom_dropin, earlyoom_kib
-from specfleet.settings import build_settings
+from specfleet.memory.steps import EARLYOOM_ENABLED, EARLYOOM_INSTALLED
+from specfleet.serving.render import earlyoom_dropin, earlyoom_kib
+from specfleet.serving.run.preview import describe
 from specfleet.steps import cleanup
-from specfleet.steps.changes import changes
-from specfleet.steps.oom import EARLYOOM_ENABLED, EARLYOOM_INSTALLED
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, converged_responses, executed, make_plans, run_deploy
 from tests.unit.test_deploy_fake import FRESH, _run
 

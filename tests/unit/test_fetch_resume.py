@@ -1,10 +1,10 @@
-"""fetch-model (specfleet/host/fetch_model.py) against the Hugging Face Hub STAND-IN, in-process, no VM.
+"""fetch-model (specfleet/serving/host/fetch_model.py) against the Hugging Face Hub STAND-IN, in-process, no VM.
 
 The tool runs as a subprocess, as on a host: `python3 fetch_model.py --repo R --commit C --cache-dir D` with
 HF_ENDPOINT pointing at the stand-in and the token only in a file named by HF_TOKEN_PATH.
 
 FETCH_MODEL_TOOL=/path/to/fetch_model.py runs these tests against another version of the tool (e.g. the one
-before resume: `git show HEAD~N:specfleet/host/fetch_model.py > /tmp/old.py`).
+before resume: `git show HEAD~N:specfleet/serving/host/fetch_model.py > /tmp/old.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin  # noqa: E402
 
-TOOL = Path(os.environ.get("FETCH_MODEL_TOOL") or REPO_ROOT / "specfleet/host/fetch_model.py")
+TOOL = Path(os.environ.get("FETCH_MODEL_TOOL") or REPO_ROOT / "specfleet/serving/host/fetch_model.py")
 GATED = "nvidia/Llama-3.3-70B-Instruct-FP4"  # 12 files, two shards of 1.5 and 1 MiB
 LLAMA8B = "nvidia/Llama-3.1-8B-Instruct-FP4"  # 10 files, one 2 MiB shard
 KiB = 1024

@@ -9,9 +9,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from specfleet import tunables
+from specfleet.fleet import tunables
+from specfleet.fleet.inventory import load_inventory
 from specfleet.fleet.model import read_fleet
-from specfleet.inventory import load_inventory
 from specfleet.plan import build_plans, load_inventory_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,12 +78,12 @@ def test_the_model_holds_each_hosts_split_vars_and_the_roles_of_its_groups(tmp_p
     assert "operator_users" not in b.explicit
 
 
-RULE_MODULES = ("settings", "topology", "gateway_fleet", "pair_fleet")
+RULE_MODULES = ("fleet/settings", "mirror/rules", "gateway/rules", "pair/rules")
 
 
 def test_the_settings_and_the_rules_between_hosts_read_the_model_not_the_inventory():
     for name in RULE_MODULES:
         tree = ast.parse((ROOT / "specfleet" / f"{name}.py").read_text(encoding="utf-8"))
         imported = {(node.module or "").lstrip(".") for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-        assert "inventory" not in imported, (name, imported)
+        assert not [m for m in imported if m.rpartition(".")[2] == "inventory"], (name, imported)
         assert "split_vars" not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}, name

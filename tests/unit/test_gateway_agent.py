@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 from specfleet.host.layout import Layout
+from tests.unit.installed import installed
 from tests.unit.test_bench import free_port
 
-AGENT = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "gateway_agent.py"
-TOOL = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "specfleet_host.py"
+AGENT = installed() / "gateway_agent.py"
+TOOL = installed() / "specfleet_host.py"
 
 
 def _once(data: Path) -> tuple[str, str]:

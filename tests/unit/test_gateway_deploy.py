@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.api_keys import gateway_secrets
-from specfleet.gateway_files import backends, gateway_files, gateway_options
+from specfleet.gateway.keys import gateway_secrets
+from specfleet.gateway.render import backends, gateway_files, gateway_options
+from specfleet.gateway.steps.gateways import LAYOUT, SECRET, loaded_stamp
 from specfleet.host.layout import GatewayLayout
 from specfleet.steps import gateway
-from specfleet.steps.gateway import LAYOUT, SECRET, loaded_stamp
 from tests.unit.fakehost import changed_ops, executed, make_plans, run_deploy
 
 KEY = "sk-specfleet-unit-key-0123456789"
@@ -189,7 +189,8 @@ def test_a_key_that_is_not_the_certificates_is_refused_on_the_controller(tmp_pat
 
 # ---- a rollout checks every gateway first ------------------------------------------------------------------------
 def _rollout(monkeypatch, gateway_lines: dict[str, list[str]], without=()):
-    from specfleet import rollout, runner
+    from specfleet.fleet import run as runner
+    from specfleet.serving.run import rollout
 
     plans = make_plans({**FLEET, "gw-2": {"ssh_hostname": "10.0.0.9"}}, "eagle3", groups={"gateway": ["gw-1", "gw-2"]})
     calls: list[str] = []
@@ -234,8 +235,8 @@ def test_without_gateway_names_it_and_the_rollout_goes_on(monkeypatch):
 def test_the_command_line_says_which_gateway_and_how_to_proceed(fleet_file, monkeypatch):
     from click.testing import CliRunner
 
-    from specfleet import rollout as engine
     from specfleet.cli import main
+    from specfleet.serving.run import rollout as engine
 
     fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}}\n  children:\n    gateway:\n"
                "      hosts: {gw-1: {ssh_hostname: 10.0.0.1}}\n")
@@ -255,8 +256,8 @@ def test_the_command_line_says_which_gateway_and_how_to_proceed(fleet_file, monk
 def test_a_batch_that_would_switch_every_spark_of_a_model_is_refused(fleet_file, monkeypatch):
     from click.testing import CliRunner
 
-    from specfleet import rollout as engine
     from specfleet.cli import main
+    from specfleet.serving.run import rollout as engine
 
     fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}, spark-b: {ssh_hostname: 10.0.0.3, "
                "serves: eagle3}, spark-c: {ssh_hostname: 10.0.0.4, serves: eagle3}}\n  children:\n    gateway:\n"
@@ -281,8 +282,8 @@ def test_a_batch_that_would_switch_every_spark_of_a_model_is_refused(fleet_file,
 def test_plan_of_the_gateway_deploy_says_what_it_would_do(fleet_file, monkeypatch):
     from click.testing import CliRunner
 
-    from specfleet import runner
     from specfleet.cli import main
+    from specfleet.fleet import run as runner
 
     fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}}\n  children:\n    gateway:\n"
                "      hosts: {gw-1: {ssh_hostname: 10.0.0.1}}\n")

@@ -1,6 +1,6 @@
 """A Spark's own drain through the REAL engine: HAProxy in front of two trtllm-serve stand-ins, each behind a relay
 on an address of its own (what the Spark's filtering socket is) and with the REAL readiness agent. The host job's
-drain (host/drain.py, as the host tool runs it before a restart) takes a Spark out of the pool while a stream runs
+drain (gateway/host/drain.py, as the host tool runs it before a restart) takes a Spark out of the pool while a stream runs
 on it: the stream finishes whole, new requests go to the other Spark, and the drain returns once the stream is
 done. After a passed gate the Spark is back in the pool."""
 
@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.host import drain
-from specfleet.host import specfleet_host as sfh
+from specfleet.gateway.host import drain
 from specfleet.host.layout import Layout
+from specfleet.serving.host import specfleet_host as sfh
+from tests.unit.installed import installed
 from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
 from tests.unit.test_gateway_files import HAPROXY, KEY, _admin, _call, _write
 
-AGENT = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "gateway_agent.py"
+AGENT = installed() / "gateway_agent.py"
 RID = "r-aaaaaaaaaaaa"
 
 

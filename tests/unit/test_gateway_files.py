@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.gateway_files import GatewayOptions, backends, gateway_files, key_digest, keys_map
+from specfleet.gateway.render import GatewayOptions, backends, gateway_files, key_digest, keys_map
 from specfleet.host.layout import GatewayLayout
+from tests.unit.installed import installed
 from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
 from tests.vm.trtllm_standin.trtllm_serve import CREDENTIALS_SEEN
 
@@ -194,7 +195,7 @@ def test_a_spark_whose_agent_says_down_leaves_within_the_bound(gateway):
 
 
 def test_the_spark_units_admit_the_gateways_only_and_systemd_accepts_them(tmp_path):
-    from specfleet.gateway_files import spark_files
+    from specfleet.gateway.render import spark_files
     from tests.unit.fakehost import make_plans
     fleet = {"gw-1": {"ssh_hostname": "10.88.0.10"}, "gw-2": {"ssh_hostname": "10.88.0.11"},
              "spark": {"ssh_hostname": "10.88.0.1", "serves": "eagle3", "service_name": "specfleet-trtllm"}}
@@ -273,7 +274,7 @@ def test_a_stream_passes_unbuffered(gateway):
 
 
 def _admin(tmp_path, *args: str) -> dict | list:
-    tool = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "haproxy_admin.py"
+    tool = installed() / "haproxy_admin.py"
     out = subprocess.run([sys.executable, str(tool), "--socket", str(tmp_path / "admin.sock"), *args],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     return json.loads(out)
@@ -307,9 +308,9 @@ def test_a_drain_lets_a_running_stream_finish_and_sends_new_requests_elsewhere(g
 
 
 def test_new_files_are_proven_by_haproxy_before_they_replace_the_old_ones(tmp_path):
-    """What the gateway deploy runs before installing changed files (steps/gateway.py): `haproxy -c` on the config
+    """What the gateway deploy runs before installing changed files (gateway/steps/gateways.py): `haproxy -c` on the config
     naming the new files. A broken new TLS pair fails the check (the old files stay); a good one passes."""
-    from specfleet.gateway_files import check_config
+    from specfleet.gateway.render import check_config
 
     lay = GatewayLayout(str(tmp_path), admin_socket=str(tmp_path / "admin.sock"), state_file=str(tmp_path / "state"))
     opts = GatewayOptions(**{**_options(1, 2, 3).__dict__, "tls": True})
@@ -429,7 +430,7 @@ def _https_models(api: int, ctx) -> tuple[bytes, list[str]]:
 
 def _worker_pid(admin_socket: str) -> int:
     """The PID of the worker that serves the admin socket now (`show info`: a reload's new worker takes it over)."""
-    from specfleet.host.haproxy_admin import ask
+    from specfleet.gateway.host.haproxy_admin import ask
     info = dict(line.split(": ", 1) for line in ask(admin_socket, "show info").splitlines() if ": " in line)
     return int(info["Pid"])
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from specfleet.preview import collect, report
+from specfleet.serving.run.preview import collect, report
 from specfleet.steps import converge
 from tests.unit.fakehost import changed_ops, converged_responses, executed, make_plans, run_deploy
 
@@ -57,7 +57,7 @@ def test_plan_names_the_hosts_this_deploy_skips():
 def test_behind_gateways_a_drop_in_marks_every_start_and_the_release_id_stays():
     """Adding a gateway group leaves the Sparks' release as it is (unit, config, id: joining restarts nothing, the
     docs/upgrades.md); the start marker for the readiness agent is a drop-in beside the unit."""
-    from specfleet.gateway_files import spark_files
+    from specfleet.gateway.render import spark_files
 
     with_gw = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
     without = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
@@ -76,7 +76,7 @@ def test_a_spark_drains_by_the_gateways_settings_not_its_own():
 
 
 def test_a_spark_behind_gateways_gets_its_socket_agent_and_drain_file_once():
-    from specfleet.gateway_files import spark_files
+    from specfleet.gateway.render import spark_files
 
     plan = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
     files = spark_files(plan.settings)
@@ -101,7 +101,7 @@ def test_a_spark_behind_gateways_gets_its_socket_agent_and_drain_file_once():
 
 
 def test_without_gateways_a_spark_gets_none_of_it():
-    from specfleet.gateway_files import spark_files
+    from specfleet.gateway.render import spark_files
 
     plan = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
     assert spark_files(plan.settings) == {}
@@ -191,7 +191,7 @@ def test_without_gateways_the_same_converge_only_warns():
 
 
 def test_a_fleet_that_dropped_its_gateway_group_removes_what_it_left_and_cleanup_does_too():
-    from specfleet.gateway_files import spark_paths
+    from specfleet.gateway.render import spark_paths
     from specfleet.steps import cleanup
 
     plan = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
@@ -232,7 +232,7 @@ def test_cleanup_of_a_gateway_host_stops_haproxy_and_removes_its_files_and_packa
 def test_cleanup_of_a_gateway_host_that_served_as_a_spark_removes_what_it_left():
     """A Spark moved into the gateway group keeps its serving unit, container, dockerd's drop-in and gateway-facing
     units until the cleanup deploy: that removes them after HAProxy's files, found by the one status read."""
-    from specfleet.gateway_files import spark_paths
+    from specfleet.gateway.render import spark_paths
     from specfleet.steps import cleanup
     from tests.unit.fakehost import SPECFLEET_FACT
 
@@ -259,7 +259,7 @@ def test_cleanup_of_a_gateway_host_that_served_as_a_spark_removes_what_it_left()
 
 def test_plan_shows_the_spark_side_writes_and_the_leftovers_it_would_remove():
     behind = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
-    from specfleet.gateway_files import spark_files, spark_paths
+    from specfleet.gateway.render import spark_files, spark_paths
 
     out: dict = {}
     run_deploy({"spark-a": behind}, collect, out, responses=lambda p: converged_responses(

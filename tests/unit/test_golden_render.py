@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.gateway_files import backends, gateway_files, gateway_options, spark_files
-from specfleet.inventory import load_inventory
-from specfleet.mirror_files import mirror_files
+from specfleet.fleet.inventory import load_inventory
+from specfleet.gateway.render import backends, gateway_files, gateway_options, spark_files
+from specfleet.mirror.render import mirror_files
 from specfleet.plan import PlanError, build_plans
-from specfleet.profiles import PROFILES, nodes
+from specfleet.serving.profiles import PROFILES, nodes
 from tests.unit.fakehost import write_fake_lock
 
 GOLDEN = Path(__file__).parent / "golden" / "rendered.json"
@@ -48,7 +48,7 @@ all:
         spark-01: {ansible_host: 10.1.0.11}
         spark-02: {ansible_host: 10.1.0.12, serve_host: 0.0.0.0, extra_llm_api_options: {max_batch_size: 4}}
 """
-# A fleet with one pair: the head's unit runs the MPI launch, the worker's holds its container (pair_launch.py).
+# A fleet with one pair: the head's unit runs the MPI launch, the worker's holds its container (pair/launch.py).
 PAIR = """\
 all:
   vars: {ssh_user: spark, _sudo: true, operator_users: [spark]}

@@ -4,7 +4,7 @@ import json
 import os
 import sys
 
-from specfleet.host.specfleet_host import Host
+from specfleet.serving.host.specfleet_host import Host
 
 
 def _snapshot(hub, repo, commit, files):
@@ -71,7 +71,7 @@ from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
 
-from specfleet.host import specfleet_host as sfh  # noqa: E402
+from specfleet.serving.host import specfleet_host as sfh  # noqa: E402
 
 
 class FakeSystem:
@@ -271,7 +271,7 @@ def test_a_job_that_ends_while_its_unit_is_asked_about_is_not_lost(tmp_path, mon
 def test_the_controllers_job_start_command_parses_as_intended():
     import shlex as _shlex
 
-    from specfleet.steps.jobs import start_command
+    from specfleet.fleet.steps.jobs import start_command
     argv = ["/v/bin/python", "/d/bin/fetch-model", "--repo", "org/m", "--ignore", "original/*", "--env", "x"]
     cmd = start_command("/d/bin/specfleet-host --data-dir /d", "fetch:org/m@abc", argv,
                         {"HF_ENDPOINT": "http://h:1", "HF_TOKEN_PATH": "/etc/specfleet/hf_token"})
@@ -324,7 +324,7 @@ def test_poll_until_gives_the_last_read_after_the_wait():
 
 
 def test_activate_prunes_once_its_gate_passed_and_never_after_a_failed_gate(host, monkeypatch):
-    """`activate ID --revert --prune N` (steps/service.py's one job): old releases go once the gate passed."""
+    """`activate ID --revert --prune N` (serving/steps/service.py's one job): old releases go once the gate passed."""
     _complete_release(host.data, "r-cccccccccccc", "2025-12-01T00:00:00Z")  # older than both
     monkeypatch.setattr(sfh.Host, "_gate_once", lambda self, rec, timeout: host.h._gate_once(rec, timeout))
     argv = ["--data-dir", str(host.data), "activate", "r-bbbbbbbbbbbb", "--revert", "--prune", "2"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specfleet.hub import resolve_pins
+from specfleet.pins.models import resolve_pins
 from tests.unit.fakehost import make_plans
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from specfleet.inventory import InventoryError, load_inventory
+from specfleet.fleet.inventory import InventoryError, load_inventory
 
 FLEET = """
 all:

@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from specfleet.cli import main
-from specfleet.llm_options import DEFAULT_VERSION, SCHEMAS, image_version, schema_for_image
+from specfleet.serving.options import DEFAULT_VERSION, SCHEMAS, image_version, schema_for_image
 
 R13 = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
 EAGLE3 = "{decoding_type: Eagle3, max_draft_len: 5, speculative_model_dir: /opt/gpt-oss-120b-Eagle3/}"
@@ -43,7 +43,7 @@ def test_contract_of_other_versions(image, contract):
 
 
 def test_1_3_names_differ_from_1_2():
-    """The differences read from upstream (trtllm_versions.py): decoding names, the draft key, enum values."""
+    """The differences read from upstream (serving/contract.py): decoding names, the draft key, enum values."""
     old, new = SCHEMAS["1.2.0rc6"], SCHEMAS["1.3.0rc12"]
     assert set(new.decoding_types) ^ set(old.decoding_types) == {"Eagle3", "Draft_Target", "DraftTarget"}
     assert "UserProvided" not in old.decoding_types  # drafter: a Python object, no YAML gives one

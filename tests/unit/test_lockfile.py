@@ -13,10 +13,10 @@ import yaml
 from click.testing import CliRunner
 
 from specfleet.cli import main
-from specfleet.inventory import load_inventory
-from specfleet.lockfile import lock_path, read_lock
+from specfleet.fleet.inventory import load_inventory
+from specfleet.pins.images import NotPinned, parse_reference, resolve_digest
+from specfleet.pins.lockfile import lock_path, read_lock
 from specfleet.plan import PlanError, build_plans
-from specfleet.registry import NotPinned, parse_reference, resolve_digest
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 
 EAGLE = "nvidia/gpt-oss-120b-Eagle3-long-context"
@@ -264,10 +264,10 @@ def test_lock_refuses_what_the_hub_refuses_and_writes_nothing(fleet_file, hub, m
 def test_an_image_pinned_in_the_lock_is_pulled_and_run_by_digest(fleet_file):
     import yaml as _yaml
 
-    from specfleet.inventory import load_inventory
-    from specfleet.lockfile import lock_path
+    from specfleet.fleet.inventory import load_inventory
+    from specfleet.pins.lockfile import lock_path
     from specfleet.plan import build_plans, pinned_image
-    from specfleet.render import unit_text
+    from specfleet.serving.render import unit_text
 
     digest = "sha256:" + "d" * 64
     path = fleet_file("all:\n  hosts:\n    spark-01:\n")

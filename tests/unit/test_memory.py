@@ -1,4 +1,4 @@
-"""The profile must fit the host's unified memory before anything changes (specfleet/memory.py;
+"""The profile must fit the host's unified memory before anything changes (specfleet/memory/rules.py;
 the preflight refuses, `plan` shows the figure). Whole converges on pyinfra's @fake connector, the status read
 answering with the host's /proc/meminfo."""
 
@@ -10,12 +10,12 @@ import re
 import pytest
 
 from specfleet.constants import GB
-from specfleet.hub import ModelPin
-from specfleet.memory import fit
-from specfleet.preview import describe
+from specfleet.fleet.steps.changes import changes
+from specfleet.fleet.steps.state import host_status
+from specfleet.memory.rules import fit
+from specfleet.pins.models import ModelPin
+from specfleet.serving.run.preview import describe
 from specfleet.steps import converge
-from specfleet.steps.changes import changes
-from specfleet.steps.state import host_status
 from tests.unit.fakehost import executed, make_plans, run_deploy
 from tests.unit.test_deploy_fake import FRESH
 from tests.unit.test_pair_trust import SPECFLEET_FACT, _responses

@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from specfleet.host import bench_load
-from specfleet.host.probes import overview
-from specfleet.status_report import gate_memory, rows, table
+from specfleet.bench.host import bench_load
+from specfleet.overview.host import overview
+from specfleet.overview.report import gate_memory, rows, table
 
 MEMINFO = "MemTotal:       127535000 kB\nMemFree:         1000000 kB\nMemAvailable:    52535000 kB\n"
 USED = (127535000 - 52535000) * 1024  # MemTotal - MemAvailable, bytes

@@ -5,10 +5,11 @@ import re
 
 import pytest
 
-from specfleet.facts import sha256
+from specfleet.fleet.programs import program_text
+from specfleet.fleet.status import sha256
 from specfleet.host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout
-from specfleet.mirror import parse_mirror_state
-from specfleet.mirror_files import NAME, mirror_files
+from specfleet.mirror.render import NAME, mirror_files
+from specfleet.mirror.status import parse_mirror_state
 from specfleet.plan import PlanError, build_plans, load_inventory_or_fail
 from specfleet.steps import converge, mirror_setup
 from tests.unit.fakehost import changed_ops, converged_responses, executed, run_deploy
@@ -136,9 +137,7 @@ MIRROR_FACT = "export C="
 
 def _host_programs() -> dict[str, str]:
     """The host tool and the modules it imports from its directory, as the package holds them."""
-    from importlib import resources
-    host_dir = resources.files("specfleet.host")
-    return {name: (host_dir / HOST_PROGRAMS[name]).read_text(encoding="utf-8") for name in (HOST_TOOL, *MODULES)}
+    return {name: program_text(HOST_PROGRAMS[name]) for name in (HOST_TOOL, *MODULES)}
 
 
 def _mirror_lines(plan, converged: bool, free: int = 500 * 10**9, python: str = "3.11") -> list[str]:
@@ -234,7 +233,7 @@ def test_mirror_disk_preflight_counts_the_fleets_models(fleet_file):
 
 
 def _fresh_spark(plan):
-    return converged_responses(plan, sizes={path: -1 for paths in __import__("specfleet.release_status", fromlist=["x"])
+    return converged_responses(plan, sizes={path: -1 for paths in __import__("specfleet.serving.status", fromlist=["x"])
                                             .model_paths(plan).values() for path, _ in paths})
 
 
@@ -308,7 +307,7 @@ def test_failed_warm_with_hub_fallback_fetches_from_the_upstream_hub_with_a_warn
 
 def test_warm_skips_files_whose_content_the_host_has(fleet_file):
     """A new commit's unchanged file (same blob) is linked from the host's cache: the mirror does not fetch it."""
-    from specfleet.release_status import blob_path, model_paths
+    from specfleet.serving.status import blob_path, model_paths
     plans = _plans(fleet_file)
     spark = plans["spark-01"]
     pin = spark.pins["draft"]
@@ -335,7 +334,7 @@ class _Rollout:
     """specfleet rollout with run_on recorded (no hosts): which deploy ran on which hosts, in order."""
 
     def __init__(self, monkeypatch, fail: dict | None = None):
-        from specfleet import runner
+        from specfleet.fleet import run as runner
         self.calls: list[tuple[str, list[str]]] = []
         self.fail = fail or {}
         monkeypatch.setattr(runner, "run_on", self.run_on)
@@ -391,7 +390,7 @@ def test_rollout_with_a_failed_warm_stages_hub_fallback_hosts_from_the_upstream_
         if fn.__name__ == "stage":
             seen.update({h: plans[h].mirror_down for h in hosts})
         return original(plans, hosts, fn, *args)
-    from specfleet import runner
+    from specfleet.fleet import run as runner
     monkeypatch.setattr(runner, "run_on", run_on)
     CliRunner().invoke(main, ["rollout", str(tmp_path / "inventory.py"), str(tmp_path / "eagle3.py")])
     assert seen == {"spark-02": False, "spark-03": True}  # spark-01 (no hub_fallback) refused; spark-03 stages upstream

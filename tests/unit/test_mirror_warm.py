@@ -1,4 +1,4 @@
-"""The mirror's programs (specfleet/host/probes/mirror_warm.py, shipped as specfleet.mirror.WARM; olah_ready.py):
+"""The mirror's programs (specfleet/mirror/host/mirror_warm.py, shipped as specfleet.mirror.status.WARM; olah_ready.py):
 their logic in process, and the warm-up shipped as on the host (`python -c WARM ...`) against the Hub stand-in: what
 it sends and how it retries. On the mirror host it reads through olah; here it reads the stand-in directly (same Hub
 API), so the gated-repo token handling and the 429 backoff are checked in seconds. The VM side is
@@ -10,8 +10,8 @@ import urllib.error
 
 import pytest
 
-from specfleet.host.probes import mirror_warm, olah_ready
-from specfleet.mirror import WARM
+from specfleet.mirror.host import mirror_warm, olah_ready
+from specfleet.mirror.status import WARM
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 
 GATED = "nvidia/Llama-3.3-70B-Instruct-FP4"

@@ -29,6 +29,6 @@ def test_templates_take_dockers_unit_name_from_layout():
     """The serving unit's Requires=/After= name docker's unit through layout.DOCKER_UNIT (rendered the same)."""
     from specfleet.host.layout import DOCKER_UNIT
 
-    templates = ROOT / "specfleet" / "templates"
-    assert [p.name for p in sorted(templates.glob("*.j2")) if DOCKER_UNIT in p.read_text()] == []
-    assert any("{{ docker_unit }}" in p.read_text() for p in templates.glob("*.j2"))
+    templates = list((ROOT / "specfleet").glob("*/templates/*.j2"))
+    assert [p.name for p in sorted(templates) if DOCKER_UNIT in p.read_text()] == []
+    assert any("{{ docker_unit }}" in p.read_text() for p in templates)

@@ -1,4 +1,4 @@
-"""dockerd comes last under memory pressure (steps/oom.py): a drop-in for every start of dockerd,
+"""dockerd comes last under memory pressure (memory/steps.py): a drop-in for every start of dockerd,
 and the running dockerd's figure set at once (no docker restart); nothing on a host that has both; the cleanup
 removes the drop-in. Whole converges on pyinfra's @fake connector, the status read answering."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import re
 
+from specfleet.fleet.steps.changes import changes, pending
+from specfleet.fleet.steps.state import host_status
 from specfleet.host.layout import Layout
-from specfleet.preview import describe
-from specfleet.render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin
+from specfleet.serving.render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin
+from specfleet.serving.run.preview import describe
 from specfleet.steps import cleanup
-from specfleet.steps.changes import changes, pending
-from specfleet.steps.state import host_status
 from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
 from tests.unit.test_deploy_fake import FRESH, _run
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from specfleet.host.layout import PAIR_USER, Layout
-from specfleet.pair_files import (
+from specfleet.pair.render import (
     NETPLAN_HEADER,
     PairFileError,
     authorized_key,

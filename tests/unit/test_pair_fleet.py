@@ -6,12 +6,12 @@ import pytest
 from click.testing import CliRunner
 
 from specfleet.cli import main
+from specfleet.fleet.inventory import load_inventory
 from specfleet.fleet.model import read_fleet
-from specfleet.inventory import load_inventory
-from specfleet.lockfile import fleets_to_lock
-from specfleet.profiles import PROFILES
-from specfleet.render import serve_args
-from specfleet.settings import build_fleet
+from specfleet.fleet.settings import build_fleet
+from specfleet.pins.lockfile import fleets_to_lock
+from specfleet.serving.profiles import PROFILES
+from specfleet.serving.render import serve_args
 from tests.unit.fakehost import make_plans
 
 PAIR_DEPLOY = "deploys/qwen3_eagle3_pair.py"
@@ -193,7 +193,7 @@ def _pair_plans():
 
 
 def _host_status(addresses=(("lo", "127.0.0.1/8"), ("eth0", "10.0.0.11/24")), links=None, interfaces=IFACES):
-    from specfleet.facts import SpecfleetHost
+    from specfleet.fleet.status import SpecfleetHost
     st = SpecfleetHost.default()
     st.platform.docker, st.platform.runtimes, st.platform.free_bytes = "ok", '{"nvidia":{}}', 10**15
     st.platform.gpu_hook = "/usr/bin/nvidia-container-runtime-hook"
@@ -203,7 +203,7 @@ def _host_status(addresses=(("lo", "127.0.0.1/8"), ("eth0", "10.0.0.11/24")), li
 
 
 def _pair_clauses(st):
-    from specfleet.steps.preflight import problems_of
+    from specfleet.serving.steps.preflight import problems_of
     return [p for p in problems_of(_pair_plans()["spark-1"], st) if p.startswith("pair_")]
 
 
@@ -241,7 +241,7 @@ def test_the_preflight_refuses_what_only_the_pair_host_can_tell(what, st, clause
 def test_the_status_read_reports_a_pair_hosts_interfaces_addresses_and_links(tmp_path):
     import subprocess
 
-    from specfleet.facts import SpecfleetHost
+    from specfleet.fleet.status import SpecfleetHost
     from tests.unit.fakehost import status_command
 
     def read(links):

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.host.pair_gate import Refused, launch_argv, switch_argv, wait_running
+from specfleet.pair.host.pair_gate import Refused, launch_argv, switch_argv, wait_running
+from tests.unit.installed import installed, source
 
-GATE = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "pair_gate.py"
+GATE = installed() / "pair_gate.py"
 LINES = [line for line in (Path(__file__).parent / "pair_launch_lines.txt").read_text().splitlines()
          if line and not line.startswith("#")]
 AGENT = "/tmp/ompi/rec.sh"  # the recording agent the lines were taken with (their plm_rsh_agent)
@@ -122,7 +123,7 @@ def test_a_launch_line_changed_in_one_place_is_refused():
         launch_argv(line + ' -mca orte_launch_agent "/bin/sh"', "trtllm-serve", AGENT)
 
 
-# ---- the head's switch of the pair (host/pair_switch.py): the gate's second and last command ----------------------
+# ---- the head's switch of the pair (pair/host/pair_switch.py): the gate's second and last command ----------------------
 SWITCH = "specfleet-host activate r-0123456789ab --pair-worker"
 
 
@@ -131,7 +132,7 @@ def _installed_gate(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "data" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "pair-gate").write_text(GATE.read_text())
-    (bin_dir / "layout.py").write_text((GATE.parent / "layout.py").read_text())
+    (bin_dir / "layout.py").write_text(source("layout.py").read_text())
     (bin_dir / "specfleet-host").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {tmp_path}/tool.argv\n')
     (bin_dir / "specfleet-host").chmod(0o755)
     return bin_dir / "pair-gate"
@@ -148,7 +149,7 @@ def test_the_switch_keys_gate_runs_the_heads_switch_as_the_host_tool_beside_it(t
     result = _run_installed(gate, SWITCH)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "tool.argv").read_text().splitlines() == ["activate", "r-0123456789ab", "--pair-worker"]
-    assert switch_argv(SWITCH)[0] == str(GATE.parent / "specfleet-host")
+    assert switch_argv(SWITCH)[0] == str(source("pair_gate.py").parent / "specfleet-host")
 
 
 def test_the_switch_keys_gate_runs_the_heads_revert_of_a_first_pair_release(tmp_path):

@@ -1,6 +1,6 @@
 """The head's MPI launch (pair_launch.mpirun_argv) against the worker's gate: Debian's real OpenMPI runs the launch
 line with a recording rsh agent in place of the pair's, and the daemon launch it asks the worker to run must pass
-host/pair_gate.py as the pair's own (the agent path put back), so that the head's launch and the worker's gate
+pair/host/pair_gate.py as the pair's own (the agent path put back), so that the head's launch and the worker's gate
 cannot drift apart. The head's own link address is replaced by localhost in -H: this machine does not have it, and
 mpirun then starts the head's rank here instead of asking the agent."""
 
@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 from specfleet.host.layout import PAIR_AGENT
-from specfleet.host.pair_gate import launch_argv
-from specfleet.pair_launch import RANK_COMMAND, mpirun_argv
-from specfleet.render import serve_args
+from specfleet.pair.host.pair_gate import launch_argv
+from specfleet.pair.launch import RANK_COMMAND, mpirun_argv
+from specfleet.serving.render import serve_args
 from tests.unit.test_pair_trust import _plans
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from specfleet.host.layout import Layout
+from tests.unit.installed import installed
 
-TOOL = Path(__file__).resolve().parents[2] / "specfleet" / "host" / "pair_link.py"
+TOOL = installed() / "pair_link.py"
 FAKES = Path(__file__).parent / "fake_net"
 LINK = ["enp1s0f1np1", "enP2p1s0f1np1"]
 ADDRS = ["192.168.100.10/24", "192.168.101.10/24"]

@@ -1,4 +1,4 @@
-"""A pair's link as the deploy applies it (steps/pair_link.py), on pyinfra's @fake connector:
+"""A pair's link as the deploy applies it (pair/steps/link.py), on pyinfra's @fake connector:
 the netplan staged and applied by the host's pair-link, confirmed by the controller's next command, then pinged
 across from the head; a link in place is only read; a refusal or a failure stops the host with pair-link's own
 line; and the preflight refuses a configured link that is down or does not answer, on both hosts. What pair-link
@@ -12,11 +12,11 @@ import re
 import pytest
 from pyinfra.api import Inventory
 
+from specfleet.fleet.steps.state import current_plan
 from specfleet.host.layout import NETPLAN_FILE
-from specfleet.pair_files import netplan
+from specfleet.pair.render import netplan
+from specfleet.pair.steps.link import remove_pair_link
 from specfleet.steps import pair_link, preflight
-from specfleet.steps.pair_link import remove_pair_link
-from specfleet.steps.state import current_plan
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, executed, run_deploy
 from tests.unit.test_pair_trust import _plans, _refusals, _responses, uploads  # noqa: F401 (a fixture)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.host.layout import PAIR_AGENT_FILE, PAIR_KEY_FILE, PAIR_KNOWN_HOSTS_FILE
-from specfleet.pair_files import authorized_key, known_hosts
+from specfleet.pair.render import authorized_key, known_hosts
 from tests.unit.test_bench import free_port
 from tests.unit.test_pair_gate import AGENT, GATE, LINES
 
@@ -128,7 +128,7 @@ def test_the_key_is_refused_from_another_address_and_by_an_unpinned_host(worker)
 
 
 def test_mpiruns_rsh_agent_reaches_the_gate_with_the_pair_files_beside_it(worker):
-    """host/pair_agent.sh as mpirun runs it (`pair-agent HOST orted ...`, the recorded launch's words), from a
+    """pair/host/pair_agent.sh as mpirun runs it (`pair-agent HOST orted ...`, the recorded launch's words), from a
     directory holding only the pair's key and known_hosts under the layout's names, as the head's container sees it."""
     tmp_path, port, start = worker
     start(["127.0.0.1/32"])

@@ -1,4 +1,4 @@
-"""A pair's switch, driven by the head's host job (host/pair_switch.py), on two scratch hosts of this machine:
+"""A pair's switch, driven by the head's host job (pair/host/pair_switch.py), on two scratch hosts of this machine:
 the head's host tool in this process (systemctl and docker simulated, the gate's probe stubbed), and the worker's
 installed host programs run for real as a separate process: the head's pair agent here hands its command to the
 worker's installed pair gate, as the worker's sshd would (the agent itself over a real sshd: test_pair_ssh.py),
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.host import specfleet_host as sfh
 from specfleet.host.layout import HOST_PROGRAMS, PAIR_AGENT_FILE, PAIR_GATE_TOOL, PAIR_SWITCH_KEY_ENV, Layout
+from specfleet.serving.host import specfleet_host as sfh
+from tests.unit.installed import source as source_of
 from tests.unit.test_host_tool import FakeSystem, _complete_release
 
-HOST_DIR = Path(sfh.__file__).resolve().parent
 # the worker's host tool writes its unit to /etc/systemd/system: it runs in a mount namespace of its own (root)
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the worker runs in a mount namespace (CI is root)")
 HEAD = ("r-aaaaaaaaaaaa", "r-bbbbbbbbbbbb")  # the head's releases A and B
@@ -100,7 +100,7 @@ def pair(tmp_path, monkeypatch):
     # the worker's installed programs (as steps/tools and steps/pair install them), and its stand-in commands
     (worker / "bin").mkdir()
     for name, source in {**HOST_PROGRAMS, PAIR_GATE_TOOL: "pair_gate.py"}.items():
-        (worker / "bin" / name).write_text((HOST_DIR / source).read_text())
+        (worker / "bin" / name).write_text(source_of(source).read_text())
         (worker / "bin" / name).chmod(0o755)
     fake_bin = tmp_path / "fake-bin"
     fake_bin.mkdir()

@@ -1,4 +1,4 @@
-"""A pair's MPI trust as the deploy writes it (steps/pair.py), on pyinfra's @fake connector:
+"""A pair's MPI trust as the deploy writes it (pair/steps/trust.py), on pyinfra's @fake connector:
 the key is generated on the head and its public half authorized on the worker in the same run, the worker's host
 key is pinned on the head, a converged pair is only read (once per host), and a pair converges as one (the
 preflight refuses a run with one of its hosts, or a worker whose host key cannot be pinned). What sshd makes of the
@@ -13,11 +13,11 @@ import pytest
 from pyinfra.api import Inventory
 from pyinfra.connectors.fake import FakeConnector
 
+from specfleet.fleet.steps.changes import changes
+from specfleet.fleet.steps.state import current_plan
 from specfleet.host.layout import HOST_KEY_FILE, NETPLAN_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
+from specfleet.pair.steps.trust import remove_pair_trust
 from specfleet.steps import pair_trust, preflight
-from specfleet.steps.changes import changes
-from specfleet.steps.pair import remove_pair_trust
-from specfleet.steps.state import current_plan
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, executed, make_plans, run_deploy, status_lines
 
 HEAD_PUB = "ssh-ed25519 " + "A" * 68  # the head's MPI key, as an earlier run generated it
@@ -44,9 +44,9 @@ def _plans(limit=("spark-1", "spark-2")):
 
 def _converged_trust(plan) -> list[str]:
     """The pair part of a converged pair host's status read (link and trust), as the status read reports it."""
-    from specfleet.facts import sha256
-    from specfleet.pair_files import netplan
-    from specfleet.steps.pair import program
+    from specfleet.fleet.status import sha256
+    from specfleet.pair.render import netplan
+    from specfleet.pair.steps.trust import program
 
     s, lay = plan.settings, plan.paths
     text = netplan(s)
@@ -61,9 +61,9 @@ def _converged_trust(plan) -> list[str]:
 
 
 def _trust_lines(plan) -> list[str]:
-    from specfleet.facts import sha256
-    from specfleet.pair_files import authorized_keys, known_hosts, sudoers
-    from specfleet.steps.pair import program
+    from specfleet.fleet.status import sha256
+    from specfleet.pair.render import authorized_keys, known_hosts, sudoers
+    from specfleet.pair.steps.trust import program
 
     s, lay = plan.settings, plan.paths
     if s.pair_role == "head":

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from specfleet.host.layout import PAIR_AGENT
-from specfleet.pair_launch import RANK_COMMAND
-from specfleet.render import serve_args, unit_text
+from specfleet.pair.launch import RANK_COMMAND
+from specfleet.serving.render import serve_args, unit_text
 from tests.unit.test_pair_trust import _plans
 from tests.unit.test_quoting import exec_line
 
@@ -73,10 +73,10 @@ def test_real_systemd_parses_both_units_without_warnings(tmp_path):
 
 def test_the_heads_release_covers_the_workers_and_names_what_its_switch_needs():
     """The pair serves one release, the head's: its release.json names the worker's release and how the head's job
-    reaches the worker (host/pair_switch.py), and its id changes when the worker's does, even with its own files
+    reaches the worker (pair/host/pair_switch.py), and its id changes when the worker's does, even with its own files
     unchanged (a change of the worker's unit restarts the pair as one)."""
     from specfleet.host.layout import PAIR_USER
-    from specfleet.pair_files import link_ip
+    from specfleet.pair.render import link_ip
 
     plans = _plans()
     head, worker = plans["spark-1"], plans["spark-2"]
@@ -91,9 +91,9 @@ def test_the_heads_release_covers_the_workers_and_names_what_its_switch_needs():
 
 
 def test_the_activate_step_starts_the_pairs_one_job_on_the_head_and_none_on_the_worker():
-    """Both hosts serve another release: the head's activate job switches both (host/pair_switch.py), so the
+    """Both hosts serve another release: the head's activate job switches both (pair/host/pair_switch.py), so the
     worker's converge stages its release and starts nothing; a worker's release refuses a plain activate anyway."""
-    from specfleet.steps.service import activate
+    from specfleet.serving.steps.service import activate
     from tests.unit.fakehost import SPECFLEET_FACT, executed, run_deploy, status_lines
 
     plans = _plans()
@@ -107,8 +107,8 @@ def test_the_activate_step_starts_the_pairs_one_job_on_the_head_and_none_on_the_
 def test_releases_lists_a_pair_once_under_its_head_with_its_workers_release(fleet_file, monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from specfleet import runner
     from specfleet.cli import main
+    from specfleet.fleet import run as runner
     from tests.unit.test_pair_fleet import _fleet
 
     fleet_file(_fleet(pair_more="      vars: {serves: qwen3_eagle3_pair}\n"), lock=False)
@@ -128,7 +128,7 @@ def test_releases_lists_a_pair_once_under_its_head_with_its_workers_release(flee
 
 
 def test_a_rollout_refuses_one_host_of_a_pair_before_anything_changes():
-    from specfleet.rollout import lone_pair_hosts
+    from specfleet.serving.run.rollout import lone_pair_hosts
 
     plans = _plans()
     assert lone_pair_hosts(plans, ["spark-1", "spark-2"]) == []
@@ -138,8 +138,8 @@ def test_a_rollout_refuses_one_host_of_a_pair_before_anything_changes():
 
 
 def test_rollback_leaves_a_worker_to_its_heads_job_and_a_worker_change_is_named_as_such():
-    from specfleet.steps.rollback import rollback
-    from specfleet.steps.service import _what_changed
+    from specfleet.serving.steps.rollback import rollback
+    from specfleet.serving.steps.service import _what_changed
     from tests.unit.fakehost import SPECFLEET_FACT, executed, run_deploy, status_lines
 
     plans = _plans()

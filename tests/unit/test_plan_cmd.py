@@ -8,7 +8,7 @@ import logging
 from click.testing import CliRunner
 
 from specfleet.cli import main
-from specfleet.preview import EXIT_CHANGES, collect, report
+from specfleet.serving.run.preview import EXIT_CHANGES, collect, report
 from specfleet.steps import converge
 from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
 

@@ -1,4 +1,4 @@
-"""A fleet project (specfleet/project.py): `specfleet init`, the project's group_data/all.py overrides and
+"""A fleet project (specfleet/fleet/project.py): `specfleet init`, the project's group_data/all.py overrides and
 their precedence, and the repository root kept identical to the packaged scaffold."""
 
 import re
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import specfleet.project as project
+import specfleet.fleet.project as project
 from specfleet.cli import main
-from specfleet.inventory import load_inventory
+from specfleet.fleet.inventory import load_inventory
+from specfleet.fleet.project import scaffold_files
 from specfleet.plan import build_plans, pyinfra_groups
-from specfleet.project import scaffold_files
 from tests.unit.fakehost import write_fake_lock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def test_every_deploy_the_docs_name_is_written_by_init():
 
 
 def test_the_repository_has_no_overrides():
-    from specfleet.tunables import load_overrides
+    from specfleet.fleet.tunables import load_overrides
     assert load_overrides(ROOT) == ({}, [])
 
 

@@ -14,11 +14,11 @@ import subprocess
 
 import pytest
 
+from specfleet.fleet.settings import build_settings
+from specfleet.fleet.steps.tools import tools
 from specfleet.host.layout import CONTAINER_MEMORY_VAR
-from specfleet.render import docker_run_args, memory_cap_args, serve_args, systemd_word, unit_text
-from specfleet.settings import build_settings
-from specfleet.steps.encodings import encodings
-from specfleet.steps.tools import tools
+from specfleet.serving.render import docker_run_args, memory_cap_args, serve_args, systemd_word, unit_text
+from specfleet.serving.steps.encodings import encodings
 from tests.unit.fakehost import executed, make_plans, run_deploy
 
 # ---- a reference parser of systemd's command-line quoting ------------------------------------------

@@ -1,5 +1,5 @@
-"""Staging a release from one bundle (host/release_stage.py, `specfleet-host stage`; the converge's side in
-steps/release.py): the host tool run on a scratch data directory with the command line the controller builds
+"""Staging a release from one bundle (serving/host/release_stage.py, `specfleet-host stage`; the converge's side in
+serving/steps/release.py): the host tool run on a scratch data directory with the command line the controller builds
 (Layout.stage_argv), and the converge's commands on pyinfra's @fake connector."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from specfleet.host import specfleet_host as sfh
 from specfleet.host.layout import Layout
+from specfleet.serving.host import specfleet_host as sfh
 from specfleet.steps import converge
 from tests.unit.conftest import TOKEN
 from tests.unit.fakehost import executed, make_plans, run_deploy

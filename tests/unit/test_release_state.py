@@ -1,4 +1,4 @@
-"""The release state is read one way: host/release_state.py. The converge's probe (SpecfleetHost), `specfleet
+"""The release state is read one way: serving/host/release_state.py. The converge's probe (SpecfleetHost), `specfleet
 status`'s probe (HostOverview) and the host tool (`specfleet-host status`, ReleaseStatus) all run it, for real here
 against a scratch data dir, and agree; no other product module reads the state's files; a host whose state cannot
 be read is refused by the preflight and left as it is."""
@@ -11,11 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specfleet import status
-from specfleet.facts import SpecfleetHost
-from specfleet.host import layout, release_state
+from specfleet.fleet.status import SpecfleetHost
+from specfleet.host import layout
+from specfleet.overview import run as status
+from specfleet.serving.host import release_state
 from specfleet.steps import converge
 from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy, status_command
+from tests.unit.installed import installed
 
 SVC = "specfleet-test-nonexistent"
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +66,7 @@ def test_the_three_readers_agree_on_a_scratch_host(tmp_path):
     assert (info["release"], info["gate"], info["lock"], info["profile"]) == (
         want["current"], want["gate"], want["lock"], "eagle3")
 
-    tool = ROOT / "specfleet" / "host" / "specfleet_host.py"
+    tool = installed() / "specfleet_host.py"
     out = json.loads(_sh(f"{sys.executable} {tool} --data-dir {tmp_path} status"))
     assert (out["current"], out["previous"], out["lock"], out["gate"]) == (
         want["current"], want["previous"], want["lock"], want["gate"])
@@ -106,7 +108,7 @@ def test_a_host_whose_state_cannot_be_read_is_refused_and_left_serving():
 
 _READERS_ONLY = {"gate_file", "lock_owner", "active_job", "current_record"}  # Layout attributes of the state's files
 _ALLOWED = {  # the one reader, the layout, the host tool (which writes them), cleanup (removes them), testinfra
-    "specfleet/host/release_state.py", "specfleet/host/layout.py", "specfleet/host/specfleet_host.py",
+    "specfleet/serving/host/release_state.py", "specfleet/host/layout.py", "specfleet/serving/host/specfleet_host.py",
     "specfleet/steps/cleanup.py", "specfleet/testinfra/fixtures.py"}
 
 
@@ -120,6 +122,6 @@ def test_no_other_module_reads_the_state_files():
             if isinstance(node, ast.Attribute) and node.attr in _READERS_ONLY:
                 found.append(f"{rel}:{node.lineno}: .{node.attr}")
     assert not found, found
-    probe = (ROOT / "specfleet" / "host" / "probes" / "release_status.sh").read_text()
+    probe = (ROOT / "specfleet" / "serving" / "host" / "release_status.sh").read_text()
     assert "$RELEASE_STATE" in probe
     assert not [v for v in ("$CURRENT", "$PREVIOUS", "$RELEASES", "$GATE", "$LOCK_OWNER", "$ACTIVE_JOB") if v in probe]

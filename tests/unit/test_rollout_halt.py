@@ -5,7 +5,8 @@ and the status read are replaced); the same scenario runs on VM guests in the --
 
 from __future__ import annotations
 
-from specfleet import rollout, runner
+from specfleet.fleet import run as runner
+from specfleet.serving.run import rollout
 from tests.unit.fakehost import make_plans
 
 OLD = "r-000000000000"

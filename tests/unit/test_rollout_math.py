@@ -2,7 +2,7 @@
 
 import pytest
 
-from specfleet.selection import parse_batches, parse_max_fail, select
+from specfleet.fleet.selection import parse_batches, parse_max_fail, select
 
 
 @pytest.mark.parametrize("spec,n,expected", [

@@ -11,8 +11,10 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from specfleet import runner, status, status_report
 from specfleet.cli import main
+from specfleet.fleet import run as runner
+from specfleet.overview import report as status_report
+from specfleet.overview import run as status
 from tests.unit.fakehost import make_plans, run_deploy
 from tests.unit.test_bench import standin  # noqa: F401 (fixture: the stand-in served locally)
 

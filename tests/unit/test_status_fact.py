@@ -3,7 +3,7 @@
 import json
 import subprocess
 
-from specfleet.facts import SpecfleetHost
+from specfleet.fleet.status import SpecfleetHost
 from tests.unit.fakehost import status_command
 
 
@@ -54,7 +54,7 @@ def test_file_status_prints_what_coreutils_printed(tmp_path):
     import getpass
     import os
 
-    from specfleet.facts import FILE_STATUS
+    from specfleet.fleet.status import FILE_STATUS
 
     (tmp_path / "a file").write_bytes(b"x" * 3000)
     (tmp_path / "secret").write_text("t")
@@ -80,7 +80,7 @@ def test_a_path_in_stats_is_stated_never_opened(tmp_path):
     import grp
     import os
 
-    from specfleet.facts import FILE_STATUS
+    from specfleet.fleet.status import FILE_STATUS
 
     os.mkfifo(tmp_path / "mpi_key", 0o600)
     (tmp_path / "mpi_key.pub").write_text("ssh-ed25519 AAAA comment\nsecond line\n")

@@ -12,9 +12,9 @@ import pytest
 from pyinfra import host
 from pyinfra.api import deploy
 
-from specfleet import facts
-from specfleet.facts import FileReads, Lines, SpecfleetHost, StatusPart, Want
-from specfleet.steps.state import SPARK_PARTS, current_plan, host_status, wanted_files
+from specfleet.fleet import status as facts
+from specfleet.fleet.status import FileReads, Lines, SpecfleetHost, StatusPart, Want
+from specfleet.fleet.steps.state import SPARK_PARTS, current_plan, host_status, wanted_files
 from tests.unit.fakehost import SPECFLEET_FACT, converged_responses, executed, make_plans, run_deploy, status_command
 
 

@@ -1,6 +1,6 @@
 """Every profile, rendered for every supported TensorRT-LLM version, against the contract extracted from upstream
 (tests/contract/trtllm_llm_args.json). The table is read by tests/contract/trtllm_contract.py, never through
-specfleet/llm_options.py: a drift of specfleet's schema or of the table fails here. Also: the flag and the in-image
+specfleet/serving/options.py: a drift of specfleet's schema or of the table fails here. Also: the flag and the in-image
 validator's imports per version, the draft key under either spelling, and the golden release ids."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from specfleet.llm_options import SCHEMAS
-from specfleet.profiles import PROFILES, nodes
-from specfleet.validate_in_image import CONTAINER_CONFIG, SCRIPT, host_command
+from specfleet.serving.options import SCHEMAS
+from specfleet.serving.profiles import PROFILES, nodes
+from specfleet.serving.validate import CONTAINER_CONFIG, SCRIPT, host_command
 from tests.contract import trtllm_contract as table
 from tests.unit.fakehost import make_plans
 from tests.vm.trtllm_standin import image as standin_image
@@ -260,7 +260,7 @@ def test_a_pinned_1_3_image_keeps_its_contract():
 
 def test_a_host_level_spelling_replaces_the_groups():
     """Levels of the fleet file merge the draft key's spellings as one key: the host's wins, no 'give one'."""
-    from specfleet.llm_options import deep_merge
+    from specfleet.serving.options import deep_merge
 
     group = {"speculative_config": {"speculative_model_dir": "/a/", "max_draft_len": 3}}
     host = {"speculative_config": {"speculative_model": "/b/"}}

@@ -7,8 +7,8 @@ import os
 import stat
 import subprocess
 
-from specfleet.trtllm_versions import CONTRACTS
-from specfleet.validate_in_image import SCRIPT, config_key, host_command, verdict_name
+from specfleet.serving.contract import CONTRACTS
+from specfleet.serving.validate import SCRIPT, config_key, host_command, verdict_name
 
 IMAGE_ID = "sha256:" + "ab" * 32
 CONFIG = "enable_autotuner: false\n"

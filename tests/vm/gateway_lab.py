@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 import specfleet_lab
-from specfleet.gateway import admin_command
+from specfleet.gateway.status import admin_command
 from tests.vm import lab
 
 GATEWAY = "gw-1"  # the gateway guest's inventory name

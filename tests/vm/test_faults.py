@@ -99,8 +99,8 @@ def test_gate_not_passed_is_not_converged(vm_fleet, lab_inventory):
 def test_docker_down_at_restart_reverts_to_the_previous_release(vm_fleet, lab_inventory):
     """Stage a new release, then take docker down so that it fails to start exactly once, then switch: the
     restart fails, the host switches back to the previous release (docker starts then) and gates it."""
+    from specfleet.fleet.run import run_on
     from specfleet.plan import build_plans, load_inventory_or_fail
-    from specfleet.runner import run_on
     from specfleet.steps import stage, switch
 
     guest = vm_fleet.guests[0]

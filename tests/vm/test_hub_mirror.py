@@ -19,7 +19,7 @@ import yaml
 
 import specfleet_lab
 from specfleet import defaults
-from specfleet.lockfile import lock_path
+from specfleet.pins.lockfile import lock_path
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure
@@ -281,7 +281,7 @@ _AUTH_GET = ("printf 'Authorization: Bearer %s\\n' \"$(cat /etc/specfleet/hf_tok
 
 @pytest.mark.full
 def test_gated_repo_through_the_mirror_needs_the_callers_token(vm_fleet, hub: HubStandin, mirror_guest, olah_index):
-    from specfleet.mirror import WARM
+    from specfleet.mirror.status import WARM
     commit = HubStandin.commit(GATED)
     size = HubStandin.files(GATED, commit)["config.json"]
     # the mirror host has the fleet's token, root-only, and its warm-up reads the gated repo with it (through olah)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specfleet.lockfile import lock_path, read_lock
+from specfleet.pins.lockfile import lock_path, read_lock
 from tests.vm import lab
 from tests.vm.hub_standin import HubStandin
 

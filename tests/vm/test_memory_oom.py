@@ -17,7 +17,7 @@ import pytest
 
 from specfleet import defaults
 from specfleet.host.layout import DOCKER_UNIT, EARLYOOM_UNIT, SSH_UNIT, Layout, main_pid
-from specfleet.render import OOM_SCORE_ADJ
+from specfleet.serving.render import OOM_SCORE_ADJ
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure, own_guests

@@ -210,8 +210,8 @@ def test_the_workers_docker_down_at_a_switch_reverts_both(pair):
     """Release B staged on both hosts; then the worker's docker fails to start exactly once (a drop-in's
     ExecStartPre, a flag file) and is stopped, and the pair switches: the worker's side fails, the head's job
     reverts the worker first (docker starts then), then itself, and release A serves again on both."""
+    from specfleet.fleet.run import run_on
     from specfleet.plan import build_plans, load_inventory_or_fail
-    from specfleet.runner import run_on
     from specfleet.steps import stage, switch
 
     head, worker, _ = pair

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from specfleet import defaults
-from specfleet.facts import SpecfleetHost
-from specfleet.pair_fleet import host_problems
+from specfleet.fleet.status import SpecfleetHost
+from specfleet.pair.rules import host_problems
 from tests.unit.fakehost import status_command
 from tests.vm.conftest import own_guests
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import specfleet_lab
-from specfleet.gateway_files import leave_bound_sec
+from specfleet.gateway.render import leave_bound_sec
 from specfleet.host.layout import main_pid
-from specfleet.preview import EXIT_CHANGES
+from specfleet.serving.run.preview import EXIT_CHANGES
 from tests.vm import gateway_lab, lab
 from tests.vm.conftest import cache_dir, figure
 from tests.vm.test_ci_sequence import api_bytes, file_bytes, started_at

@@ -658,7 +658,7 @@ IMPORTS = ["tensorrt_llm.llmapi.llm_args", "TorchLlmArgs", "update_llm_args_with
 def run_validate_script(tmp_path, config_text, **env_over):
     """specfleet's in-image validation script, run with the local python3 against the STAND-IN tensorrt_llm
     package (PYTHONPATH), the config at the script's container path replaced by a temp file."""
-    from specfleet.validate_in_image import CONTAINER_CONFIG, SCRIPT
+    from specfleet.serving.validate import CONTAINER_CONFIG, SCRIPT
 
     cfg = tmp_path / "extra-llm-api-config.yml"
     cfg.write_text(config_text)
@@ -692,7 +692,7 @@ def test_validate_script_refuses_bad_config_in_one_line(tmp_path, config, needle
 
 
 def test_validate_script_names_a_missing_tensorrt_llm(tmp_path):
-    from specfleet.validate_in_image import SCRIPT
+    from specfleet.serving.validate import SCRIPT
 
     r = subprocess.run([sys.executable, "-c", SCRIPT, *IMPORTS], env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path)},
                        capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
@@ -813,7 +813,7 @@ def test_real_rootfs_tarball(request, tmp_path_factory, tmp_path):
                        env=env, capture_output=True, text=True, timeout=30)
     assert r.stdout.strip() == "ok", r.stderr
     # specfleet's in-image validation entry point, as the release step runs it in the container
-    from specfleet.validate_in_image import CONTAINER_CONFIG, SCRIPT
+    from specfleet.serving.validate import CONTAINER_CONFIG, SCRIPT
     (root / CONTAINER_CONFIG.lstrip("/")).write_text(yaml.safe_dump(DT_SEED))
     r = subprocess.run([chroot, str(root), "python3", "-c", SCRIPT, *IMPORTS], env=env, capture_output=True, text=True, timeout=30)
     assert r.stdout.splitlines()[-1:] == ["OK"], (r.stdout, r.stderr)

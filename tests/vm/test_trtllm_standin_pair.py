@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.pair_launch import RANK_COMMAND
+from specfleet.pair.launch import RANK_COMMAND
 from tests.vm.test_trtllm_standin import (
     EAGLE_MODEL,
     connect_refused,

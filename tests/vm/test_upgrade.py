@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.render import RENDERING
+from specfleet.serving.render import RENDERING
 from tests.vm import lab
 from tests.vm.conftest import figure
 from tests.vm.test_ci_sequence import started_at

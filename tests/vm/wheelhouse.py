@@ -59,7 +59,7 @@ DOWNLOAD_TIMEOUT_S = 600
 
 def hub_client_requirement() -> str:
     """The pinned requirement the deploy installs on each host (specfleet's defaults)."""
-    from specfleet.tunables import load_defaults
+    from specfleet.fleet.tunables import load_defaults
 
     return load_defaults()["hub_client_requirement"]
 
@@ -67,7 +67,7 @@ def hub_client_requirement() -> str:
 def mirror_requirement() -> str:
     """The pinned Hub mirror engine (olah) the hub_mirror deploy installs on a mirror host (specfleet's defaults):
     `prepare(cache_dir, mirror_requirement(), arches=...)` makes its wheelhouse (its whole dependency closure)."""
-    from specfleet.tunables import load_defaults
+    from specfleet.fleet.tunables import load_defaults
 
     return load_defaults()["mirror_requirement"]
 

@@ -20,7 +20,7 @@ How it is built
   ``/usr/lib/python3/dist-packages``: ``tensorrt_llm.llmapi.llm_args`` with
   ``TorchLlmArgs`` / ``update_llm_args_with_extra_dict`` backed by the stand-in
   script's own validator, for specfleet's in-image config validation,
-  specfleet/validate_in_image.py).  No mmdebstrap run; cost is one file copy
+  specfleet/serving/validate.py).  No mmdebstrap run; cost is one file copy
   (well under a second).  Cached keyed by the sha256 of (assembly version, base
   recipe key, script bytes, package files, config JSON).
 
@@ -55,7 +55,7 @@ CONFIG_PATH_IN_IMAGE = "/etc/trtllm-standin.json"
 LAUNCH_SCRIPT = HERE / "llmapi_launch.sh"  # the STAND-IN trtllm-llmapi-launch (mpirun's command on every rank)
 LAUNCH_PATH_IN_IMAGE = "/usr/local/bin/trtllm-llmapi-launch"
 # A pair's image (pair=True): OpenMPI for mpirun and its daemons, the SSH client its rsh agent runs
-# (specfleet/host/pair_agent.sh), mpi4py for the leader and worker ranks (pylib/tensorrt_llm/llmapi)
+# (specfleet/pair/host/pair_agent.sh), mpi4py for the leader and worker ranks (pylib/tensorrt_llm/llmapi)
 PAIR_PACKAGES = ("openmpi-bin", "openssh-client", "python3-mpi4py")
 # The STAND-IN tensorrt_llm package (source tree dir -> dir on the image's python3 path; Debian's
 # /usr/lib/python3/dist-packages is on sys.path for every python3 version).

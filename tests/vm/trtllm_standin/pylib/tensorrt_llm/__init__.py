@@ -2,7 +2,7 @@
 
 Shipped inside the trtllm-serve stand-in image (tests/vm/trtllm_standin/image.py puts it under
 /usr/lib/python3/dist-packages) so that specfleet's in-image config validation
-(specfleet/validate_in_image.py) has the entry point it uses on a real image:
+(specfleet/serving/validate.py) has the entry point it uses on a real image:
 `from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, update_llm_args_with_extra_dict`.
 It holds nothing else: no model code, no server, no CUDA.
 """

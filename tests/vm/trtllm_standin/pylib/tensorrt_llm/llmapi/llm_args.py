@@ -1,6 +1,6 @@
 """STAND-IN `tensorrt_llm.llmapi.llm_args` -- this is NOT TensorRT-LLM.
 
-Exposes the two names specfleet's in-image validation script uses (specfleet/validate_in_image.py),
+Exposes the two names specfleet's in-image validation script uses (specfleet/serving/validate.py),
 backed by the trtllm-serve stand-in's OWN validator (`validate_extra_options` in the stand-in script, the
 same check the stand-in server runs on its YAML at start), which reads the contract extracted from upstream
 for the stand-in's version (tests/contract/trtllm_llm_args.json), never specfleet's schema:

@@ -1,0 +1,365 @@
+"""`specfleet bench`: measure speculative-decoding variants in parallel on bench hosts.
+
+A variant is a profile plus overrides (`baseline`, `eagle3:max_draft_len=1,2,3`, `draft_target:max_draft_len=2,4`:
+one variant per value). Each variant is a release staged and switched on a bench host with the rollout machinery
+(stage, switch behind the readiness gate); the variants are spread over the hosts of `--limit` (default: the
+`bench` group), one per host per round. The load runs ON each host (trtllm-serve binds 127.0.0.1) with the
+stdlib client `specfleet/bench/host/bench_load.py`, which streams completions and drains `/metrics` (iteration stats;
+every bench release sets `enable_iter_perf_stats: true`). Every host returns to the release it served before,
+also when interrupted or when a variant fails its gate.
+
+This module is the pure part: variants, prompts, the arithmetic (summaries, acceptance, speed-up; unit-tested in
+tests/unit/test_bench*.py), the table and plot, the fleet-file rewrite of --apply. The run on the hosts:
+bench/run.py; the command: cli/bench.py."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..overview.host.overview import acceptance
+from ..plan import HostPlan, build_plans
+from ..serving.options import deep_merge
+from ..serving.profiles import PROFILES, nodes
+
+DEFAULT_GROUP = "bench"
+LOAD_TOOL = "specfleet-bench-load"
+
+# variant keys -> where they go in extra_llm_api_options
+VARIANT_KEYS = {"max_draft_len": ("speculative_config", "max_draft_len")}
+
+
+# ---- variants ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Variant:
+    name: str  # e.g. "eagle3:max_draft_len=2"
+    profile: str
+    options: dict = field(default_factory=dict, hash=False, compare=False)  # extra_llm_api_options overrides
+    params: tuple = ()  # (("max_draft_len", 2),)
+
+    @property
+    def max_draft_len(self) -> int | None:
+        if self.profile == "baseline":
+            return 0
+        value = dict(self.params).get("max_draft_len")
+        if value is not None:
+            return value
+        return PROFILES[self.profile]["llm_api_options"].get("speculative_config", {}).get("max_draft_len")
+
+
+def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
+    """`baseline`, `eagle3`, `eagle3:max_draft_len=1,2,3` (one variant per value). Several specs may share one
+    argument, separated by spaces. Raises ValueError with one line on bad input."""
+    items = [item for spec in specs for item in spec.split()]
+    if not items:
+        raise ValueError("--variants: give at least one variant, e.g. --variants 'baseline eagle3:max_draft_len=1,2,3'")
+    out: list[Variant] = []
+    for item in items:
+        profile, _, rest = item.partition(":")
+        single = sorted(p for p in PROFILES if nodes(p) == 1)  # bench variants run on single Sparks
+        if profile not in single:
+            what = "a two-Spark profile" if profile in PROFILES else "unknown profile"
+            raise ValueError(f"--variants: '{item}': {what} '{profile}' (allowed: {', '.join(single)})")
+        if not rest:
+            if ":" in item:
+                raise ValueError(f"--variants: '{item}': nothing after ':' (e.g. {profile}:max_draft_len=1,2)")
+            out.append(Variant(profile, profile))
+            continue
+        key, eq, values = rest.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--variants: '{item}': expected PROFILE:KEY=V1,V2 (e.g. eagle3:max_draft_len=1,2,3)")
+        if key not in VARIANT_KEYS:
+            raise ValueError(f"--variants: '{item}': unknown key '{key}' (allowed: {', '.join(VARIANT_KEYS)})")
+        if not PROFILES[profile]["llm_api_options"].get("speculative_config"):
+            raise ValueError(f"--variants: '{item}': profile {profile} has no speculation, so no {key}")
+        for raw in values.split(","):
+            if not re.fullmatch(r"[1-9][0-9]{0,2}", raw.strip()):
+                raise ValueError(f"--variants: '{item}': {key} value '{raw}' is not an integer in 1..999")
+            value = int(raw)
+            section, name = VARIANT_KEYS[key]
+            out.append(Variant(f"{profile}:{key}={value}", profile, {section: {name: value}}, ((key, value),)))
+    seen: set[str] = set()
+    for v in out:
+        if v.name in seen:
+            raise ValueError(f"--variants: '{v.name}' is given twice")
+        seen.add(v.name)
+    return out
+
+
+def assign_rounds(variants: list[Variant], hosts: list[str]) -> list[list[tuple[str, Variant]]]:
+    """Rounds of (host, variant): one variant per host per round, in order."""
+    return [list(zip(hosts, variants[i:i + len(hosts)])) for i in range(0, len(variants), len(hosts))]
+
+
+# ---- prompts (deterministic, documented in docs/status-and-bench.md) -----------------------------------------------
+_CORPUS = (
+    "The river rose through the night and by morning the lower fields were under water.",
+    "A compiler translates a program written in one language into another, usually lower level, language.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose molecules.",
+    "The committee postponed its decision until the budget figures for the next year were available.",
+    "In distributed systems a consensus protocol lets replicas agree on a single value despite failures.",
+    "She measured the angle twice, adjusted the tripod and took the photograph just before sunset.",
+    "Interest rates affect borrowing costs, which in turn influence investment and consumer spending.",
+    "The museum's new wing displays tools, pottery and textiles from several ancient settlements.",
+    "Caching trades memory for latency by keeping recently used results close to where they are needed.",
+    "After the storm the volunteers cleared the trails, repaired two bridges and counted the fallen trees.",
+    "A balanced diet includes vegetables, whole grains, proteins and a moderate amount of healthy fats.",
+    "The orchestra rehearsed the second movement slowly, then again at the tempo the composer marked.",
+)
+_TASKS = (
+    "Summarize the following text in three sentences.",
+    "List the main ideas of the following text as bullet points.",
+    "Explain the following text to a twelve-year-old.",
+    "Write a short title and a one-paragraph abstract for the following text.",
+)
+BUCKETS = {"short": 24, "medium": 256, "long": 1024}  # prompt length in words (the stand-in counts words as tokens)
+
+
+def prompt_set(buckets: dict[str, int] | None = None, per_bucket: int = 8) -> dict[str, list[str]]:
+    """Deterministic prompts: task i + corpus sentences taken in a rotating order until the bucket's word count."""
+    out: dict[str, list[str]] = {}
+    for b, words in (buckets or BUCKETS).items():
+        prompts = []
+        for i in range(per_bucket):
+            text = _TASKS[i % len(_TASKS)].split()
+            j = i * 5
+            while len(text) < words:
+                text += _CORPUS[j % len(_CORPUS)].split()
+                j += 7
+            prompts.append(" ".join(text[:words]))
+        out[b] = prompts
+    return out
+
+
+# ---- arithmetic (pure) ------------------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); None for no values."""
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize_bucket(raw: dict) -> dict:
+    """The figures of one variant x bucket from the load client's raw result."""
+    reqs = [r for r in raw.get("requests", []) if not r.get("error")]
+    errors = [r["error"] for r in raw.get("requests", []) if r.get("error")]
+    itl = [g for r in reqs for g in r.get("itl_s", [])]
+    tpot = [(r["e2e_s"] - r["ttft_s"]) / (r["output_tokens"] - 1) for r in reqs
+            if r.get("ttft_s") is not None and r.get("output_tokens", 0) > 1]
+    out_tokens = sum(r.get("output_tokens", 0) for r in reqs)
+    wall = raw.get("wall_s") or 0.0
+    mem = dict(raw.get("mem_peak") or {})
+    acc = acceptance(raw.get("iterations") or [])
+    if acc["gpu_mem_peak_bytes"]:
+        mem.setdefault("gpu_bytes", acc["gpu_mem_peak_bytes"])
+    return {
+        "requests": len(reqs), "errors": errors, "output_tokens": out_tokens, "wall_s": wall,
+        "tokens_per_s": out_tokens / wall if wall > 0 and reqs else None,  # output throughput of the bucket
+        "ttft_s": {"mean": _mean([r["ttft_s"] for r in reqs]), "p50": percentile([r["ttft_s"] for r in reqs], 50),
+                   "p90": percentile([r["ttft_s"] for r in reqs], 90)},
+        "itl_s": {"mean": _mean(itl), "p50": percentile(itl, 50), "p90": percentile(itl, 90)},
+        "tpot_s": {"mean": _mean(tpot)},
+        "latency_s": {"p50": percentile([r["e2e_s"] for r in reqs], 50),
+                      "p90": percentile([r["e2e_s"] for r in reqs], 90)},
+        "acceptance_length": acc["acceptance_length"], "acceptance_rate": acc["acceptance_rate"],
+        "spec": acc, "mem_peak": mem,
+    }
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def add_speedups(results: list[dict]) -> None:
+    """speedup = tokens/s / the baseline's tokens/s for the same bucket on the same host class (arch + GPU)."""
+    base: dict[tuple, float] = {}
+    for r in results:
+        if r["profile"] == "baseline" and r.get("buckets"):
+            for b, fig in r["buckets"].items():
+                if fig.get("tokens_per_s"):
+                    base.setdefault((r["host_class"], b), fig["tokens_per_s"])
+    for r in results:
+        for b, fig in (r.get("buckets") or {}).items():
+            ref = base.get((r["host_class"], b))
+            fig["speedup"] = fig["tokens_per_s"] / ref if ref and fig.get("tokens_per_s") else None
+
+
+def host_class(env: dict) -> str:
+    return f"{env.get('arch', '?')}/{env.get('gpu') or 'no GPU'}"
+
+
+def best_variant(results: list[dict]) -> dict | None:
+    """The speculative variant with the highest mean speed-up over the buckets (it must beat baseline)."""
+    scored = []
+    for r in results:
+        ups = [f["speedup"] for f in (r.get("buckets") or {}).values() if f.get("speedup")]
+        if r["profile"] != "baseline" and ups and not r.get("error"):
+            scored.append((sum(ups) / len(ups), r))
+    scored.sort(key=lambda x: -x[0])
+    return scored[0][1] if scored and scored[0][0] > 1.0 else None
+
+
+# ---- output -------------------------------------------------------------------------------------------------
+def _f(x, fmt="{:.2f}", none="-"):
+    return none if x is None else fmt.format(x)
+
+
+def table(results: list[dict]) -> list[str]:
+    rows = [("variant", "host", "bucket", "tokens/s", "speedup", "acc.len", "acc.rate", "TTFT p50", "ITL mean",
+             "lat p50", "lat p90")]
+    for r in results:
+        if r.get("error") or not r.get("buckets"):
+            rows.append((r["variant"], r["host"], "-", "-", "-", "-", "-", "-", "-", "-", r.get("error") or "no data"))
+            continue
+        for b, f in r["buckets"].items():
+            rows.append((r["variant"], r["host"], b, _f(f["tokens_per_s"], "{:.1f}"), _f(f.get("speedup"), "{:.2f}x"),
+                         _f(f["acceptance_length"]), _f(f["acceptance_rate"]), _f(f["ttft_s"]["p50"], "{:.3f}s"),
+                         _f(f["itl_s"]["mean"], "{:.4f}s"), _f(f["latency_s"]["p50"], "{:.2f}s"),
+                         _f(f["latency_s"]["p90"], "{:.2f}s")))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def plot(results: list[dict], path: Path, title: str) -> Path:
+    """Speed-up and acceptance length vs max_draft_len, one line per (profile, bucket); baseline marked at 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    series: dict[tuple, list] = {}
+    for r in results:
+        for b, f in (r.get("buckets") or {}).items():
+            if r["profile"] == "baseline":
+                continue
+            series.setdefault((r["profile"], b), []).append(
+                (r["max_draft_len"], f.get("speedup"), f.get("acceptance_length")))
+    for (profile, b), pts in sorted(series.items()):
+        pts.sort()
+        xs = [p[0] for p in pts]
+        ax1.plot(xs, [p[1] if p[1] is not None else float("nan") for p in pts], marker="o", label=f"{profile} {b}")
+        ax2.plot(xs, [p[2] if p[2] is not None else float("nan") for p in pts], marker="o", label=f"{profile} {b}")
+    ax1.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax1.scatter([0], [1.0], marker="*", s=160, color="black", zorder=5, label="baseline (1.0x)")
+    ax2.scatter([0], [1.0], marker="*", s=160, color="black", zorder=5, label="baseline (1 token/iter)")
+    ax1.set(xlabel="max_draft_len", ylabel="speed-up vs baseline (output tokens/s)", title="Speed-up")
+    ax2.set(xlabel="max_draft_len", ylabel="acceptance length (tokens/iteration)", title="Acceptance length")
+    for ax in (ax1, ax2):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# ---- plans, results, outputs, the fleet-file rewrite ---------------------------------------------------------
+def variant_plans(inventory, hosts_variants: list[tuple[str, Variant]], keep_extra: int) -> dict[str, HostPlan]:
+    """Per host, the plan of its variant: the host's vars + the variant's extra_llm_api_options (deep-merged over
+    the host's own) + enable_iter_perf_stats; keep_releases raised so the release served before is never pruned."""
+    plans: dict[str, HostPlan] = {}
+    by_profile: dict[str, list[tuple[str, Variant]]] = {}
+    for h, v in hosts_variants:
+        by_profile.setdefault(v.name, []).append((h, v))
+    for _, pairs in by_profile.items():
+        v = pairs[0][1]
+        hvars = {}
+        for h, _ in pairs:
+            base = copy.deepcopy(inventory.host_vars[h])
+            base["extra_llm_api_options"] = deep_merge(base.get("extra_llm_api_options") or {},
+                                                       {**copy.deepcopy(v.options), "enable_iter_perf_stats": True})
+            base["keep_releases"] = int(base.get("keep_releases", 5)) + keep_extra
+            hvars[h] = base
+        inv = dataclasses.replace(inventory, hosts=[h for h, _ in pairs], host_vars=hvars,
+                                  groups={g: [h for h in m if h in hvars] for g, m in inventory.groups.items()})
+        plans.update(build_plans(inv, v.profile, resolve=True))
+    return plans
+
+
+def serve_url(plan: HostPlan) -> str:
+    return plan.release_record("")["url"]
+
+
+def variant_result(v: Variant, h: str, plan: HostPlan | None, raw: dict | None = None,
+                   error: str | None = None) -> dict:
+    env = (raw or {}).get("env") or {}
+    out = {"variant": v.name, "profile": v.profile, "params": dict(v.params), "max_draft_len": v.max_draft_len,
+           "overrides": {"extra_llm_api_options": v.options} if v.options else {}, "host": h, "error": error,
+           "release": plan.release_id if plan else None,
+           "image": plan.settings.image if plan else None, "image_digest": plan.image_digest if plan else None,
+           "models": {role: {"repo": p.repo, "commit": p.commit} for role, p in (plan.pins.items() if plan else [])},
+           "env": env, "host_class": host_class(env), "buckets": {}, "raw": raw}
+    if raw:
+        out["buckets"] = {b: summarize_bucket(r) for b, r in raw.get("buckets", {}).items()}
+    return out
+
+
+def parse_buckets(spec: str) -> list[str]:
+    """`--buckets short,medium`: the prompt-length buckets to run (ValueError with one line on bad input)."""
+    wanted = [b.strip() for b in spec.split(",") if b.strip()]
+    if [b for b in wanted if b not in BUCKETS] or not wanted:
+        raise ValueError(f"--buckets: '{spec}': allowed: {', '.join(BUCKETS)}")
+    return wanted
+
+
+def write_outputs(out_path: Path, bench_id: str, settings: dict, prompts: dict,
+                  results: list[dict]) -> tuple[Path, Path, bool]:
+    """bench.json and bench.png in `out_path` (speed-ups added to `results`); returns their paths and whether the
+    figures come from the trtllm-serve stand-in (its image name contains 'standin')."""
+    add_speedups(results)
+    standin = any("standin" in (r.get("image") or "").lower() for r in results)
+    doc = {"bench_id": bench_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "standin": standin,
+           "settings": settings, "prompts": prompts, "results": results}
+    out_path.mkdir(parents=True, exist_ok=True)
+    (out_path / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
+    title = f"specfleet bench {bench_id}" + (" -- STAND-IN, SYNTHETIC figures (not TensorRT-LLM)" if standin else "")
+    return out_path / "bench.json", plot(results, out_path / "bench.png", title), standin
+
+
+def with_best_variant(results: list[dict], fleet_path: Path, group: str) -> tuple[dict | None, str, str | None]:
+    """(best variant, the fleet file's text, its text with the best variant's overrides deep-merged into GROUP's
+    vars); no best variant: (None, "", None); no such group in the file: (best, text, None)."""
+    best = best_variant(results)
+    if not best:
+        return None, "", None
+    options = (best.get("overrides") or {}).get("extra_llm_api_options") or {}
+    old_text = Path(fleet_path).read_text()
+    doc = yaml.safe_load(old_text)
+    node = doc["all"] if group == "all" else _find_group(doc["all"], group)
+    if node is None:
+        return best, old_text, None
+    node.setdefault("vars", {}) if node.get("vars") is not None else node.__setitem__("vars", {})
+    node["vars"]["extra_llm_api_options"] = deep_merge(node["vars"].get("extra_llm_api_options") or {}, options)
+    return best, old_text, yaml.safe_dump(doc, sort_keys=False)
+
+
+def fleet_diff(fleet_path: Path, old_text: str, new_text: str, variant: str) -> str:
+    return "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
+                                        str(fleet_path), str(fleet_path) + " (with " + variant + ")"))
+
+
+def _find_group(node: dict, name: str):
+    for child_name, child in (node.get("children") or {}).items():
+        child = child if child is not None else {}
+        if child_name == name:
+            node["children"][child_name] = child
+            return child
+        found = _find_group(child, name)
+        if found is not None:
+            return found
+    return None

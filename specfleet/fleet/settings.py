@@ -1,0 +1,400 @@
+"""One validated settings object per host, built from the parsed fleet (fleet/model.py: each host's deploy vars,
+split from its connection vars once). Precedence, lowest first: the packaged defaults (specfleet/defaults.py) < the
+project's group_data/all.py overrides < the deploy's profile < inventory vars (fleet/tunables.py reads the first two).
+
+Checked here, before any host is contacted: each problem is one `HOST: KEY: what is wrong (what is allowed)` line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+
+from ..gateway import rules as gateway_fleet
+from ..host.layout import RELEASE_ID
+from ..mirror.rules import mirror_endpoints
+from ..pair import rules as pair_fleet
+from ..serving.options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, image_version, schema_for_image, show
+from ..serving.profiles import PROFILES
+from . import grammars
+from .model import Fleet
+from .problems import Problem, error_key, error_message, llm_error_message
+from .tunables import load_defaults, load_overrides, unknown_variable
+
+SECRET_ENV = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"}
+TIKTOKEN_FILES = ("o200k_base.tiktoken", "cl100k_base.tiktoken")
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+# The grammar each string-valued field is checked against (specfleet/fleet/grammars.py: the rule, and the message naming
+# what is allowed). Fields checked by a pydantic `pattern` name their rule in grammars.PATTERN_RULES.
+FIELD_GRAMMARS: dict[str, Callable[[Any], Any]] = {
+    **dict.fromkeys(("hub_endpoint", "controller_hub_endpoint", "pip_index_url", "tiktoken_base_url"),
+                    grammars.check_url),
+    "mirror_bind": grammars.check_bind_address,
+    "mirror_allowed_networks": grammars.check_networks,
+    "mirror_address": grammars.check_address,
+    "mirror_python": grammars.check_python,
+    **dict.fromkeys(("data_dir", "secrets_dir", "mirror_cache_dir"), grammars.check_abs_dir),
+    "image": grammars.check_image,
+    "service_name": grammars.check_service_name,
+    **dict.fromkeys(("target_revision", "draft_revision"), grammars.check_revision),
+    "hub_client_requirement": grammars.check_hub_client_requirement,
+    "mirror_requirement": grammars.check_mirror_requirement,
+    "hf_token_file": grammars.check_token_file,
+    "gateway_api_keys_file": grammars.check_token_file,
+    "gateway_tls_cert_file": grammars.check_token_file,
+    "gateway_tls_key_file": grammars.check_token_file,
+    "gateway_bind": grammars.check_bind_address,
+    "fleet_address": grammars.check_address,
+    "gateway_health_path": grammars.check_http_path,
+    "serve_host": grammars.check_serve_host,
+    "pair_link_interfaces": grammars.check_ifnames,
+    "pair_link_subnets": grammars.check_link_subnets,
+    "pair_link_addresses": grammars.check_link_addresses,
+}
+
+
+class Settings(BaseModel):
+    """Everything a deploy needs about one host. Built by `build_settings`, never by hand."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    host: str
+    profile_name: str | None
+    profile: dict[str, Any] | None
+
+    image: str
+    gpus: bool
+    container_env: dict[str, str]
+    serve_host: str
+    serve_port: Annotated[int, Field(ge=1, le=65535)]
+    extra_llm_api_options: dict[str, Any]
+    target_revision: str
+    draft_revision: str
+    hub_endpoint: str
+    controller_hub_endpoint: str | None
+    hf_token_required: bool
+    hf_token_file: str | None
+    mirror_port: Annotated[int, Field(ge=1, le=65535)]
+    mirror_bind: str
+    mirror_engine_port: Annotated[int, Field(ge=1, le=65535)]
+    mirror_allowed_networks: list[str]
+    mirror_address: str | None
+    mirror_cache_dir: str
+    mirror_requirement: str
+    mirror_python: str
+    hub_fallback: bool
+    serves: str | None
+    fleet_address: str | None
+    gateway_port: Annotated[int, Field(ge=1, le=65535)]
+    gateway_bind: str
+    gateway_metrics_port: Annotated[int, Field(ge=1, le=65535)]
+    gateway_health_path: str
+    gateway_api_keys_file: str | None
+    gateway_tls_cert_file: str | None
+    gateway_tls_key_file: str | None
+    gateway_timeout_sec: Annotated[int, Field(ge=1, le=86400)]
+    gateway_queue_timeout_sec: Annotated[int, Field(ge=1, le=86400)]
+    gateway_check_inter_ms: Annotated[int, Field(ge=100, le=60000)]
+    gateway_check_fall: Annotated[int, Field(ge=1, le=100)]
+    gateway_check_rise: Annotated[int, Field(ge=1, le=100)]
+    gateway_server_maxconn: Annotated[int, Field(ge=1, le=100000)]
+    gateway_backend_port: Annotated[int, Field(ge=1, le=65535)]
+    gateway_agent_port: Annotated[int, Field(ge=1, le=65535)]
+    drain_timeout_sec: Annotated[int, Field(ge=1, le=86400)]
+    pair_role: Literal["head", "worker"] | None
+    pair_link_interfaces: list[str]
+    pair_link_subnets: list[str]
+    pair_link_addresses: list[str] | None  # after build_fleet: resolved on a pair's hosts (pair_fleet.link_addresses)
+    pair_link_min_speed_mbps: NonNegInt
+    pair_ssh_port: Annotated[int, Field(ge=1, le=65535)]
+    pair_link_confirm_sec: Annotated[int, Field(ge=10, le=600)]
+    fetch_workers: Annotated[int, Field(ge=1, le=64)]
+    hub_client_requirement: str
+    pip_index_url: str | None
+    tiktoken_base_url: str
+    tiktoken_sha256: dict[str, str]
+    data_dir: str
+    secrets_dir: str
+    operator_users: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_\-]*\$?$", max_length=32)]]
+    disk_headroom_gb: NonNegInt
+    image_size_gb: NonNegInt
+    memory_reserve_gb: Annotated[float, Field(ge=0, le=4096, allow_inf_nan=False)]
+    memory_overhead_fraction: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]
+    earlyoom_available_gb: Annotated[float, Field(ge=0, le=4096, allow_inf_nan=False)] | None
+    service_name: str
+    restart_sec: PosInt
+    start_limit_burst: PosInt
+    start_limit_interval_sec: PosInt
+    stop_timeout_sec: PosInt
+    health_timeout_sec: PosInt
+    health_interval_sec: PosInt
+    smoke_timeout_sec: PosInt
+    keep_releases: Annotated[int, Field(ge=2, le=100)]
+    rollback_to: Annotated[str, Field(pattern=f"^{RELEASE_ID}$")] | None
+    purge_models: bool
+
+    # Derived from the above: the merged TRT-LLM options (profile deep-merged with the var).
+    llm_api_options: dict[str, Any]
+    trtllm_version: str = DEFAULT_VERSION  # the contract the options were validated against (the image tag's version)
+    hf_token: SecretStr | None = Field(default=None, repr=False)
+    gateways: list[str] = Field(default_factory=list)  # a Spark behind gateways: their addresses (the gateway group)
+    model_peers: list[str] = Field(default_factory=list)  # a Spark behind gateways: every Spark of its model
+    # a gateway: Spark -> [the model it serves, host:port of its filtering socket, its agent port]
+    gateway_backends: dict[str, list[Any]] = Field(default_factory=dict)
+    pair: str | None = None  # a host of a two-Spark pair: its pair_* group (pair_fleet)
+    pair_peer: str | None = None  # and the pair's other host
+    pair_peer_link_addresses: list[str] = Field(default_factory=list)  # the other host's addresses on the link
+
+    @field_validator(*FIELD_GRAMMARS)
+    @classmethod
+    def _v_grammar(cls, v: Any, info: ValidationInfo) -> Any:
+        return FIELD_GRAMMARS[info.field_name](v)
+
+    @field_validator("container_env")
+    @classmethod
+    def _v_env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"{show(key)} is not a valid environment variable name "
+                                 "(allowed: letters, digits and '_', not starting with a digit)")
+            if key.upper() in SECRET_ENV:
+                raise ValueError(f"'{key}' is a secret; the serving container runs offline and must not get a token")
+            bad = grammars.control_chars(value)
+            if bad:
+                raise ValueError(f"value {show(value)} of {key} has control characters {bad!r} (allowed: any text "
+                                 "without newline, carriage return, tab, NUL or other control characters)")
+        return v
+
+    @field_validator("tiktoken_sha256")
+    @classmethod
+    def _v_tiktoken(cls, v: dict[str, str]) -> dict[str, str]:
+        if set(v) != set(TIKTOKEN_FILES):
+            raise ValueError(f"must map exactly {', '.join(TIKTOKEN_FILES)} to their SHA-256")
+        for name, digest in v.items():
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise ValueError(f"'{name}': '{digest}' is not a lowercase hex SHA-256 (64 characters)")
+        return v
+
+    @field_validator("earlyoom_available_gb")
+    @classmethod
+    def _v_earlyoom(cls, v: float | None, info: ValidationInfo) -> float | None:
+        reserve = info.data.get("memory_reserve_gb")
+        if v and reserve is not None and v >= reserve:
+            raise ValueError(f"{v:g} GB is not below memory_reserve_gb ({reserve:g} GB), which earlyoom acts in "
+                             "(allowed: 0, which leaves earlyoom alone, or a figure below memory_reserve_gb)")
+        return v
+
+    @field_validator("serves")
+    @classmethod
+    def _v_serves(cls, v: str | None) -> str | None:
+        if v is not None and v not in PROFILES:
+            raise ValueError(f"{show(v)} is not a profile (allowed: {', '.join(PROFILES)})")
+        return v
+
+    @field_validator("operator_users")
+    @classmethod
+    def _v_users(cls, v: list[str]) -> list[str]:
+        if "root" in v:
+            raise ValueError("root needs no docker group; list the operators' own accounts")
+        return v
+
+    # ---- derived values the deploys use ------------------------------------------------------
+    @property
+    def controller_endpoint(self) -> str:
+        return self.controller_hub_endpoint or self.hub_endpoint
+
+    @property
+    def llm_schema(self) -> Schema:
+        """The TensorRT-LLM contract of this host's image (kept from validation: a pinned image names no tag)."""
+        return SCHEMAS[self.trtllm_version]
+
+    @property
+    def draft_container_dir(self) -> str | None:
+        """Where the draft is mounted in the container: the draft key under any spelling the version accepts."""
+        draft = self.profile and self.profile.get("draft")
+        return self.llm_schema.draft_path(self.llm_api_options) if draft else None
+
+
+def build_settings(host: str, deploy_vars: dict[str, Any], profile_name: str | None,
+                   defaults: dict[str, Any] | None = None,
+                   mirror: bool = False) -> tuple[Settings | None, list[Problem]]:
+    """The settings of one host from its deploy vars (the fleet model's, connection vars split off).
+    `mirror`: a hub_mirror host in a deploy run: it needs the token like a host of a profile run (its warm-up
+    reads gated repos with it), so it is read and required (hf_token_required) also without a profile."""
+    defaults = load_defaults() if defaults is None else defaults
+    problems = [Problem(host, key, unknown_variable(key, defaults)) for key in deploy_vars if key not in defaults]
+    if profile_name is not None and profile_name not in PROFILES:
+        problems.append(Problem(host, "profile", f"unknown profile '{profile_name}' (allowed: {', '.join(PROFILES)})"))
+        return None, problems
+
+    values = {**defaults, **{k: v for k, v in deploy_vars.items() if k in defaults}}
+    profile = PROFILES.get(profile_name) if profile_name else None
+    options = _llm_options(host, values.get("image"), defaults, deploy_vars, profile_name, problems)
+    if options is None:
+        return None, problems
+    schema, merged = options
+    if profile_name is not None:
+        _check_image_version(host, values.get("image"), profile_name, problems)
+    token = _token(host, values, profile is not None or mirror, problems)
+    fields = {k: v for k, v in values.items() if k in Settings.model_fields}
+    return _validated(host, problems, {
+        **fields, "host": host, "profile_name": profile_name, "profile": profile,
+        "llm_api_options": merged, "trtllm_version": schema.version, "hf_token": SecretStr(token) if token else None,
+    })
+
+
+def _llm_options(host: str, image: Any, defaults: dict[str, Any], deploy_vars: dict[str, Any],
+                 profile_name: str | None, problems: list[Problem]) -> tuple[Schema, dict[str, Any]] | None:
+    """The image version's schema and the merged TRT-LLM options, lowest first: the defaults' (packaged {} +
+    group_data/all.py), the profile's, the inventory's; checked when a profile serves. None: a layer is no mapping."""
+    base_extra = defaults.get("extra_llm_api_options", {})
+    extra = deploy_vars.get("extra_llm_api_options", {})
+    for layer in (base_extra, extra):
+        if not isinstance(layer, dict):
+            problems.append(Problem(host, "extra_llm_api_options",
+                                    f"must be a mapping of TRT-LLM options, got {type(layer).__name__}"))
+            return None
+    # Profiles are written in 1.2.0rc6's names: renamed to the image version's; a user's alias of the draft key is
+    # spelled with the version's own name, so the rendered file has one spelling.
+    schema = schema_for_image(image)
+    base_extra, extra = schema.canonical_aliases(base_extra), schema.canonical_aliases(extra)
+    profile = PROFILES.get(profile_name) if profile_name else None
+    below = deep_merge(base_extra, schema.for_version(profile["llm_api_options"])) if profile else base_extra
+    merged = deep_merge(below, extra)
+    if profile:
+        _check_llm_options(host, merged, schema, profile_name, problems)
+    return schema, merged
+
+
+def _check_image_version(host: str, image: Any, profile_name: str, problems: list[Problem]) -> None:
+    """A profile with a minimum TensorRT-LLM version (min_trtllm) needs an image whose tag names that version or a
+    newer one: a tag that names none cannot show it (the stricter reading)."""
+    need = PROFILES[profile_name].get("min_trtllm")
+    if need is None or not isinstance(image, str):
+        return
+    have = image_version(image)
+    try:
+        too_old = have is None or Version(have) < Version(need)
+    except InvalidVersion:
+        too_old = True
+    if too_old:
+        what = f"is TensorRT-LLM {have}" if have else "names no TensorRT-LLM version in its tag"
+        problems.append(Problem(host, "image", f"{show(image)} {what}; profile {profile_name} needs {need} or newer "
+                                               f"(allowed: an image tagged {need} or later, e.g. "
+                                               f"nvcr.io/nvidia/tensorrt-llm/release:{need})"))
+
+
+def _check_llm_options(host: str, merged: dict[str, Any], schema: Schema, profile_name: str,
+                       problems: list[Problem]) -> None:
+    """The merged options against the schema, and the draft model against the profile (if all else is valid)."""
+    profile = PROFILES[profile_name]
+    try:
+        schema.options.model_validate(merged)
+    except ValidationError as exc:
+        for err in exc.errors():
+            problems.append(Problem(host, "extra_llm_api_options." + error_key(err["loc"]),
+                                    llm_error_message(err, schema)))
+    if not problems and profile.get("draft") and not schema.draft_path(merged):
+        problems.append(Problem(host, "extra_llm_api_options.speculative_config",
+                                f"profile {profile_name} serves a draft model: speculative_config with "
+                                f"{schema.contract.draft_field} is required"))
+    if not problems and not profile.get("draft") and schema.needs_draft(merged):
+        problems.append(Problem(host, "extra_llm_api_options.speculative_config",
+                                f"profile {profile_name} has no draft model; "
+                                f"{merged['speculative_config']['decoding_type']} needs one"))
+
+
+def _token(host: str, values: dict[str, Any], serving: bool, problems: list[Problem]) -> str | None:
+    """The Hugging Face token, read where a host `serving` (a profile run, or a mirror in a deploy run) or
+    hf_token_required asks for it; a problem where it is unreadable, or missing where a serving host requires it."""
+    if not (serving or values.get("hf_token_required") is True):
+        return None
+    token_file = values.get("hf_token_file") if isinstance(values.get("hf_token_file"), str) else None
+    file_problem = grammars.token_file_problem(token_file)
+    token, token_problem = (None, file_problem) if file_problem else read_token(token_file)
+    if token_problem:
+        problems.append(Problem(host, "hf_token_file", token_problem))
+    elif token is None and values.get("hf_token_required") is True and serving:
+        problems.append(Problem(host, "hf_token", "no Hugging Face token: export HF_TOKEN or set hf_token_file "
+                                                   "(or hf_token_required: false for public models)"))
+    return token
+
+
+def read_token(token_file: str | None) -> tuple[str | None, str | None]:
+    """(token, problem) read on the controller: hf_token_file if set, else $HF_TOKEN."""
+    if token_file:
+        try:
+            token = Path(token_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            return None, f"cannot read {token_file}: {exc.strerror}"
+        except UnicodeDecodeError:
+            return None, f"{token_file} is not UTF-8 text"
+        return (token or None), (None if token else f"{token_file} is empty")
+    token = os.environ.get("HF_TOKEN", "").strip()
+    return (token or None), None
+
+
+def _validated(host: str, problems: list[Problem], fields: dict[str, Any]) -> tuple[Settings | None, list[Problem]]:
+    """The Settings of `fields`, or None and every problem (those found before first)."""
+    try:
+        settings = Settings.model_validate(fields)
+    except ValidationError as exc:
+        for err in exc.errors():
+            problem = Problem(host, error_key(err["loc"]), error_message(err))
+            if problem not in problems:
+                problems.append(problem)
+        return None, problems
+    return (None, problems) if problems else (settings, [])
+
+
+def build_fleet(fleet: Fleet, profile_name: str | None,
+                deploying: bool = False) -> tuple[dict[str, Settings], list[Problem]]:
+    """Settings for every host of the fleet, with the current project's overrides (project.project_dir()).
+    `deploying`: a deploy run, in which hub_mirror hosts read the token like hosts of a profile run (their warm-up
+    reads gated repos)."""
+    overrides, problems = load_overrides()
+    if problems:
+        return {}, problems
+    defaults = {**load_defaults(), **overrides}
+    deploy_vars = {**{h: fh.deploy for h, fh in fleet.hosts.items()}, **mirror_endpoints(fleet, defaults)}
+    mirrors = fleet.mirrors
+    profiles = gateway_fleet.host_profiles(fleet, {h: v.get("serves", defaults.get("serves"))
+                                                   for h, v in deploy_vars.items()}, profile_name)
+    out: dict[str, Settings] = {}
+    for host in fleet.hosts:
+        settings, host_problems = build_settings(host, deploy_vars[host], profiles[host], defaults,
+                                                 mirror=deploying and host in mirrors)
+        if settings is not None and host in mirrors and "/" in settings.hub_endpoint.split("://", 1)[1]:
+            host_problems.append(Problem(host, "hub_endpoint", f"{show(settings.hub_endpoint)} has a path; the "
+                                         "mirror (olah) proxies a whole Hub host "
+                                         "(allowed on hub_mirror hosts: http(s)://host[:port])"))
+        problems += host_problems
+        if settings is not None and not host_problems:
+            out[host] = settings
+    if problems:
+        return out, problems
+    # the rules between hosts (each host valid on its own): a fleet without gateway or pair groups gets none
+    values = {h: dict(s) for h, s in out.items()}
+    problems += gateway_fleet.problems(fleet, values) + pair_fleet.problems(fleet, values)
+    if problems:
+        return out, problems
+    pairs = pair_fleet.pairs(fleet, values)
+    gw = gateway_fleet.gateway_fleet(fleet, values, frozenset(p.worker for p in pairs))
+    for h in gw.serves if gw else ():
+        model = gw.gateway_vars["gateway_backends"][h][0]
+        peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
+        out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
+    for h in gw.gateways if gw else ():
+        out[h] = out[h].model_copy(update=gw.gateway_vars)
+    for h, update in pair_fleet.pair_vars(pairs, values).items():
+        out[h] = out[h].model_copy(update=update)
+    return out, problems

@@ -1,0 +1,189 @@
+"""Every file a deploy writes on a host, rendered on the controller from the validated settings.
+
+`specfleet render` prints exactly these (the token redacted); the deploy steps upload exactly these.
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from ..constants import GB
+from ..fleet.settings import Settings
+from ..fleet.templating import ENV, systemd_args, systemd_word
+from ..host.layout import (
+    CONFIG_FILE,
+    CONTAINER_MEMORY_VAR,
+    DOCKER_UNIT,
+    DRAFT_LINK,
+    EARLYOOM_BIN,
+    PAIR_AGENT,
+    PAIR_AGENT_ENV,
+    PAIR_MOUNT,
+    PAIR_USER,
+    SMOKE_FILE,
+    Layout,
+)
+from ..memory.rules import earlyoom_floor_gb, reserve_kb
+from ..pair.launch import mpirun_argv
+
+CONTAINER_HF_HOME = "/root/.cache/huggingface"
+CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"
+CONTAINER_TIKTOKEN = "/opt/tiktoken"
+REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
+# Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
+# next converge); recorded in release.json, shown by `plan` as its own reason, each bump in docs/upgrades.md.
+RENDERING = 4
+# rendering -> the TensorRT-LLM contract versions whose hosts it changed (`plan` names it only for those).
+RENDERING_CHANGED = {
+    2: ("1.3.0rc12",),  # TensorRT-LLM's contract per version: Draft_Target, Eagle3, speculative_model, --config
+    3: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the page cache dropped before every start, --oom-score-adj
+    4: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the container capped at MemTotal less memory_reserve_gb
+}
+OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first choice (the most it can be)
+# dockerd comes last, as Docker's packaging puts containerd (-999: chosen only when nothing else can be; not -1000,
+# which its children would inherit, making them unkillable). Debian's docker.io leaves dockerd at 0.
+DOCKERD_OOM_SCORE_ADJ = -999
+# earlyoom's options as v1.7 documents them (rfjakob/earlyoom README; the version Debian 12 and Ubuntu 24.04 package;
+# checked with Debian's 1.7-1+b1 binary): `-M SIZE[,KILL_SIZE]` in KiB, `-s` swap percent (memory AND swap must be
+# low for it to act), `--avoid REGEX` matched against /proc/PID/comm.
+# earlyoom never picks these (matched against /proc/PID/comm): the box's init, its SSH listener, docker's daemons. A
+# backstop: their oom_score is already the lowest (sshd -1000, dockerd -999), and earlyoom takes the highest.
+EARLYOOM_AVOID = "^(init|systemd|sshd|dockerd|containerd)$"
+
+
+def config_yaml(s: Settings) -> str:
+    """extra-llm-api-config.yml: the profile's options deep-merged with extra_llm_api_options."""
+    return yaml.safe_dump(s.llm_api_options, sort_keys=False, default_flow_style=False)
+
+
+def docker_run_args(s: Settings) -> list[str]:
+    layout = Layout.of(s)
+    # --oom-score-adj: under memory pressure the kernel kills the serving container first (its processes inherit it),
+    # never sshd or dockerd; see docs/memory.md
+    args = ["--rm", "--name", s.service_name, "--init", f"--oom-score-adj={OOM_SCORE_ADJ}"]
+    if s.gpus:
+        args.append("--gpus=all")
+    args += ["--ipc=host", "--network", "host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": CONTAINER_HF_HOME}
+    if s.profile and s.profile["tiktoken"]:
+        env["TIKTOKEN_ENCODINGS_BASE"] = CONTAINER_TIKTOKEN
+    env.update(s.container_env)
+    for key, value in env.items():
+        args += ["-e", f"{key}={value}"]
+    args += ["-v", f"{layout.hf_home}:{CONTAINER_HF_HOME}:ro"]
+    if s.draft_container_dir:
+        args += ["-v", f"{layout.current_file(DRAFT_LINK)}:{s.draft_container_dir.rstrip('/')}:ro"]
+    args += ["-v", f"{layout.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
+    if s.profile and s.profile["tiktoken"]:
+        args += ["-v", f"{layout.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
+    if s.pair_role == "worker":  # OpenMPI's orted checks that the rsh agent mpirun forwards exists, even without tree
+        # spawn (4.1.4: "plm_rsh_agent was set to a path that could not be found", then it dies): seen on lab guests.
+        # The worker's copy of the agent, read-only; without the pair's key (never on the worker) it reaches nothing
+        args += ["-v", f"{layout.pair_agent}:{PAIR_AGENT}:ro"]
+    if s.pair_role == "head":  # the MPI key, the worker's pinned host key and the rsh agent (pair/host/pair_agent.sh)
+        args += ["-v", f"{layout.pair_dir}:{PAIR_MOUNT}:ro"]
+        for key, value in zip(PAIR_AGENT_ENV, (PAIR_USER, s.pair_ssh_port)):
+            args += ["-e", f"{key}={value}"]
+    return args
+
+
+def container_command(s: Settings) -> list[str]:
+    """What the serving container runs: trtllm-serve; on a pair's head the MPI launch of it over both nodes
+    (pair_launch.mpirun_argv); on a pair's worker nothing but a process that holds the container up, for the head's
+    launch to start its rank in (`docker exec ... orted`, through the worker's pair gate)."""
+    if s.pair_role == "worker":
+        return ["sleep", "infinity"]
+    if s.pair_role == "head":
+        return mpirun_argv(s, serve_args(s))
+    return ["trtllm-serve", *serve_args(s)]
+
+
+def serve_args(s: Settings) -> list[str]:
+    assert s.profile is not None
+    return [s.profile["target"]["repo"], "--host", s.serve_host, "--port", str(s.serve_port),
+            *s.profile["serve_args"], s.llm_schema.contract.serve_flag, CONTAINER_CONFIG]
+
+
+def memory_cap_args(s: Settings) -> tuple[list[str], list[str]]:
+    """The container's memory cap: drop-caches' arguments (it writes MemTotal less the reserve, in kB, to an env file
+    before every start) and docker run's, which read it there. Both --memory and --memory-swap: no swap beyond it.
+    systemd expands the ${VAR} (so these are rendered as they are, not by systemd_word, which would escape it)."""
+    layout = Layout.of(s)
+    reserve = str(reserve_kb(int(s.memory_reserve_gb * GB)))  # bytes as memory.fit counts them, then THE kB
+    pre = [layout.drop_caches_tool, layout.mem_at_start, reserve, layout.container_memory, CONTAINER_MEMORY_VAR]
+    var = "${" + CONTAINER_MEMORY_VAR + "}"
+    return pre, [f"--memory={var}", f"--memory-swap={var}"]
+
+
+def unit_text(s: Settings) -> str:
+    layout = Layout.of(s)
+    pre, cap = memory_cap_args(s)
+    return ENV.get_template("trtllm-serve.service.j2").render(
+        profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current, docker_unit=DOCKER_UNIT,
+        container_name=systemd_word(s.service_name), image=systemd_word(s.image),
+        drop_caches=systemd_args(pre), cap_env=layout.container_memory,
+        docker_args=" ".join([*cap, systemd_args(docker_run_args(s))]), command=systemd_args(container_command(s)),
+        start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
+        restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,
+        stop_timeout_sec_plus=s.stop_timeout_sec + 30,
+    )
+
+
+def smoke_request(s: Settings) -> str:
+    """The seed's smoke completion for the profile, as the JSON body POSTed to /v1/completions."""
+    return json.dumps({"model": s.profile["target"]["repo"], **s.profile["smoke"]}, indent=1) + "\n"
+
+
+def token_file_text(secret: str) -> str:
+    """THE token file format: the token and a newline (what `hf` and huggingface_hub read)."""
+    return secret + "\n"
+
+
+def token_text(s: Settings, redact: bool = True) -> str:
+    if s.hf_token is None:
+        return ""
+    return token_file_text(REDACTED if redact else s.hf_token.get_secret_value())
+
+
+def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, str]:
+    """Host path -> content for every file a converge writes whose content is known before deploying.
+
+    Release files are written under releases/<id>/ and reached through the `current` link. `release`: the
+    plan's already rendered release (plan.Rendered), so a host's files are rendered once.
+    """
+    layout = Layout.of(s)
+    files = {}
+    if s.profile is not None:
+        files = {
+            layout.current_file(CONFIG_FILE): release.config if release else config_yaml(s),
+            layout.current_file(f"{s.service_name}.service"): release.unit if release else unit_text(s),
+            layout.current_file(SMOKE_FILE): release.smoke if release else smoke_request(s),
+        }
+    if s.hf_token is not None:
+        files[layout.token_file] = token_text(s, redact)
+    return files
+
+
+def earlyoom_kib(s: Settings) -> tuple[int, int]:
+    """earlyoom's `-M SIZE,KILL_SIZE` in KiB: both its floor of MemAvailable, so that it sends SIGKILL at once. A
+    SIGTERM is a graceful shutdown that exits 0 (uvicorn's, which trtllm-serve serves with: not checked on the NGC
+    image; the stand-in does the same), which the unit's Restart=on-failure takes for a stop: the host would serve
+    nothing. And a graceful shutdown holds the memory while the box runs out."""
+    floor = int(earlyoom_floor_gb(s) * GB) // 1024
+    return floor, floor
+
+
+def earlyoom_dropin(s: Settings) -> str:
+    """earlyoom.service's drop-in on a serving Spark: its own command line, thresholds and the processes it avoids
+    (systemd expands `$` in ExecStart: written `$$`)."""
+    term, kill = earlyoom_kib(s)
+    return ENV.get_template("earlyoom.conf.j2").render(binary=EARLYOOM_BIN, term_kib=term, kill_kib=kill,
+                                                      avoid=EARLYOOM_AVOID.replace("$", "$$"))
+
+
+def dockerd_oom_dropin() -> str:
+    """docker.service's drop-in for a serving Spark: dockerd's OOM score from its next start (the deploy sets the
+    running dockerd's at once: no docker restart, which would stop the serving container)."""
+    return ENV.get_template("dockerd-oom.conf.j2").render(score=DOCKERD_OOM_SCORE_ADJ)
