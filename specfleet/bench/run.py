@@ -20,9 +20,10 @@ from pyinfra.operations import files, python
 from ..fleet import run as runner
 from ..fleet.programs import program
 from ..fleet.steps.jobs import host_job, run_on_host
+from ..fleet.steps.lock import unlock
 from ..fleet.steps.state import current_plan, host_status
 from ..plan import HostPlan
-from ..steps import stage, switch, unlock
+from ..steps import stage, switch
 from .rules import LOAD_TOOL, Variant, serve_url, variant_result
 
 

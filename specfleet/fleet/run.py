@@ -17,8 +17,8 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 
 from ..plan import HostPlan
-from ..steps import lock, unlock
 from .status import ReleaseStatus
+from .steps.lock import lock, unlock
 
 
 def run_on(plans: dict[str, HostPlan], hosts: list[str], fn: Callable, *args) -> set[str]:

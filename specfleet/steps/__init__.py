@@ -12,7 +12,7 @@ from ..fleet.steps.lock import CONVERGE_ID, lock, unlock
 from ..fleet.steps.state import current_plan, host_status
 from ..fleet.steps.tools import tools
 from ..gateway.steps.behind import behind_gateways
-from ..gateway.steps.gateways import gateway, gateway_alive
+from ..gateway.steps.gateways import gateway
 from ..memory.steps import oom_protection
 from ..mirror.steps import mirror_setup, mirror_warm
 from ..pair.steps.link import pair_link
@@ -27,9 +27,8 @@ from ..serving.steps.service import activate
 from ..serving.steps.token import token
 from .cleanup import cleanup
 
-__all__ = ["converge", "stage", "switch", "cleanup", "rollback", "lock", "unlock", "preflight", "docker_access",
-           "token", "tools", "pair_link", "pair_trust", "encodings", "models", "release", "activate", "mirror_setup",
-           "mirror_warm", "gateway", "gateway_alive"]
+# The deploys a project's deploy files call (`specfleet init` writes them); each composes the features' steps.
+__all__ = ["converge", "stage", "switch", "cleanup", "rollback", "gateway", "mirror_setup"]
 
 
 def _check_profile(profile: str) -> None:

@@ -15,8 +15,8 @@ from pyinfra.api import Inventory
 from specfleet.fleet.steps.state import current_plan
 from specfleet.host.layout import NETPLAN_FILE
 from specfleet.pair.render import netplan
-from specfleet.pair.steps.link import remove_pair_link
-from specfleet.steps import pair_link, preflight
+from specfleet.pair.steps.link import pair_link, remove_pair_link
+from specfleet.serving.steps.preflight import preflight
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, executed, run_deploy
 from tests.unit.test_pair_trust import _plans, _refusals, _responses, uploads  # noqa: F401 (a fixture)
 

@@ -16,8 +16,8 @@ from pyinfra.connectors.fake import FakeConnector
 from specfleet.fleet.steps.changes import changes
 from specfleet.fleet.steps.state import current_plan
 from specfleet.host.layout import HOST_KEY_FILE, NETPLAN_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
-from specfleet.pair.steps.trust import remove_pair_trust
-from specfleet.steps import pair_trust, preflight
+from specfleet.pair.steps.trust import pair_trust, remove_pair_trust
+from specfleet.serving.steps.preflight import preflight
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, executed, make_plans, run_deploy, status_lines
 
 HEAD_PUB = "ssh-ed25519 " + "A" * 68  # the head's MPI key, as an earlier run generated it

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 
 from ...fleet import run as runner
 from ...fleet.selection import members, parse_batches
+from ...fleet.steps.lock import unlock
 from ...gateway.rules import fleet_address
+from ...gateway.steps.gateways import gateway_alive
 from ...mirror.steps import warm_phase
 from ...plan import HostPlan
-from ...steps import gateway_alive, stage, switch, unlock
+from ...steps import stage, switch
 
 EXIT_OK, EXIT_HALTED, EXIT_PARTIAL, EXIT_REFUSED = 0, 1, 3, 4
 
