@@ -12,7 +12,7 @@ from ..fleet.programs import program_text
 from ..fleet.status import FileReads, Lines, StatusPart, Want, register, sha256
 from ..host.layout import DOCKER_UNIT, EARLYOOM_BIN, EARLYOOM_UNIT, main_pid
 from ..plan import HostPlan
-from ..serving.render import dockerd_oom_dropin, earlyoom_dropin
+from .render import dockerd_oom_dropin, earlyoom_dropin
 from .rules import earlyoom_floor_gb
 
 

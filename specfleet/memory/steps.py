@@ -26,7 +26,7 @@ from ..constants import DPKG_LOCK_TIMEOUT_SEC
 from ..fleet.status import sha256
 from ..fleet.steps.state import current_plan, differs, host_status
 from ..host.layout import DOCKER_UNIT, EARLYOOM_UNIT, main_pid
-from ..serving.render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin, earlyoom_dropin
+from .render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin, earlyoom_dropin
 from .rules import can_lower_scores, earlyoom_floor_gb
 
 # the marker's texts: what the deploy did to earlyoom, which the cleanup deploy undoes (a host that ran it before: none)

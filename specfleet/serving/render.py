@@ -17,7 +17,6 @@ from ..host.layout import (
     CONTAINER_MEMORY_VAR,
     DOCKER_UNIT,
     DRAFT_LINK,
-    EARLYOOM_BIN,
     PAIR_AGENT,
     PAIR_AGENT_ENV,
     PAIR_MOUNT,
@@ -25,7 +24,7 @@ from ..host.layout import (
     SMOKE_FILE,
     Layout,
 )
-from ..memory.rules import earlyoom_floor_gb, reserve_kb
+from ..memory.rules import reserve_kb
 from ..pair.launch import mpirun_argv
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
@@ -42,15 +41,6 @@ RENDERING_CHANGED = {
     4: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the container capped at MemTotal less memory_reserve_gb
 }
 OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first choice (the most it can be)
-# dockerd comes last, as Docker's packaging puts containerd (-999: chosen only when nothing else can be; not -1000,
-# which its children would inherit, making them unkillable). Debian's docker.io leaves dockerd at 0.
-DOCKERD_OOM_SCORE_ADJ = -999
-# earlyoom's options as v1.7 documents them (rfjakob/earlyoom README; the version Debian 12 and Ubuntu 24.04 package;
-# checked with Debian's 1.7-1+b1 binary): `-M SIZE[,KILL_SIZE]` in KiB, `-s` swap percent (memory AND swap must be
-# low for it to act), `--avoid REGEX` matched against /proc/PID/comm.
-# earlyoom never picks these (matched against /proc/PID/comm): the box's init, its SSH listener, docker's daemons. A
-# backstop: their oom_score is already the lowest (sshd -1000, dockerd -999), and earlyoom takes the highest.
-EARLYOOM_AVOID = "^(init|systemd|sshd|dockerd|containerd)$"
 
 
 def config_yaml(s: Settings) -> str:
@@ -164,26 +154,3 @@ def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, 
     if s.hf_token is not None:
         files[layout.token_file] = token_text(s, redact)
     return files
-
-
-def earlyoom_kib(s: Settings) -> tuple[int, int]:
-    """earlyoom's `-M SIZE,KILL_SIZE` in KiB: both its floor of MemAvailable, so that it sends SIGKILL at once. A
-    SIGTERM is a graceful shutdown that exits 0 (uvicorn's, which trtllm-serve serves with: not checked on the NGC
-    image; the stand-in does the same), which the unit's Restart=on-failure takes for a stop: the host would serve
-    nothing. And a graceful shutdown holds the memory while the box runs out."""
-    floor = int(earlyoom_floor_gb(s) * GB) // 1024
-    return floor, floor
-
-
-def earlyoom_dropin(s: Settings) -> str:
-    """earlyoom.service's drop-in on a serving Spark: its own command line, thresholds and the processes it avoids
-    (systemd expands `$` in ExecStart: written `$$`)."""
-    term, kill = earlyoom_kib(s)
-    return ENV.get_template("earlyoom.conf.j2").render(binary=EARLYOOM_BIN, term_kib=term, kill_kib=kill,
-                                                      avoid=EARLYOOM_AVOID.replace("$", "$$"))
-
-
-def dockerd_oom_dropin() -> str:
-    """docker.service's drop-in for a serving Spark: dockerd's OOM score from its next start (the deploy sets the
-    running dockerd's at once: no docker restart, which would stop the serving container)."""
-    return ENV.get_template("dockerd-oom.conf.j2").render(score=DOCKERD_OOM_SCORE_ADJ)

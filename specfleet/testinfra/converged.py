@@ -22,18 +22,16 @@ from specfleet.host.layout import (
     SUDOERS_FILE,
     main_pid,
 )
-from specfleet.memory.rules import can_lower_scores, earlyoom_floor_gb, reserve_kb
-from specfleet.pair.render import gate_command
-from specfleet.serving.render import (
+from specfleet.memory.render import (
     DOCKERD_OOM_SCORE_ADJ,
     EARLYOOM_AVOID,
-    OOM_SCORE_ADJ,
-    config_yaml,
     dockerd_oom_dropin,
     earlyoom_dropin,
     earlyoom_kib,
-    unit_text,
 )
+from specfleet.memory.rules import can_lower_scores, earlyoom_floor_gb, reserve_kb
+from specfleet.pair.render import gate_command
+from specfleet.serving.render import OOM_SCORE_ADJ, config_yaml, unit_text
 
 
 def test_operators_in_docker_group_and_can_use_docker(spark):

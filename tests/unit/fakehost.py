@@ -28,10 +28,11 @@ from specfleet.fleet.model import read_fleet
 from specfleet.fleet.programs import program
 from specfleet.fleet.settings import build_fleet
 from specfleet.host.layout import EARLYOOM_BIN, HOST_PROGRAMS, MODULES
+from specfleet.memory.render import DOCKERD_OOM_SCORE_ADJ
 from specfleet.pins.lockfile import Lock, LockedModel, lock_path, profiles_to_lock, write_lock
 from specfleet.pins.models import ModelPin, models_of
 from specfleet.plan import HostPlan, build_plans
-from specfleet.serving.render import DOCKERD_OOM_SCORE_ADJ, config_yaml, unit_text
+from specfleet.serving.render import config_yaml, unit_text
 from specfleet.serving.validate import verdict_name
 
 COMMITS = {"target": "a" * 40, "draft": "b" * 40}

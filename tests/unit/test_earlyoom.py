@@ -12,8 +12,8 @@ from specfleet.fleet.settings import build_settings
 from specfleet.fleet.status import SpecfleetHost, sha256
 from specfleet.fleet.steps.changes import changes
 from specfleet.host.layout import EARLYOOM_BIN, Layout
+from specfleet.memory.render import earlyoom_dropin, earlyoom_kib
 from specfleet.memory.steps import EARLYOOM_ENABLED, EARLYOOM_INSTALLED
-from specfleet.serving.render import earlyoom_dropin, earlyoom_kib
 from specfleet.serving.run.preview import describe
 from specfleet.steps import cleanup
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, converged_responses, executed, make_plans, run_deploy

@@ -9,7 +9,7 @@ import re
 from specfleet.fleet.steps.changes import changes, pending
 from specfleet.fleet.steps.state import host_status
 from specfleet.host.layout import Layout
-from specfleet.serving.render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin
+from specfleet.memory.render import DOCKERD_OOM_SCORE_ADJ, dockerd_oom_dropin
 from specfleet.serving.run.preview import describe
 from specfleet.steps import cleanup
 from tests.unit.fakehost import converged_responses, executed, make_plans, run_deploy
