@@ -157,9 +157,9 @@ def deploy_constant(deploy_file: str | Path, name: str) -> str | None:
     """A constant a deploy file declares at its top level (read without executing it), e.g. PROFILE or ROLE."""
     tree = ast.parse(Path(deploy_file).read_text(encoding="utf-8"))
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            if isinstance(node.value, ast.Constant):
-                return node.value.value
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                and isinstance(node.value, ast.Constant)):
+            return node.value.value
     return None
 
 

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/install-deps.sh
-# lint first (pyflakes, import order, line length 120; config in pyproject.toml): a finding fails the run
+# lint first (pyflakes, import order, line length, bugbear, pyupgrade, simplify, complexity; config in pyproject.toml):
+# a finding fails the run
 python3 -m ruff check specfleet lab benchmarks tests
 # the user's manual builds as a site; a broken link or anchor fails the run (mkdocs.yml: strict, validation)
 site=$(mktemp -d -t specfleet-site.XXXXXX)

@@ -74,19 +74,7 @@ def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
                 raise ValueError(f"--variants: '{item}': nothing after ':' (e.g. {profile}:max_draft_len=1,2)")
             out.append(Variant(profile, profile))
             continue
-        key, eq, values = rest.partition("=")
-        if not eq or not key:
-            raise ValueError(f"--variants: '{item}': expected PROFILE:KEY=V1,V2 (e.g. eagle3:max_draft_len=1,2,3)")
-        if key not in VARIANT_KEYS:
-            raise ValueError(f"--variants: '{item}': unknown key '{key}' (allowed: {', '.join(VARIANT_KEYS)})")
-        if not PROFILES[profile]["llm_api_options"].get("speculative_config"):
-            raise ValueError(f"--variants: '{item}': profile {profile} has no speculation, so no {key}")
-        for raw in values.split(","):
-            if not re.fullmatch(r"[1-9][0-9]{0,2}", raw.strip()):
-                raise ValueError(f"--variants: '{item}': {key} value '{raw}' is not an integer in 1..999")
-            value = int(raw)
-            section, name = VARIANT_KEYS[key]
-            out.append(Variant(f"{profile}:{key}={value}", profile, {section: {name: value}}, ((key, value),)))
+        out += _swept(item, profile, rest)
     seen: set[str] = set()
     for v in out:
         if v.name in seen:
@@ -95,9 +83,28 @@ def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
     return out
 
 
+def _swept(item: str, profile: str, rest: str) -> list[Variant]:
+    """The variants of one `PROFILE:KEY=V1,V2` item (`rest` is what follows the ':'), one per value."""
+    key, eq, values = rest.partition("=")
+    if not eq or not key:
+        raise ValueError(f"--variants: '{item}': expected PROFILE:KEY=V1,V2 (e.g. eagle3:max_draft_len=1,2,3)")
+    if key not in VARIANT_KEYS:
+        raise ValueError(f"--variants: '{item}': unknown key '{key}' (allowed: {', '.join(VARIANT_KEYS)})")
+    if not PROFILES[profile]["llm_api_options"].get("speculative_config"):
+        raise ValueError(f"--variants: '{item}': profile {profile} has no speculation, so no {key}")
+    out = []
+    for raw in values.split(","):
+        if not re.fullmatch(r"[1-9][0-9]{0,2}", raw.strip()):
+            raise ValueError(f"--variants: '{item}': {key} value '{raw}' is not an integer in 1..999")
+        value = int(raw)
+        section, name = VARIANT_KEYS[key]
+        out.append(Variant(f"{profile}:{key}={value}", profile, {section: {name: value}}, ((key, value),)))
+    return out
+
+
 def assign_rounds(variants: list[Variant], hosts: list[str]) -> list[list[tuple[str, Variant]]]:
     """Rounds of (host, variant): one variant per host per round, in order."""
-    return [list(zip(hosts, variants[i:i + len(hosts)])) for i in range(0, len(variants), len(hosts))]
+    return [list(zip(hosts, variants[i:i + len(hosts)], strict=False)) for i in range(0, len(variants), len(hosts))]
 
 
 # ---- prompts (deterministic, documented in docs/status-and-bench.md) -----------------------------------------------
@@ -230,7 +237,7 @@ def table(results: list[dict]) -> list[str]:
                          _f(f["itl_s"]["mean"], "{:.4f}s"), _f(f["latency_s"]["p50"], "{:.2f}s"),
                          _f(f["latency_s"]["p90"], "{:.2f}s")))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def plot(results: list[dict], path: Path, title: str) -> Path:

@@ -95,7 +95,7 @@ def run(b: Bench) -> None:
         b.log(f"{h}: unreachable; its variants are skipped")
     touched: set[str] = set()
     try:
-        for index, (rnd, plans) in enumerate(zip(b.rounds, b.round_plans), 1):
+        for index, (rnd, plans) in enumerate(zip(b.rounds, b.round_plans, strict=True), 1):
             for h, v in rnd:
                 if h not in usable:
                     b.results.append(variant_result(v, h, plans.get(h), error="host unreachable"))

@@ -57,6 +57,17 @@ def url_problem(value: str) -> str | None:
         return "has user info (user:password@); credentials must not live in URLs"
     if "?" in value or "#" in value:
         return "has a query (?) or a fragment (#)"
+    problem = _authority_problem(authority)
+    if problem:
+        return problem
+    if not _URL_PATH.fullmatch(slash + path):
+        return "has a path with characters that are not allowed (or a '%' not followed by two hex digits)"
+    return None
+
+
+def _authority_problem(authority: str) -> str | None:
+    """What is wrong with a URL's host and port: a bracketed IPv6 address, an IPv4 address or a host name, then an
+    optional port."""
     if authority.startswith("["):
         host, bracket, port = authority[1:].partition("]")
         if not bracket or (port and not port.startswith(":")):
@@ -78,8 +89,6 @@ def url_problem(value: str) -> str | None:
             return f"has no valid host name ({host!r})"
     if port is not None and not (re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
         return f"has a port {port!r} that is not a number from 1 to 65535"
-    if not _URL_PATH.fullmatch(slash + path):
-        return "has a path with characters that are not allowed (or a '%' not followed by two hex digits)"
     return None
 
 

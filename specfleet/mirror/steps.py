@@ -218,7 +218,7 @@ def needed_files(state) -> list[tuple[str, str, str, int]]:
             todo = {path for path, _ in missing(plan, st, role)}
             snap = plan.paths.snapshot(pin.repo, pin.commit)
             blobs = pin.blobs if len(pin.blobs) == len(pin.files) else (None,) * len(pin.files)
-            for (name, size), blob in zip(pin.files, blobs):
+            for (name, size), blob in zip(pin.files, blobs, strict=True):
                 if f"{snap}/{name}" not in todo:
                     continue
                 if blob and st.files.sizes.get(blob_path(plan, pin, blob)) == size:

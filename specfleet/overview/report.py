@@ -128,7 +128,7 @@ def table(rs: list[dict]) -> list[str]:
                       f"{r['acceptance_length']:.2f}" if r["acceptance_length"] else "-", used,
                       r.get("gate_memory") or "-", _gb(r["disk_free_bytes"])))
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(head))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]
 
 
 # ---- behind gateways: each Spark's state in each gateway's pool, and a row per gateway --------------------------

@@ -53,7 +53,7 @@ def pair_record(s: Settings, worker_release: str | None) -> dict:
 def netplan(s: Settings) -> str:
     """The pair link's netplan file (root 0600, as netplan wants it): each link interface with its address."""
     ethernets = {ifname: {"dhcp4": False, "dhcp6": False, "addresses": [address]}
-                 for ifname, address in zip(s.pair_link_interfaces, s.pair_link_addresses or [])}
+                 for ifname, address in zip(s.pair_link_interfaces, s.pair_link_addresses or [], strict=False)}
     return NETPLAN_HEADER + yaml.safe_dump({"network": {"version": 2, "ethernets": ethernets}}, sort_keys=False)
 
 
@@ -112,7 +112,7 @@ def pair_reads(s: Settings, lay: Layout) -> dict[str, tuple[str, ...]]:
     link = (NETPLAN_FILE, lay.netplan_staged, lay.pair_link_tool)
     if s.pair_role == "head":
         pings = tuple(f"{ifname} {link_ip(a)}" for ifname, a in zip(s.pair_link_interfaces,
-                                                                     s.pair_peer_link_addresses))
+                                                                     s.pair_peer_link_addresses, strict=True))
         return {"files": link + (lay.pair_dir, lay.pair_known_hosts, lay.pair_agent, lay.pair_switch_dir),
                 "stats": (lay.pair_key, lay.pair_switch_key), "keys": (lay.pair_key_pub, lay.pair_switch_key_pub),
                 "pings": pings}

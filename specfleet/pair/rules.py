@@ -149,7 +149,7 @@ def _link_problems(h: str, v: dict[str, Any], connection: dict[str, Any]) -> lis
     else:
         out += [Problem(h, "pair_link_addresses", f"{a} is not in {net}, the subnet of {i} (allowed: an address of "
                                                   "the interface's subnet in pair_link_subnets)")
-                for a, net, i in zip(addresses, nets, ifaces) if ipaddress.IPv4Interface(a).network != net]
+                for a, net, i in zip(addresses, nets, ifaces, strict=True) if ipaddress.IPv4Interface(a).network != net]
     for where in (connection.get("ssh_hostname"), v.get("fleet_address")):
         try:
             ip = ipaddress.ip_address(where) if where else None

@@ -287,7 +287,7 @@ def _look_up_models(requests: dict[tuple[str, str], dict], tokens: list[str],
     got = lookup([{k: v for k, v in r.items() if k != "host"} for r in requests.values()], tokens)
     if isinstance(got, str):
         return {}, [], [f"Hub metadata lookup failed: {got}"]
-    answers = dict(zip(requests, got))
+    answers = dict(zip(requests, got, strict=True))
     errors = [f"{requests[k]['host']}: {a['key']}: {a['error']}" for k, a in answers.items() if "error" in a
               and not (skip_unknown_revisions and a["key"] in REVISION_KEYS)]
     if errors:

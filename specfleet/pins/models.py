@@ -66,7 +66,7 @@ def resolve_pins(fleet: dict[str, Settings]) -> tuple[dict[str, dict[str, ModelP
     if isinstance(answers_list, str):
         return {}, [Problem(h, "controller_hub_endpoint", f"Hub metadata lookup failed: {answers_list}")
                     for h in wanted]
-    answers = dict(zip(requests, answers_list))
+    answers = dict(zip(requests, answers_list, strict=True))
     pins: dict[str, dict[str, ModelPin]] = {h: {} for h in fleet}
     problems: list[Problem] = []
     for host, items in wanted.items():

@@ -74,7 +74,7 @@ def docker_run_args(s: Settings) -> list[str]:
         args += ["-v", f"{layout.pair_agent}:{PAIR_AGENT}:ro"]
     if s.pair_role == "head":  # the MPI key, the worker's pinned host key and the rsh agent (pair/host/pair_agent.sh)
         args += ["-v", f"{layout.pair_dir}:{PAIR_MOUNT}:ro"]
-        for key, value in zip(PAIR_AGENT_ENV, (PAIR_USER, s.pair_ssh_port)):
+        for key, value in zip(PAIR_AGENT_ENV, (PAIR_USER, s.pair_ssh_port), strict=True):
             args += ["-e", f"{key}={value}"]
     return args
 

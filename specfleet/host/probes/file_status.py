@@ -56,11 +56,11 @@ def describe(path):
         st = os.stat(path)
     except OSError:
         return None
-    owner = "%o|%s|%s" % (stat.S_IMODE(st.st_mode), name(pwd.getpwuid, st.st_uid), name(grp.getgrgid, st.st_gid))
+    owner = f"{stat.S_IMODE(st.st_mode):o}|{name(pwd.getpwuid, st.st_uid)}|{name(grp.getgrgid, st.st_gid)}"
     if stat.S_ISDIR(st.st_mode):
         return "dir|" + owner
     if stat.S_ISREG(st.st_mode):
-        return "file|%s|%s" % (owner, sha256(path))
+        return f"file|{owner}|{sha256(path)}"
     return None
 
 
@@ -95,8 +95,8 @@ def main():
         except OSError:
             continue
         kind = "file" if stat.S_ISREG(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "other"
-        out("stat", "%s|%o|%s|%s|%d" % (kind, stat.S_IMODE(st.st_mode), name(pwd.getpwuid, st.st_uid),
-                                        name(grp.getgrgid, st.st_gid), st.st_size), path)
+        out("stat", f"{kind}|{stat.S_IMODE(st.st_mode):o}|{name(pwd.getpwuid, st.st_uid)}|"
+                    f"{name(grp.getgrgid, st.st_gid)}|{st.st_size:d}", path)
     for path in paths("KEYS"):  # public halves only: a pair's MPI key (.pub) and a worker's sshd host key
         try:
             with open(path, "rb") as f:

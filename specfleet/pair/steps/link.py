@@ -33,7 +33,7 @@ _LINKS: Slot[defaultdict[str, SharedOperation[bool]]] = Slot("pair links", lambd
 
 def _addresses(plan: HostPlan) -> list[tuple[str, str]]:
     s = plan.settings
-    return list(zip(s.pair_link_interfaces, s.pair_link_addresses or []))
+    return list(zip(s.pair_link_interfaces, s.pair_link_addresses or [], strict=False))
 
 
 def configured(plan: HostPlan, st: HostStatus) -> bool:
@@ -160,7 +160,7 @@ def _apply(state, host) -> bool:
             logger.error(f"{host.print_prefix}pair link: {s.pair_peer}'s side of the link is not applied ({said}); "
                          "not checked")
             return False
-    for ifname, address in zip(s.pair_link_interfaces, s.pair_peer_link_addresses):
+    for ifname, address in zip(s.pair_link_interfaces, s.pair_peer_link_addresses, strict=True):
         peer = link_ip(address)
         if not _run(state, host, ["ping", "-n", "-q", "-c", "3", "-W", "2", "-I", ifname, peer],
                     f"ping {peer} ({s.pair_peer}) over {ifname}"):

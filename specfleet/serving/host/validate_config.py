@@ -42,7 +42,7 @@ def main(argv):
 
         TorchLlmArgs, update_llm_args_with_extra_dict = load_names(argv)  # upstream's names (serve.py)
     except Exception as exc:
-        say("cannot import TensorRT-LLM's argument classes: %s: %s" % (type(exc).__name__, " ".join(str(exc).split())))
+        say(f"cannot import TensorRT-LLM's argument classes: {type(exc).__name__}: {' '.join(str(exc).split())}")
         return 1
     try:
         with open(PATH) as fh:
@@ -50,11 +50,11 @@ def main(argv):
         if extra is None:
             extra = {}
         if not isinstance(extra, dict):
-            raise ValueError("the YAML top level must be a mapping, got %s" % type(extra).__name__)
+            raise ValueError(f"the YAML top level must be a mapping, got {type(extra).__name__}")
         args = update_llm_args_with_extra_dict({"model": MODEL, "backend": "pytorch"}, extra, PATH)
         TorchLlmArgs(**args)
     except Exception as exc:
-        say("%s: %s" % (type(exc).__name__, one_line(exc)[:1000]))
+        say(f"{type(exc).__name__}: {one_line(exc)[:1000]}")
         return 1
     say("OK")
     return 0

@@ -25,6 +25,22 @@ def problems_of(plan, st) -> list[str]:
     pf, rel = st.platform, st.release
     if rel.release_state_error:
         problems.append(f"the release state under {s.data_dir} could not be read ({rel.release_state_error})")
+    problems += _docker_problems(s, pf)
+    if s.profile:
+        problems += _serving_problems(plan, st)
+    if s.pair:  # what `specfleet check` cannot know without the host: its interfaces and networks
+        pair = st.pair
+        problems += pair_fleet.host_problems(
+            {k: getattr(s, k) for k in pair_fleet.HOST_CHECK_VARS}, pair.interfaces, pair.addresses, pair.links)
+    for user in s.operator_users:
+        if st.files.groups.get(user) is None:
+            problems.append(f"operator user {user} does not exist on the host (operator_users)")
+    return problems
+
+
+def _docker_problems(s, pf) -> list[str]:
+    """Docker on the host: its daemon, the GPU runtime and hook when gpus is true, AppArmor's docker-default."""
+    problems: list[str] = []
     if pf.docker != "ok":
         problems.append(f"docker daemon not reachable ({pf.docker}); install docker and start docker.service")
     elif s.gpus and "nvidia" not in pf.runtimes:
@@ -42,29 +58,28 @@ def problems_of(plan, st) -> list[str]:
             # with apparmor_parser; without it every container start fails
             problems.append("AppArmor is enabled but docker's docker-default profile is not loaded and apparmor_parser "
                             "is missing, so containers cannot start; install the apparmor package and restart docker")
-    if s.profile:
-        models = sum(size for role in plan.pins for path, size in missing(plan, st, role) if "/snapshots/" in path)
-        image = s.image_size_gb * GB if pf.docker == "ok" and not rel.image_id else 0
-        same_fs = pf.docker_root_same_fs is True
-        need = models + (image if same_fs else 0)
-        if need and pf.free_bytes < need + s.disk_headroom_gb * GB:
-            pull = (f"{s.image_size_gb} GB image to pull (image_size_gb; the docker root dir {pf.docker_root} is on "
-                    f"the same filesystem) + " if same_fs and image else "")
-            problems.append(f"not enough disk under {s.data_dir}: {models / GB:.1f} GB of models to fetch + {pull}"
-                            f"{s.disk_headroom_gb} GB headroom (disk_headroom_gb), {pf.free_bytes / GB:.1f} GB free")
-        if image and pf.docker_root_same_fs is False and pf.docker_root_free < image:
-            problems.append(f"not enough disk under the docker root dir {pf.docker_root} for the image to pull: "
-                            f"{s.image_size_gb} GB (image_size_gb), {pf.docker_root_free / GB:.1f} GB free")
-        if rel.listeners and rel.active != "active":
-            problems.append(f"port {s.serve_port} is in use by another program (serve_port); "
-                            "stop it or choose another port")
-    if s.pair:  # what `specfleet check` cannot know without the host: its interfaces and networks
-        pair = st.pair
-        problems += pair_fleet.host_problems(
-            {k: getattr(s, k) for k in pair_fleet.HOST_CHECK_VARS}, pair.interfaces, pair.addresses, pair.links)
-    for user in s.operator_users:
-        if st.files.groups.get(user) is None:
-            problems.append(f"operator user {user} does not exist on the host (operator_users)")
+    return problems
+
+
+def _serving_problems(plan, st) -> list[str]:
+    """A host with a profile: disk for the models to fetch and the image to pull, and its serve port."""
+    s, pf, rel = plan.settings, st.platform, st.release
+    problems: list[str] = []
+    models = sum(size for role in plan.pins for path, size in missing(plan, st, role) if "/snapshots/" in path)
+    image = s.image_size_gb * GB if pf.docker == "ok" and not rel.image_id else 0
+    same_fs = pf.docker_root_same_fs is True
+    need = models + (image if same_fs else 0)
+    if need and pf.free_bytes < need + s.disk_headroom_gb * GB:
+        pull = (f"{s.image_size_gb} GB image to pull (image_size_gb; the docker root dir {pf.docker_root} is on "
+                f"the same filesystem) + " if same_fs and image else "")
+        problems.append(f"not enough disk under {s.data_dir}: {models / GB:.1f} GB of models to fetch + {pull}"
+                        f"{s.disk_headroom_gb} GB headroom (disk_headroom_gb), {pf.free_bytes / GB:.1f} GB free")
+    if image and pf.docker_root_same_fs is False and pf.docker_root_free < image:
+        problems.append(f"not enough disk under the docker root dir {pf.docker_root} for the image to pull: "
+                        f"{s.image_size_gb} GB (image_size_gb), {pf.docker_root_free / GB:.1f} GB free")
+    if rel.listeners and rel.active != "active":
+        problems.append(f"port {s.serve_port} is in use by another program (serve_port); "
+                        "stop it or choose another port")
     return problems
 
 
