@@ -57,6 +57,7 @@ def url_problem(value: str) -> str | None:
         return "has user info (user:password@); credentials must not live in URLs"
     if "?" in value or "#" in value:
         return "has a query (?) or a fragment (#)"
+    port: str | None
     if authority.startswith("["):
         host, bracket, port = authority[1:].partition("]")
         if not bracket or (port and not port.startswith(":")):
