@@ -14,6 +14,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from .constants import DEFAULT_INVENTORY, EXIT_INVALID
 from .fleet.inventory import Inventory, InventoryError, load_inventory
@@ -29,7 +30,7 @@ from .mirror.render import advertised_url
 from .pair.render import pair_record
 from .pins.lockfile import pins_from_lock
 from .pins.models import ModelPin, resolve_pins
-from .serving.render import RENDERING, config_yaml, rendered_files, smoke_request, unit_text
+from .serving.render import RENDERING, config_yaml, profile_of, rendered_files, smoke_request, unit_text
 
 
 class PlanError(Exception):
@@ -110,7 +111,7 @@ class HostPlan:
             "models": {role: {"repo": p.repo, "revision": p.revision, "commit": p.commit,
                               "files": len(p.files), "bytes": p.size}
                        for role, p in sorted(self.pins.items())},
-            "served_model": s.profile["target"]["repo"],
+            "served_model": profile_of(s)["target"]["repo"],
             "url": f"http://{health_host}:{s.serve_port}",
             "gate": {"health_timeout_sec": s.health_timeout_sec, "health_interval_sec": s.health_interval_sec,
                      "smoke_timeout_sec": s.smoke_timeout_sec},
@@ -140,7 +141,7 @@ class Rendered:
         material = {
             "config": config, "unit": unit, "smoke": smoke,
             "models": {role: [p.repo, p.commit] for role, p in sorted(pins.items())},
-            "tiktoken": s.tiktoken_sha256 if s.profile["tiktoken"] else None,
+            "tiktoken": s.tiktoken_sha256 if profile_of(s)["tiktoken"] else None,
         }
         if pair_worker_release:
             material["pair_worker_release"] = pair_worker_release
@@ -159,7 +160,7 @@ def deploy_constant(deploy_file: str | Path, name: str) -> str | None:
     for node in tree.body:
         if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
                 and isinstance(node.value, ast.Constant)):
-            return node.value.value
+            return cast(str | None, node.value.value)  # a deploy file's constants: PROFILE, ROLE
     return None
 
 
@@ -226,8 +227,9 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
 def _link(plans: dict[str, HostPlan], fleet: Fleet) -> None:
     """What a plan knows of the others: a pair's head its worker's plan, every host the (first) Hub mirror."""
     for plan in plans.values():  # a pair serves one release, the head's: its id covers the worker's
-        if plan.settings.pair_role == "head" and plans[plan.settings.pair_peer].settings.profile:
-            plan.pair_worker = plans[plan.settings.pair_peer]
+        peer = plan.settings.pair_peer
+        if plan.settings.pair_role == "head" and peer is not None and plans[peer].settings.profile:
+            plan.pair_worker = plans[peer]
     first = fleet.mirror
     if first is not None:
         url = advertised_url(plans[first].settings, plans[first].connection)

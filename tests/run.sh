@@ -9,6 +9,8 @@ bash tests/install-deps.sh
 # lint first (pyflakes, import order, line length, bugbear, pyupgrade, simplify, complexity; config in pyproject.toml):
 # a finding fails the run
 python3 -m ruff check specfleet lab benchmarks tests
+# type-check specfleet/ (strict for the pure core and the host programs; config and exceptions in pyproject.toml)
+python3 -m mypy
 # the user's manual builds as a site; a broken link or anchor fails the run (mkdocs.yml: strict, validation)
 site=$(mktemp -d -t specfleet-site.XXXXXX)
 python3 -m mkdocs build --strict --quiet --site-dir "$site"

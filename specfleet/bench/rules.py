@@ -23,9 +23,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from ..fleet.inventory import Inventory
 from ..overview.host.overview import acceptance
 from ..plan import HostPlan, build_plans
 from ..serving.options import deep_merge
@@ -43,8 +45,8 @@ VARIANT_KEYS = {"max_draft_len": ("speculative_config", "max_draft_len")}
 class Variant:
     name: str  # e.g. "eagle3:max_draft_len=2"
     profile: str
-    options: dict = field(default_factory=dict, hash=False, compare=False)  # extra_llm_api_options overrides
-    params: tuple = ()  # (("max_draft_len", 2),)
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # extra_llm_api_options overrides
+    params: tuple[tuple[str, int], ...] = ()  # (("max_draft_len", 2),)
 
     @property
     def max_draft_len(self) -> int | None:
@@ -53,7 +55,9 @@ class Variant:
         value = dict(self.params).get("max_draft_len")
         if value is not None:
             return value
-        return PROFILES[self.profile]["llm_api_options"].get("speculative_config", {}).get("max_draft_len")
+        speculative = PROFILES[self.profile]["llm_api_options"].get("speculative_config", {})
+        default: int | None = speculative.get("max_draft_len")
+        return default
 
 
 def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
@@ -158,7 +162,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize_bucket(raw: dict) -> dict:
+def summarize_bucket(raw: dict[str, Any]) -> dict[str, Any]:
     """The figures of one variant x bucket from the load client's raw result."""
     reqs = [r for r in raw.get("requests", []) if not r.get("error")]
     errors = [r["error"] for r in raw.get("requests", []) if r.get("error")]
@@ -168,7 +172,7 @@ def summarize_bucket(raw: dict) -> dict:
     out_tokens = sum(r.get("output_tokens", 0) for r in reqs)
     wall = raw.get("wall_s") or 0.0
     mem = dict(raw.get("mem_peak") or {})
-    acc = acceptance(raw.get("iterations") or [])
+    acc = acceptance(raw.get("iterations") or [])  # type: ignore[no-untyped-call]  # a host program: pyproject.toml
     if acc["gpu_mem_peak_bytes"]:
         mem.setdefault("gpu_bytes", acc["gpu_mem_peak_bytes"])
     return {
@@ -185,14 +189,14 @@ def summarize_bucket(raw: dict) -> dict:
     }
 
 
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+def _mean(xs: list[float | None]) -> float | None:
+    given = [x for x in xs if x is not None]
+    return sum(given) / len(given) if given else None
 
 
-def add_speedups(results: list[dict]) -> None:
+def add_speedups(results: list[dict[str, Any]]) -> None:
     """speedup = tokens/s / the baseline's tokens/s for the same bucket on the same host class (arch + GPU)."""
-    base: dict[tuple, float] = {}
+    base: dict[tuple[str, str], float] = {}
     for r in results:
         if r["profile"] == "baseline" and r.get("buckets"):
             for b, fig in r["buckets"].items():
@@ -204,11 +208,11 @@ def add_speedups(results: list[dict]) -> None:
             fig["speedup"] = fig["tokens_per_s"] / ref if ref and fig.get("tokens_per_s") else None
 
 
-def host_class(env: dict) -> str:
+def host_class(env: dict[str, Any]) -> str:
     return f"{env.get('arch', '?')}/{env.get('gpu') or 'no GPU'}"
 
 
-def best_variant(results: list[dict]) -> dict | None:
+def best_variant(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The speculative variant with the highest mean speed-up over the buckets (it must beat baseline)."""
     scored = []
     for r in results:
@@ -220,11 +224,11 @@ def best_variant(results: list[dict]) -> dict | None:
 
 
 # ---- output -------------------------------------------------------------------------------------------------
-def _f(x, fmt="{:.2f}", none="-"):
+def _f(x: float | None, fmt: str = "{:.2f}", none: str = "-") -> str:
     return none if x is None else fmt.format(x)
 
 
-def table(results: list[dict]) -> list[str]:
+def table(results: list[dict[str, Any]]) -> list[str]:
     rows = [("variant", "host", "bucket", "tokens/s", "speedup", "acc.len", "acc.rate", "TTFT p50", "ITL mean",
              "lat p50", "lat p90")]
     for r in results:
@@ -240,7 +244,7 @@ def table(results: list[dict]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
-def plot(results: list[dict], path: Path, title: str) -> Path:
+def plot(results: list[dict[str, Any]], path: Path, title: str) -> Path:
     """Speed-up and acceptance length vs max_draft_len, one line per (profile, bucket); baseline marked at 0."""
     import matplotlib
 
@@ -248,7 +252,7 @@ def plot(results: list[dict], path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    series: dict[tuple, list] = {}
+    series: dict[tuple[str, str], list[tuple[int, float | None, float | None]]] = {}
     for r in results:
         for b, f in (r.get("buckets") or {}).items():
             if r["profile"] == "baseline":
@@ -276,7 +280,8 @@ def plot(results: list[dict], path: Path, title: str) -> Path:
 
 
 # ---- plans, results, outputs, the fleet-file rewrite ---------------------------------------------------------
-def variant_plans(inventory, hosts_variants: list[tuple[str, Variant]], keep_extra: int) -> dict[str, HostPlan]:
+def variant_plans(inventory: Inventory, hosts_variants: list[tuple[str, Variant]],
+                  keep_extra: int) -> dict[str, HostPlan]:
     """Per host, the plan of its variant: the host's vars + the variant's extra_llm_api_options (deep-merged over
     the host's own) + enable_iter_perf_stats; keep_releases raised so the release served before is never pruned."""
     plans: dict[str, HostPlan] = {}
@@ -299,11 +304,12 @@ def variant_plans(inventory, hosts_variants: list[tuple[str, Variant]], keep_ext
 
 
 def serve_url(plan: HostPlan) -> str:
-    return plan.release_record("")["url"]
+    url: str = plan.release_record("")["url"]
+    return url
 
 
-def variant_result(v: Variant, h: str, plan: HostPlan | None, raw: dict | None = None,
-                   error: str | None = None) -> dict:
+def variant_result(v: Variant, h: str, plan: HostPlan | None, raw: dict[str, Any] | None = None,
+                   error: str | None = None) -> dict[str, Any]:
     env = (raw or {}).get("env") or {}
     out = {"variant": v.name, "profile": v.profile, "params": dict(v.params), "max_draft_len": v.max_draft_len,
            "overrides": {"extra_llm_api_options": v.options} if v.options else {}, "host": h, "error": error,
@@ -324,8 +330,8 @@ def parse_buckets(spec: str) -> list[str]:
     return wanted
 
 
-def write_outputs(out_path: Path, bench_id: str, settings: dict, prompts: dict,
-                  results: list[dict]) -> tuple[Path, Path, bool]:
+def write_outputs(out_path: Path, bench_id: str, settings: dict[str, Any], prompts: dict[str, Any],
+                  results: list[dict[str, Any]]) -> tuple[Path, Path, bool]:
     """bench.json and bench.png in `out_path` (speed-ups added to `results`); returns their paths and whether the
     figures come from the trtllm-serve stand-in (its image name contains 'standin')."""
     add_speedups(results)
@@ -338,7 +344,8 @@ def write_outputs(out_path: Path, bench_id: str, settings: dict, prompts: dict,
     return out_path / "bench.json", plot(results, out_path / "bench.png", title), standin
 
 
-def with_best_variant(results: list[dict], fleet_path: Path, group: str) -> tuple[dict | None, str, str | None]:
+def with_best_variant(results: list[dict[str, Any]], fleet_path: Path,
+                      group: str) -> tuple[dict[str, Any] | None, str, str | None]:
     """(best variant, the fleet file's text, its text with the best variant's overrides deep-merged into GROUP's
     vars); no best variant: (None, "", None); no such group in the file: (best, text, None)."""
     best = best_variant(results)
@@ -360,7 +367,7 @@ def fleet_diff(fleet_path: Path, old_text: str, new_text: str, variant: str) -> 
                                         str(fleet_path), str(fleet_path) + " (with " + variant + ")"))
 
 
-def _find_group(node: dict, name: str):
+def _find_group(node: dict[str, Any], name: str) -> dict[str, Any] | None:
     for child_name, child in (node.get("children") or {}).items():
         child = child if child is not None else {}
         if child_name == name:

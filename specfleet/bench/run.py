@@ -23,6 +23,7 @@ from ..fleet.steps.jobs import host_job, run_on_host
 from ..fleet.steps.lock import unlock
 from ..fleet.steps.state import current_plan, host_status
 from ..plan import HostPlan
+from ..serving.render import profile_of
 from ..steps import stage, switch
 from .rules import LOAD_TOOL, Variant, serve_url, variant_result
 
@@ -123,7 +124,7 @@ def _round(b: Bench, index: int, pairs: list[tuple[str, Variant]], plans: dict[s
     failed |= runner.run_on(plans, ok, switch, b.health_timeout)
     after = runner.read_statuses(plans, hs)
     live = [h for h in hs if h not in failed and (after.get(h) or {}).get("current") == plans[h].release_id]
-    specs = {h: {"url": serve_url(plans[h]), "model": plans[h].settings.profile["target"]["repo"], **b.load,
+    specs = {h: {"url": serve_url(plans[h]), "model": profile_of(plans[h].settings)["target"]["repo"], **b.load,
                  "metrics": True} for h in live}
     raw: dict[str, dict] = {}
     if live:

@@ -26,9 +26,10 @@ def exit_invalid(lines: list[str]) -> NoReturn:
 @contextmanager
 def invalid_input(*also: type[Exception]) -> Iterator[None]:
     """A PlanError raised inside (or one of `also`, its message as the line) exits 2 with its lines."""
+    caught: tuple[type[Exception], ...] = (PlanError, *also)
     try:
         yield
-    except (PlanError, *also) as exc:
+    except caught as exc:
         exit_invalid(getattr(exc, "lines", [str(exc)]))
 
 

@@ -73,7 +73,7 @@ def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
         plans = build_plans(inventory, profile)
         if problems := role_problems(plans, [deploy_file]):
             raise PlanError(problems)
-    skipped = {h: plans[h].skip for h in targets if plans[h].skip}
+    skipped = {h: reason for h in targets if (reason := plans[h].skip)}
     found, unreachable = read_changes(plans, [h for h in targets if h not in skipped])
     lines, code = report(targets, found, unreachable, skipped)
     for line in lines:

@@ -100,8 +100,8 @@ def releases(inventory_file: str, limit: str | None) -> None:
     inventory, plans = fleet_plans_or_exit(inventory_file)
     hosts = select(inventory.hosts, inventory.groups, limit)
     statuses = runner.read_statuses(plans, hosts)
-    workers = {plans[h].settings.pair_peer: h for h in hosts
-               if plans[h].settings.pair_role == "head" and plans[h].settings.pair_peer in hosts}
+    workers = {peer: h for h in hosts
+               if plans[h].settings.pair_role == "head" and (peer := plans[h].settings.pair_peer) in hosts}
     for h in hosts:
         if h in workers:
             continue  # under its head

@@ -37,7 +37,7 @@ def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool)
             raise PlanError([f"--limit {limit}: matches no host of the inventory"])
     gateways = [h for h in hosts if plans[h].is_gateway]
     sparks = [h for h in hosts if h not in gateways]
-    pairs = {h: p.settings.pair_peer for h, p in plans.items() if p.settings.pair_role == "head"}
+    pairs = {h: peer for h, p in plans.items() if p.settings.pair_role == "head" and (peer := p.settings.pair_peer)}
     peers = [pairs[h] for h in sparks if h in pairs and pairs[h] not in sparks]  # a head's row needs its worker
     overviews = read_overviews(plans, sparks + peers, metrics)
     rs = pair_rows(rows(sparks, overviews), overviews, pairs)  # a pair: one row, both hosts

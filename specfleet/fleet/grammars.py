@@ -68,6 +68,7 @@ def url_problem(value: str) -> str | None:
 def _authority_problem(authority: str) -> str | None:
     """What is wrong with a URL's host and port: a bracketed IPv6 address, an IPv4 address or a host name, then an
     optional port."""
+    port: str | None
     if authority.startswith("["):
         host, bracket, port = authority[1:].partition("]")
         if not bracket or (port and not port.startswith(":")):

@@ -181,8 +181,8 @@ class _Reader:
         membership: dict[str, set[str]] = {}
         for host in self.order:
             member = set(self.host_groups[host])
-            for g in list(member):
-                member |= ancestors(g, set())
+            for group in list(member):
+                member |= ancestors(group, set())
             member.add("all")
             membership[host] = member
         return membership

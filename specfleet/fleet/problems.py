@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic_core import ErrorDetails
 
 from ..serving.options import ALL_DECODING_TYPES, SCHEMAS, Schema, allowed_keys, show
 from .grammars import PATTERN_RULES
@@ -30,7 +31,7 @@ def error_key(loc: tuple) -> str:
     return ".".join(str(p) for p in loc if p not in ALL_DECODING_TYPES) or "value"
 
 
-def error_message(err: dict[str, Any]) -> str:
+def error_message(err: ErrorDetails) -> str:
     """A pydantic error of the settings, said as what is wrong (and what is allowed)."""
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "string_pattern_mismatch":
@@ -43,7 +44,7 @@ def error_message(err: dict[str, Any]) -> str:
     return msg[0].lower() + msg[1:] if msg else msg
 
 
-def llm_error_message(err: dict[str, Any], schema: Schema) -> str:
+def llm_error_message(err: ErrorDetails, schema: Schema) -> str:
     """A pydantic error of the TensorRT-LLM options, said with what `schema`'s version accepts."""
     types = ", ".join(schema.decoding_types)
     if err["type"] == "extra_forbidden":

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -157,7 +157,7 @@ class Settings(BaseModel):
     @field_validator(*FIELD_GRAMMARS)
     @classmethod
     def _v_grammar(cls, v: Any, info: ValidationInfo) -> Any:
-        return FIELD_GRAMMARS[info.field_name](v)
+        return FIELD_GRAMMARS[cast(str, info.field_name)](v)  # a field validator's info names its field
 
     @field_validator("container_env")
     @classmethod
@@ -270,7 +270,7 @@ def _llm_options(host: str, image: Any, defaults: dict[str, Any], deploy_vars: d
     profile = PROFILES.get(profile_name) if profile_name else None
     below = deep_merge(base_extra, schema.for_version(profile["llm_api_options"])) if profile else base_extra
     merged = deep_merge(below, extra)
-    if profile:
+    if profile_name and profile:
         _check_llm_options(host, merged, schema, profile_name, problems)
     return schema, merged
 
@@ -389,12 +389,12 @@ def build_fleet(fleet: Fleet, profile_name: str | None,
         return out, problems
     pairs = pair_fleet.pairs(fleet, values)
     gw = gateway_fleet.gateway_fleet(fleet, values, frozenset(p.worker for p in pairs))
-    for h in gw.serves if gw else ():
-        model = gw.gateway_vars["gateway_backends"][h][0]
-        peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
-        out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
-    for h in gw.gateways if gw else ():
-        out[h] = out[h].model_copy(update=gw.gateway_vars)
+    if gw:
+        for h in gw.serves:
+            model = gw.gateway_vars["gateway_backends"][h][0]
+            peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
+            out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
+        out.update({h: out[h].model_copy(update=gw.gateway_vars) for h in gw.gateways})
     for h, update in pair_fleet.pair_vars(pairs, values).items():
         out[h] = out[h].model_copy(update=update)
     return out, problems

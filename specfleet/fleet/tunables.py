@@ -85,7 +85,7 @@ def default_comments(path=DEFAULTS_FILE) -> dict[str, str]:
     comments: dict[str, str] = {}
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            line = lines[node.end_lineno - 1]
+            line = lines[(node.end_lineno or node.lineno) - 1]
             _, sep, comment = line.rpartition("  # ")
             comments[node.targets[0].id] = comment.strip() if sep else ""
     return comments

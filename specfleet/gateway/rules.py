@@ -128,7 +128,7 @@ def _gateway_problems(h: str, own: dict[str, Any], first: dict[str, Any], first_
     return out
 
 
-def _port_problems(host: str, values: dict[str, Any], pairs) -> list[Problem]:
+def _port_problems(host: str, values: dict[str, Any], pairs: tuple[tuple[str, str], ...]) -> list[Problem]:
     return [Problem(host, a, f"{values[a]} is also {b} on this host (allowed: a port of its own)")
             for a, b in pairs if values.get(a) == values.get(b)]
 

@@ -102,4 +102,4 @@ def _spark_wanted(plan: HostPlan) -> dict[str, Want]:
                                                   for path, content in behind.items()}}
 
 
-SPARK = register(StatusPart("gateway", reads=_spark_reads, wanted=_spark_wanted))
+SPARK: StatusPart[None] = register(StatusPart("gateway", reads=_spark_reads, wanted=_spark_wanted))

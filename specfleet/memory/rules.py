@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..constants import GB
+from ..fleet.settings import Settings
+from ..pins.models import ModelPin
 
 
 def reserve_kb(reserve: int) -> int:
@@ -24,7 +26,7 @@ def reserve_kb(reserve: int) -> int:
     return reserve // 1024
 
 
-def earlyoom_floor_gb(settings) -> float:
+def earlyoom_floor_gb(settings: Settings) -> float:
     """earlyoom's floor (memory/steps.py): earlyoom_available_gb, or a quarter of memory_reserve_gb (0: left alone)."""
     given = settings.earlyoom_available_gb
     return settings.memory_reserve_gb / 4 if given is None else given
@@ -64,9 +66,9 @@ class Fit:
         return self.line(mem_total) + cap + now
 
 
-def fit(settings, pins: dict) -> Fit | None:
+def fit(settings: Settings, pins: dict[str, ModelPin]) -> Fit | None:
     """What one host needs for its profile's models (None: a profile-less deploy). `pins`: role -> hub.ModelPin."""
-    if settings.profile is None:
+    if settings.profile is None or settings.profile_name is None:
         return None
     target = pins["target"].size if "target" in pins else 0
     draft = pins["draft"].size if "draft" in pins else 0

@@ -145,7 +145,7 @@ def remove_earlyoom(plan) -> None:
     disabled and stopped); an earlyoom that ran before the deploy is restarted with its own command line."""
     layout, st = plan.paths, host_status(plan)
     binary = st.memory.earlyoom[0]
-    found = st.files.found.get(layout.earlyoom_marker) or ()
+    found: tuple[str, ...] = st.files.found.get(layout.earlyoom_marker) or ()
     did = {sha256(EARLYOOM_INSTALLED): "installed", sha256(EARLYOOM_ENABLED): "enabled"}.get(
         found[4] if len(found) > 4 else "")
     dropin = layout.earlyoom_dropin in st.files.found

@@ -10,6 +10,7 @@ specfleet-hub-mirror-proxy.service (systemd-socket-proxyd relaying accepted conn
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..fleet.settings import Settings
 from ..fleet.templating import ENV, systemd_args, systemd_word
@@ -28,7 +29,7 @@ def upstream_parts(endpoint: str) -> tuple[str, str, str]:
     return scheme, netloc, lfs
 
 
-def advertised_url(s: Settings, connection: dict) -> str:
+def advertised_url(s: Settings, connection: dict[str, Any]) -> str:
     """Where the fleet reaches this mirror host (what the other hosts' hub_endpoint defaults to)."""
     return mirror_url({"mirror_address": s.mirror_address, "mirror_port": s.mirror_port}, connection, s.host)
 
@@ -37,7 +38,7 @@ def _listen(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-def mirror_files(s: Settings, connection: dict) -> dict[str, str]:
+def mirror_files(s: Settings, connection: dict[str, Any]) -> dict[str, str]:
     """Host path -> content of every file the mirror deploy writes (no secret in any of them)."""
     p = MirrorLayout(s.mirror_cache_dir)
     scheme, netloc, lfs = upstream_parts(s.hub_endpoint)

@@ -67,7 +67,8 @@ def parse_mirror_state(lines: list[str]) -> MirrorState:
         elif key == "active":
             st.service, st.socket = (parts + [""])[:2]
         elif key == "enabled":
-            st.enabled = tuple((parts + [""])[:2])
+            enabled, preset = (parts + [""])[:2]
+            st.enabled = (enabled, preset)
         elif key == "free":
             st.free_bytes = int(rest) if rest.strip().isdigit() else 0
         elif key == "commit" and len(parts) == 2 and parts[0].isdigit():
@@ -97,4 +98,4 @@ def _spark_reads(plan: HostPlan) -> FileReads:
     return FileReads(sizes=tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs))
 
 
-SPARK = register(StatusPart("mirror", reads=_spark_reads))
+SPARK: StatusPart[None] = register(StatusPart("mirror", reads=_spark_reads))

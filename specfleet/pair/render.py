@@ -14,6 +14,7 @@ never is, so nothing running in a container can switch the worker."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import yaml
 
@@ -38,7 +39,14 @@ def link_ip(address_with_prefix: str) -> str:
     return address_with_prefix.split("/")[0]
 
 
-def pair_record(s: Settings, worker_release: str | None) -> dict:
+def pair_group(s: Settings) -> str:
+    """A pair host's pair_* group (`pair`, set on every host of a pair)."""
+    if s.pair is None:
+        raise ValueError(f"{s.host}: not a host of a pair")
+    return s.pair
+
+
+def pair_record(s: Settings, worker_release: str | None) -> dict[str, Any]:
     """The `pair` section of a pair host's release.json, what its host tool switches by (pair/host/pair_switch.py): the
     head's names the worker (link address, SSH port and login of the pair agent) and the worker's release; the
     head's release id covers all of it (its unit holds the address, port and login; plan.Rendered the release)."""

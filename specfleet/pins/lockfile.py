@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import yaml
 
@@ -314,7 +315,7 @@ def _lock_models(new: Lock, old: Lock, answers: dict[tuple[str, str], dict],
             new.models[k] = LockedModel(a["commit"], ignore_of[k], tuple((n, int(sz), b) for n, sz, b in a["files"]),
                                         int(a["repo_bytes"]))
         else:
-            new.models[k] = before
+            new.models[k] = cast(LockedModel, before)  # what the Hub was not asked about is locked already
         label = repo if sum(1 for r, _ in ignore_of if r == repo) == 1 else f"{repo} ({revision})"
         now = new.models[k]
         if before is None:

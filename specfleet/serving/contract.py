@@ -58,8 +58,9 @@ class Contract:
         return (self.draft_field, *self.draft_aliases)
 
 
-_INT, _BOOL, _STR = ("int", False, {}), ("bool", False, {}), ("str", False, {})
-_OINT, _OBOOL = ("int", OPT, {}), ("bool", OPT, {})
+_NO_CONSTRAINTS: dict[str, object] = {}
+_INT, _BOOL, _STR = ("int", False, _NO_CONSTRAINTS), ("bool", False, _NO_CONSTRAINTS), ("str", False, _NO_CONSTRAINTS)
+_OINT, _OBOOL = ("int", OPT, _NO_CONSTRAINTS), ("bool", OPT, _NO_CONSTRAINTS)
 
 # TorchLlmArgs (with BaseLlmArgs' fields) as 1.2.0rc5 and 1.2.0rc6.post1 declare them; 1.3 differences below.
 _TOP_12: dict[str, tuple] = {
@@ -103,7 +104,7 @@ _DECODING_12: dict[str, dict[str, tuple]] = {
     "SaveState": _SAVE, "AUTO": {},
 }
 # TorchLlmArgs.validate_speculative_config's asserts (1.2) / the decoding classes' validators (1.3).
-_RULES_12 = {
+_RULES_12: dict[str, dict[str, tuple[str, ...]]] = {
     "Eagle": {"positive": ("max_draft_len",), "present": ("speculative_model_dir",)},
     "DraftTarget": {"positive": ("max_draft_len",), "present": ("speculative_model_dir",)},
     "NGram": {"positive": ("max_draft_len", "max_matching_ngram_size"), "present": ()},  # size defaults to 0

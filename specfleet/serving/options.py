@@ -75,7 +75,8 @@ def _annotation(spec: tuple, models: dict[str, type[BaseModel]]) -> tuple[Any, A
     cons = dict(cons)
     if kind == "list[int]":
         item = Annotated[int, Field(gt=cons.pop("item_gt"))] if "item_gt" in cons else int
-        ann: Any = Annotated[list[item], Field(**cons)] if cons else list[item]
+        items = list[item]  # type: ignore[valid-type]  # a type built at run time
+        ann: Any = Annotated[items, Field(**cons)] if cons else items
     elif isinstance(kind, tuple) and kind[0] == "enum":
         ann = Literal[kind[1]]
     elif isinstance(kind, tuple) and kind[0] == "model":
@@ -86,8 +87,10 @@ def _annotation(spec: tuple, models: dict[str, type[BaseModel]]) -> tuple[Any, A
     return (ann | None if nullable else ann), None
 
 
-def _model(name: str, fields: dict[str, tuple], models: dict[str, type[BaseModel]], base=_Strict, **extra) -> type:
-    return create_model(name, __base__=base, **{k: _annotation(v, models) for k, v in fields.items()}, **extra)
+def _model(name: str, fields: dict[str, tuple], models: dict[str, type[BaseModel]], base: type[BaseModel] = _Strict,
+           **extra: Any) -> type:
+    definitions: dict[str, Any] = {k: _annotation(v, models) for k, v in fields.items()}
+    return create_model(name, __base__=base, **definitions, **extra)
 
 
 class _SpecBase(_Strict):
@@ -123,13 +126,14 @@ def _decoding_model(c: Contract, name: str, models: dict[str, type[BaseModel]]) 
         return self
 
     draft_ann = (str | None, Field(default=None, validation_alias=AliasChoices(*c.draft_keys)))
+    definitions: dict[str, Any] = {c.draft_field: draft_ann, **{k: _annotation(v, models) for k, v in fields.items()}}
+    # pydantic's decorated validators, which create_model takes although it types them as plain callables
+    validators: dict[str, Any] = {"_check": model_validator(mode="after")(check),
+                                  "_v_path": field_validator(c.draft_field)(
+                                      classmethod(lambda cls, v: None if v is None else check_path(v)))}
     model = create_model(
         f"{name}Config_{c.version.replace('.', '_')}", __base__=_SpecBase,
-        decoding_type=(Literal[name], ...), **{c.draft_field: draft_ann},
-        **{k: _annotation(v, models) for k, v in fields.items()},
-        __validators__={"_check": model_validator(mode="after")(check),
-                        "_v_path": field_validator(c.draft_field)(
-                            classmethod(lambda cls, v: None if v is None else check_path(v)))},
+        decoding_type=(Literal[name], ...), **definitions, __validators__=validators,
     )
     model._draft_keys = c.draft_keys
     return model
@@ -180,7 +184,7 @@ class Schema:
 
     def needs_draft(self, options: dict[str, Any]) -> bool:
         spec = options.get("speculative_config") or {}
-        rules = self.contract.rules.get(spec.get("decoding_type"), {})
+        rules = self.contract.rules.get(spec.get("decoding_type", ""), {})
         return self.contract.draft_field in rules.get("present", ())
 
 
@@ -190,7 +194,7 @@ def build_schema(c: Contract) -> Schema:
         models[name] = _model(f"{name}_{c.version.replace('.', '_')}", fields, models)
     specs = {name: _decoding_model(c, name, models) for name in c.decoding}
     # a union of the models built at run time: Union[...] takes the tuple, `X | Y` has no such form
-    union = Annotated[Union[tuple(specs.values())], Field(discriminator="decoding_type")]  # noqa: UP007
+    union: Any = Annotated[Union[tuple(specs.values())], Field(discriminator="decoding_type")]  # noqa: UP007
     options = _model(f"TorchLlmArgs_{c.version.replace('.', '_')}", c.top, models,
                      speculative_config=(union | None, None))
     return Schema(c, options, specs)

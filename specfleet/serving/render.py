@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any, Protocol
 
 import yaml
 
@@ -74,7 +75,7 @@ def docker_run_args(s: Settings) -> list[str]:
         args += ["-v", f"{layout.pair_agent}:{PAIR_AGENT}:ro"]
     if s.pair_role == "head":  # the MPI key, the worker's pinned host key and the rsh agent (pair/host/pair_agent.sh)
         args += ["-v", f"{layout.pair_dir}:{PAIR_MOUNT}:ro"]
-        for key, value in zip(PAIR_AGENT_ENV, (PAIR_USER, s.pair_ssh_port), strict=True):
+        for key, value in zip(PAIR_AGENT_ENV, (PAIR_USER, str(s.pair_ssh_port)), strict=True):
             args += ["-e", f"{key}={value}"]
     return args
 
@@ -107,11 +108,19 @@ def memory_cap_args(s: Settings) -> tuple[list[str], list[str]]:
     return pre, [f"--memory={var}", f"--memory-swap={var}"]
 
 
+def profile_of(s: Settings) -> dict[str, Any]:
+    """The profile of a host that serves a release (the release's files exist only then)."""
+    if s.profile is None:
+        raise ValueError(f"{s.host}: no profile, so no release to render")
+    return s.profile
+
+
 def unit_text(s: Settings) -> str:
     layout = Layout.of(s)
     pre, cap = memory_cap_args(s)
+    model = profile_of(s)["target"]["repo"]
     return ENV.get_template("trtllm-serve.service.j2").render(
-        profile=s.profile_name, model=s.profile["target"]["repo"], current_dir=layout.current, docker_unit=DOCKER_UNIT,
+        profile=s.profile_name, model=model, current_dir=layout.current, docker_unit=DOCKER_UNIT,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
         drop_caches=systemd_args(pre), cap_env=layout.container_memory,
         docker_args=" ".join([*cap, systemd_args(docker_run_args(s))]), command=systemd_args(container_command(s)),
@@ -123,7 +132,8 @@ def unit_text(s: Settings) -> str:
 
 def smoke_request(s: Settings) -> str:
     """The seed's smoke completion for the profile, as the JSON body POSTed to /v1/completions."""
-    return json.dumps({"model": s.profile["target"]["repo"], **s.profile["smoke"]}, indent=1) + "\n"
+    profile = profile_of(s)
+    return json.dumps({"model": profile["target"]["repo"], **profile["smoke"]}, indent=1) + "\n"
 
 
 def token_file_text(secret: str) -> str:
@@ -137,7 +147,18 @@ def token_text(s: Settings, redact: bool = True) -> str:
     return token_file_text(REDACTED if redact else s.hf_token.get_secret_value())
 
 
-def rendered_files(s: Settings, redact: bool = True, release=None) -> dict[str, str]:
+class RenderedRelease(Protocol):
+    """What rendered_files takes of a release rendered once per host (plan.Rendered)."""
+
+    @property
+    def config(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def smoke(self) -> str: ...
+
+
+def rendered_files(s: Settings, redact: bool = True, release: RenderedRelease | None = None) -> dict[str, str]:
     """Host path -> content for every file a converge writes whose content is known before deploying.
 
     Release files are written under releases/<id>/ and reached through the `current` link. `release`: the

@@ -17,6 +17,7 @@ from ..memory.steps import oom_protection
 from ..mirror.steps import mirror_setup, mirror_warm
 from ..pair.steps.link import pair_link
 from ..pair.steps.trust import pair_trust
+from ..serving.render import profile_of
 from ..serving.steps.docker_access import docker_access
 from ..serving.steps.encodings import encodings
 from ..serving.steps.models import models
@@ -61,16 +62,16 @@ def _converge() -> None:
     _count_restarts()
     work = pending(plan) if not plan.is_mirror else []
     if work:
-        lock(CONVERGE_ID, kind="converge")
+        lock(run_id=CONVERGE_ID, kind="converge")
     _stage_steps(preflight_done=True)  # one call site for every host (the mirror warm-up is a shared operation)
     if not plan.is_mirror:
         activate()
     if work:
-        unlock(CONVERGE_ID, kind="converge")
+        unlock(run_id=CONVERGE_ID, kind="converge")
 
 
 # host name -> ((model, profile) when behind gateways, ready, restarts)
-_RESTARTS: Slot[dict[str, tuple[tuple[str, str] | None, bool, bool]]] = Slot("converge restarts", dict)
+_RESTARTS: Slot[dict[str, tuple[tuple[str, str | None] | None, bool, bool]]] = Slot("converge restarts", dict)
 # model -> every Spark of it in the fleet file; "read" -> the inventory names this run has read
 _PEERS: Slot[dict[str, set[str]]] = Slot("converge model peers", lambda: {"read": set()})
 
@@ -90,10 +91,10 @@ def _count_restarts() -> None:
         seen[host.name] = (None, False, False)
     else:
         if plan.settings.gateways:
-            peers[plan.settings.profile["target"]["repo"]] = set(plan.settings.model_peers)
+            peers[profile_of(plan.settings)["target"]["repo"]] = set(plan.settings.model_peers)
         serving, s = st.release.active == "active" and st.release.container_running, plan.settings
-        model = (s.profile["target"]["repo"], s.profile_name) if s.gateways else None
-        seen[host.name] = (model, serving and st.release.gate_passed(st.release.current or ""),
+        served = (profile_of(s)["target"]["repo"], s.profile_name) if s.gateways else None
+        seen[host.name] = (served, serving and st.release.gate_passed(st.release.current or ""),
                            serving and bool(changes(plan).restart))
     if len(seen) < len(list(state.inventory.get_active_hosts())):
         return
@@ -146,4 +147,4 @@ def switch(health_timeout_sec: int | None = None, skip_gateways: tuple[str, ...]
     does not wait for those in `skip_gateways` (their addresses)."""
     if current_plan().is_mirror:
         return
-    activate(health_timeout_sec, skip_gateways)
+    activate(health_timeout_sec=health_timeout_sec, skip_gateways=skip_gateways)

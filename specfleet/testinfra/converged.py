@@ -152,7 +152,7 @@ def _limits(host, pid: str) -> dict[str, tuple[str, str]]:
     """/proc/PID/limits as {name: (soft, hard)}."""
     out = {}
     for line in host.check_output(f"cat /proc/{pid}/limits").splitlines()[1:]:
-        name, soft, hard = line[:26].strip(), *line[26:].split()[:2]
+        name, (soft, hard) = line[:26].strip(), line[26:].split()[:2]
         out[name] = (soft, hard)
     return out
 

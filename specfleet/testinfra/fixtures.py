@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import pytest
 import testinfra
 
+from specfleet.fleet.inventory import Inventory
 from specfleet.plan import HostPlan, PlanError, build_plans, load_inventory_or_fail
 
+_INVENTORY: Inventory | None
 try:
     _INVENTORY = load_inventory_or_fail()
     _HOSTS = list(_INVENTORY.hosts)
@@ -65,6 +67,7 @@ def _connect(name: str, conn: dict) -> testinfra.host.Host:
 @pytest.fixture(scope="session", params=_HOSTS)
 def spark(request) -> Spark:
     name = request.param
+    assert _INVENTORY is not None  # a host to test comes from the inventory
     base = build_plans(_INVENTORY, None, resolve=False)[name]
     host = _connect(name, base.connection)
     current = host.file(base.paths.current_record)

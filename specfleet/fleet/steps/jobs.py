@@ -11,6 +11,7 @@ import json
 import logging
 import shlex
 import time
+from typing import Any
 
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.operations import python
@@ -31,7 +32,7 @@ def host_job(name: str, key: str, argv: list[str], env: dict[str, str] | None = 
 def run_on_host(state, host, command: str, stdin: str | None = None) -> tuple[bool, list[str], list[str]]:
     """Run a command from inside an operation's function, with the host's sudo/connection arguments."""
     arguments, _ = pop_global_arguments(state, host, {})
-    connector = {k: arguments[k] for k in CONNECTOR_ARGUMENT_KEYS if k in arguments}
+    connector: dict[str, Any] = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
     if stdin is not None:
         connector["_stdin"] = stdin
     try:
@@ -73,7 +74,7 @@ def _follow(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool
         if info["id"] != waited:
             waited = info["id"]
             _say(host, f"{key}: waiting for the host's running job {waited} ({info.get('key')}) to end")
-        _watch(state, host, tool, waited, quiet=True)
+        _watch(state, host, tool, info["id"], quiet=True)
     if info["state"] == "attached":
         _say(host, f"{key}: attached to job {info['id']}, already running on the host")
     result = _watch(state, host, tool, info["id"])

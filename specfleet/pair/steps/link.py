@@ -24,7 +24,7 @@ from ...fleet.steps.jobs import run_on_host
 from ...fleet.steps.state import current_plan, host_status, pair_peer
 from ...host.layout import NETPLAN_FILE
 from ...plan import HostPlan
-from ..render import link_ip, netplan
+from ..render import link_ip, netplan, pair_group
 from .trust import program
 
 # pair -> its link operation: the hosts that added it, and whether each applied its side
@@ -121,7 +121,7 @@ def pair_link() -> None:
     if w.apply:
         python.call(name=f"Pair link: apply {s.pair}'s netplan with netplan try, confirm it over SSH, ping across",
                     function=_apply)
-        _LINKS()[s.pair].added(host)
+        _LINKS()[pair_group(s)].added(host)
 
 
 def _run(state, host, argv: list[str], what: str) -> bool:

@@ -29,7 +29,7 @@ from ...fleet.steps.jobs import run_on_host, write_root_file
 from ...fleet.steps.state import current_plan, host_status, pair_peer
 from ...host.layout import HOST_KEY_FILE, PAIR_HOME, PAIR_USER, SUDOERS_FILE
 from ...plan import HostPlan
-from ..render import authorized_keys, known_hosts, public_key, sudoers
+from ..render import authorized_keys, known_hosts, pair_group, public_key, sudoers
 
 # pair -> its key exchange: the hosts that added it, and what the head publishes (its new public keys, or None)
 _EXCHANGES: Slot[defaultdict[str, SharedOperation[tuple[str, str] | None]]] = \
@@ -69,7 +69,7 @@ def head_key(plan: HostPlan, st: HostStatus) -> tuple[str, str] | None:
         found = st.files.stats.get(private)
         usable = found is not None and found[:4] == KEY_FILE and found[4].isdigit() and int(found[4]) > 0
         keys.append(public_key(st.files.pubkeys.get(public)) if usable else None)
-    return (keys[0], keys[1]) if all(keys) else None
+    return (keys[0], keys[1]) if keys[0] and keys[1] else None
 
 
 def worker_host_key(st: HostStatus) -> str | None:
@@ -161,12 +161,12 @@ def pair_trust() -> None:
         # operation, run on both at once; the worker waits for the head's new key (mirror/steps.py does the same)
         python.call(name=f"Pair trust: {s.pair}'s head generates its MPI key, the worker authorizes it",
                     function=_exchange)
-        _EXCHANGES()[s.pair].added(host)
+        _EXCHANGES()[pair_group(s)].added(host)
 
 
 def _authorized(plan: HostPlan, keys: tuple[str, str]) -> str:
     s = plan.settings
-    return authorized_keys(*keys, s.pair_peer_link_addresses, plan.paths, s.pair)
+    return authorized_keys(*keys, s.pair_peer_link_addresses, plan.paths, pair_group(s))
 
 
 KEY_WAIT_SEC = 120  # how long the worker waits for the head's new key (ssh-keygen takes a moment; SSH may lag)
@@ -188,12 +188,13 @@ def _exchange(state, host) -> bool:
     s, lay = plan.settings, plan.paths
     ex = _EXCHANGES(state)[s.pair]
     if s.pair_role == "head":
+        out: list[str]
         ok, out, err = False, [], ["no output"]
         try:  # the keys (or None) are published whatever happens: the worker waits for them
             ok, out, err = run_on_host(state, host, _keygen(lay, s.pair))
         finally:
             keys = [public_key(line) for line in (out[-2:] if ok and len(out) >= 2 else [])]
-            new = (keys[0], keys[1]) if len(keys) == 2 and all(keys) else None
+            new = (keys[0], keys[1]) if len(keys) == 2 and keys[0] and keys[1] else None
             ex.publish(host, new)
         if new is None:
             logger.error(f"{host.print_prefix}the pair's keys were not generated: {(err or out or ['?'])[-1]}")

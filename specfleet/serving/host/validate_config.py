@@ -6,18 +6,24 @@ the version's names from specfleet/trtllm_versions.py. Prints one last line, `OK
 own yaml and tensorrt_llm, imported inside main() so that the controller can import PATH without them.
 """
 
+from __future__ import annotations
+
 import sys
+
+TYPE_CHECKING = False  # typing is not imported when it runs
+if TYPE_CHECKING:
+    from typing import Any
 
 PATH = "/tmp/specfleet-config.yml"  # where host_command mounts the config, read-only
 MODEL = "specfleet/validate-only"  # dummy model id: argument validation only, nothing is loaded
 
 
-def say(line):
+def say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
 
-def load_names(argv):
+def load_names(argv: list[str]) -> tuple[Any, Any]:
     """The version's argument class and merge function (the merge falls back to llm_utils on older builds)."""
     import importlib
 
@@ -30,13 +36,13 @@ def load_names(argv):
     return args_class, merge
 
 
-def one_line(exc):
+def one_line(exc: Exception) -> str:
     text = " ".join(line.strip() for line in str(exc).splitlines()
                     if line.strip() and not line.strip().startswith("For further information"))
     return " ".join(text.split())
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     try:
         import yaml
 

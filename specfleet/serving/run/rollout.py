@@ -35,8 +35,8 @@ class Outcome:
 
 def units_of(plans: dict[str, HostPlan], targets: list[str]) -> list[list[str]]:
     """The targets as a batch counts them: a Spark, or a pair (head, worker), which switches as one."""
-    pairs = {h: plans[h].settings.pair_peer for h in targets
-             if plans[h].settings.pair_role == "head" and plans[h].settings.pair_peer in targets}
+    pairs = {h: peer for h in targets
+             if plans[h].settings.pair_role == "head" and (peer := plans[h].settings.pair_peer) in targets}
     return members(targets, pairs)
 
 

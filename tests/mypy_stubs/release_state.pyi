@@ -1,0 +1,2 @@
+# `import release_state` in a host program (installed side by side on a host), typed as its packaged module
+from specfleet.serving.host.release_state import *  # noqa: F403 - every name the module has
