@@ -15,12 +15,15 @@ from importlib.resources.abc import Traversable
 _PACKAGE = resources.files("specfleet")
 
 
+def feature_folders(kind: str) -> list[str]:
+    """Every feature's folder of one kind (`host`, `templates`), relative to the package: `gateway/templates`, ..."""
+    return sorted(f"{entry.name}/{kind}" for entry in _PACKAGE.iterdir() if entry.is_dir() and (entry / kind).is_dir())
+
+
 @cache
 def _by_name() -> dict[str, Traversable]:
     found: dict[str, Traversable] = {}
-    folders = [_PACKAGE / "host", _PACKAGE / "host" / "probes"]
-    folders += [entry / "host" for entry in _PACKAGE.iterdir() if entry.is_dir() and (entry / "host").is_dir()]
-    for folder in folders:
+    for folder in [_PACKAGE / "host", _PACKAGE / "host" / "probes"] + [_PACKAGE / f for f in feature_folders("host")]:
         for item in folder.iterdir():
             if item.is_file() and not item.name.startswith(("_", ".")) and item.name.endswith((".py", ".sh", ".lua")):
                 if item.name in found:

@@ -8,12 +8,12 @@ looks in all of them, so a template is named by its file name alone, and those n
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 import jinja2
 
-FOLDERS = sorted(f"{entry.name}/templates" for entry in resources.files("specfleet").iterdir()
-                 if entry.is_dir() and (entry / "templates").is_dir())
+from .programs import feature_folders
+
+FOLDERS = feature_folders("templates")
 # One environment per process: each template is compiled once (auto_reload off: package data does not change).
 ENV = jinja2.Environment(loader=jinja2.ChoiceLoader([jinja2.PackageLoader("specfleet", f) for f in FOLDERS]),
                          undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
