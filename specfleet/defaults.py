@@ -40,6 +40,16 @@ mirror_requirement = "olah==0.5.4"  # noqa: E501  # pip requirement of the mirro
 mirror_python = "python3"  # interpreter (Python >= 3.10) the mirror's virtualenv is made with
 hub_fallback = False  # noqa: E501  # a host that downloads from the mirror goes to the mirror's upstream Hub directly (with a warning) when the mirror is down or failed to warm; false: it refuses to stage and keeps serving
 
+# --- image registry (on the hub_mirror group's host, for the Sparks; deploys/hub_mirror.py) ---------
+image_mirror = False  # noqa: E501  # the Sparks pull their pinned image from a registry on the hub_mirror host, which fetches each locked digest from upstream once; set it on the mirror host too (it runs the registry)
+image_registry_port = 5000  # noqa: E501  # TCP port of the image registry on the mirror's fleet address (a filtering socket that admits only the fleet's Sparks)
+image_registry_engine_port = 15000  # noqa: E501  # loopback port the read-only registry (the distribution's docker-registry) listens on, behind the filtering socket
+image_store_dir = "/var/lib/specfleet-mirror/images"  # noqa: E501  # mirror host directory of the registry's storage (keep it on a volume of its own)
+image_store_budget_gb = 100  # noqa: E501  # most disk (GB) the image store may hold; images the lock no longer pins are evicted first to stay within it
+ngc_api_key_file = None  # noqa: E501  # controller path of an NGC API key file; the mirror's fetch logs in with it (nvcr.io's anonymous tokens expire); None pulls anonymously
+ngc_registry = "nvcr.io"  # the registry the NGC API key logs in to (the key is sent to no other)
+image_fallback = False  # noqa: E501  # a Spark whose image registry is down or failed to fetch pulls from the image's own registry (with a warning); false: it refuses to pull and keeps serving
+
 # --- gateway (hosts of the inventory group `gateway`; deploys/gateway.py) ----------------------------
 serves = None  # noqa: E501  # profile this Spark serves (eagle3, draft_target, baseline, qwen3_eagle3_pair); required on every Spark of a fleet with a gateway group; a profile deploy skips hosts that serve another
 fleet_address = None  # noqa: E501  # IP address the other fleet hosts reach this host at (gateway -> Spark, the Sparks' allow-lists); None: its ssh_hostname

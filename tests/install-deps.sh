@@ -20,9 +20,11 @@ if [ "$profile" = all ]; then
   # haproxy: the gateway's engine, run by tests/unit/test_gateway_files.py; openssh-server: the pair worker's sshd,
   # run by tests/unit/test_pair_ssh.py; sudo: visudo reads the pair's sudoers rule in tests/unit/test_pair_files.py;
   # openmpi-bin, python3-mpi4py, python3-yaml (the system python3's): real mpirun runs the trtllm-serve stand-in's
-  # two ranks in tests/vm/test_trtllm_standin_pair.py; arm64: qemu-system-arm and qemu-user through binfmt_misc
+  # two ranks in tests/vm/test_trtllm_standin_pair.py; arm64: qemu-system-arm and qemu-user through binfmt_misc;
+  # docker-registry and skopeo: the image registry's engine and fetch, run by tests/unit/test_image_registry.py and
+  # tests/vm/test_registry_standin.py (installed, not started: policy-rc.d below)
   pkgs+=(qemu-system-arm qemu-user-static binfmt-support openssh-server sudo haproxy openmpi-bin python3-mpi4py
-         python3-yaml)
+         python3-yaml docker-registry skopeo)
 fi
 need=()
 for pkg in "${pkgs[@]}"; do
@@ -31,7 +33,7 @@ done
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need[*]}"
   apt-get update -qq
-  # policy-rc.d: installed, not started (docker.io, containerd, lxcfs, openssh-server)
+  # policy-rc.d: installed, not started (docker.io, containerd, lxcfs, openssh-server, docker-registry)
   own_policy=
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1
@@ -47,7 +49,7 @@ if [ ${#need[@]} -gt 0 ]; then
   [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
 # the packages enable their services for the next boot; the lab runs its own engine, so none of them is enabled
-for unit in docker.service docker.socket containerd.service lxcfs.service; do
+for unit in docker.service docker.socket containerd.service lxcfs.service docker-registry.service; do
   rm -f /etc/systemd/system/*.wants/"$unit"
 done
 if [ "$profile" = all ]; then

@@ -35,6 +35,7 @@ PACKAGES = (
     # hosts no route to a mirror (docs/dev/lab.md); in the image, disabled, as absent until a deploy enables them
     "earlyoom",  # a serving Spark's
     "haproxy",  # a gateway's
+    "docker-registry", "skopeo",  # a mirror host's image registry and its fetch (image_mirror)
 )
 #: What a two-Spark pair's guests add (tests/vm/test_pair*.py, `up(pair_link=True)`): DGX OS has both; the deploy
 #: applies the CX-7 link with `netplan try` and its preflight pings across it. An image of its own (its own recipe

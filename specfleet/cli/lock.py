@@ -4,12 +4,14 @@ converge would do on each host, read-only)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from ..fleet import run as runner
 from ..fleet.selection import select
 from ..gateway.steps.gateways import gateway_plan
+from ..mirror.steps.hub import mirror_plan
 from ..pins.lockfile import fleets_to_lock, update_lock
 from ..plan import PlanError, build_plans, deploy_constant, deploy_profile, load_inventory_or_fail, role_problems
 from ..serving.profiles import PROFILES
@@ -60,7 +62,10 @@ def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
     Exit 0: nothing would change; 10: something would; 2: invalid input; 1: a host is unreachable."""
     profile = deploy_profile(deploy_file)
     if profile is None and deploy_constant(deploy_file, "ROLE") == "gateway":
-        sys.exit(_plan_gateways(inventory_file, limit))
+        sys.exit(_plan_role(inventory_file, limit, "gateway", gateway_plan))
+    if profile is None and (deploy_constant(deploy_file, "ROLE") == "hub_mirror"
+                            or Path(deploy_file).name == "hub_mirror.py"):  # a project made before deploys had ROLE
+        sys.exit(_plan_role(inventory_file, limit, "hub_mirror", mirror_plan))
     with invalid_input():
         if profile is None:
             raise PlanError([f"{deploy_file}: not a profile deploy (no PROFILE); "
@@ -81,18 +86,19 @@ def plan_cmd(inventory_file: str, deploy_file: str, limit: str | None) -> None:
     sys.exit(code)
 
 
-def _plan_gateways(inventory_file: str, limit: str | None) -> int:
-    """`specfleet plan inventory.py deploys/gateway.py`: what the gateway deploy would do on each gateway host."""
+def _plan_role(inventory_file: str, limit: str | None, group: str, read) -> int:
+    """`specfleet plan inventory.py deploys/gateway.py` (or hub_mirror.py): what that deploy would do on each host of
+    its group, from `read` (a read-only pyinfra deploy putting each host's lines in a dict)."""
     with invalid_input():
         use_inventory_py(inventory_file)
         inventory = load_inventory_or_fail()
         plans = build_plans(inventory, None)
-        targets = [h for h in select(inventory.hosts, inventory.groups, limit) if plans[h].is_gateway]
+        targets = [h for h in select(inventory.hosts, inventory.groups, limit) if h in inventory.groups.get(group, ())]
         if not targets:
             raise PlanError([f"{'--limit ' + limit + ': matches' if limit else 'the inventory has'} no host of the "
-                             "gateway group"])
+                             f"{group} group"])
     found: dict = {}
-    unreachable = runner.run_on(plans, targets, gateway_plan, found)
+    unreachable = runner.run_on(plans, targets, read, found)
     changed = 0
     for h in targets:
         lines = found.get(h)
@@ -100,8 +106,8 @@ def _plan_gateways(inventory_file: str, limit: str | None) -> int:
             click.echo(f"{h}: UNREACHABLE (status not read)")
             continue
         changed += bool(lines)
-        click.echo(f"{h}: gateway: " + (f"{len(lines)} change(s)" if lines else "nothing to do"))
+        click.echo(f"{h}: {group}: " + (f"{len(lines)} change(s)" if lines else "nothing to do"))
         for line in lines:
             click.echo(f"  {line}")
-    click.echo(f"\n{changed} of {len(targets)} gateway host(s) would change")
+    click.echo(f"\n{changed} of {len(targets)} {group} host(s) would change")
     return EXIT_UNREACHABLE if unreachable or len(found) < len(targets) else EXIT_CHANGES if changed else 0

@@ -289,6 +289,16 @@ def check_image(value: str) -> str:
     return value
 
 
+REGISTRY_RULE = "allowed: a registry host name or address with an optional :port, as an image reference names it"
+
+
+def check_registry(value: str) -> str:
+    """A registry as the first part of an image reference names it (nvcr.io, 10.0.0.5:5000)."""
+    if not re.fullmatch(_IMG_DOMAIN, value) or len(value) > 255:
+        raise ValueError(f"{show(value)} is not a registry host[:port] ({REGISTRY_RULE})")
+    return value
+
+
 def check_service_name(value: str) -> str:
     if value.endswith(".service"):
         raise ValueError(f"{show(value)} ends with .service, which specfleet appends ({SERVICE_RULE})")

@@ -9,6 +9,7 @@ gateway/rules.py, pair/rules.py). The data flows one way: fleet file -> Fleet ->
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,3 +65,15 @@ def read_fleet(inventory: Inventory, overrides: Mapping[str, Any] | None = None)
         mirror=mirrors[0] if mirrors else None,
         sparks=tuple(h for h in inventory.hosts if h not in mirrors and h not in gateways),
         pairs={group: members for group, members in groups.items() if group.startswith(PAIR_PREFIX)})
+
+
+def fleet_address(deploy_vars: dict[str, Any], connection: dict[str, Any], name: str) -> str:
+    """fleet_address, else the ssh_hostname, else the inventory name (then refused by `problems` if no IP)."""
+    return str(deploy_vars.get("fleet_address") or connection.get("ssh_hostname") or name)
+
+
+def is_ipv4(value: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(value), ipaddress.IPv4Address)
+    except ValueError:
+        return False

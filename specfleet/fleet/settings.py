@@ -7,10 +7,8 @@ Checked here, before any host is contacted: each problem is one `HOST: KEY: what
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 from packaging.version import InvalidVersion, Version
@@ -18,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, V
 
 from ..gateway import rules as gateway_fleet
 from ..host.layout import RELEASE_ID
-from ..mirror.rules import mirror_endpoints
+from ..mirror import rules as mirror_fleet
 from ..pair import rules as pair_fleet
 from ..serving.options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, image_version, schema_for_image, show
 from ..serving.profiles import PROFILES
-from . import grammars
+from . import grammars, secrets
 from .model import Fleet
 from .problems import Problem, error_key, error_message, llm_error_message
 from .tunables import load_defaults, load_overrides, unknown_variable
@@ -42,13 +40,15 @@ FIELD_GRAMMARS: dict[str, Callable[[Any], Any]] = {
     "mirror_allowed_networks": grammars.check_networks,
     "mirror_address": grammars.check_address,
     "mirror_python": grammars.check_python,
-    **dict.fromkeys(("data_dir", "secrets_dir", "mirror_cache_dir"), grammars.check_abs_dir),
+    **dict.fromkeys(("data_dir", "secrets_dir", "mirror_cache_dir", "image_store_dir"), grammars.check_abs_dir),
     "image": grammars.check_image,
+    "ngc_registry": grammars.check_registry,
     "service_name": grammars.check_service_name,
     **dict.fromkeys(("target_revision", "draft_revision"), grammars.check_revision),
     "hub_client_requirement": grammars.check_hub_client_requirement,
     "mirror_requirement": grammars.check_mirror_requirement,
     "hf_token_file": grammars.check_token_file,
+    "ngc_api_key_file": grammars.check_token_file,
     "gateway_api_keys_file": grammars.check_token_file,
     "gateway_tls_cert_file": grammars.check_token_file,
     "gateway_tls_key_file": grammars.check_token_file,
@@ -92,6 +92,14 @@ class Settings(BaseModel):
     mirror_requirement: str
     mirror_python: str
     hub_fallback: bool
+    image_mirror: bool
+    image_registry_port: Annotated[int, Field(ge=1, le=65535)]
+    image_registry_engine_port: Annotated[int, Field(ge=1, le=65535)]
+    image_store_dir: str
+    image_store_budget_gb: NonNegInt
+    ngc_api_key_file: str | None
+    ngc_registry: str
+    image_fallback: bool
     serves: str | None
     fleet_address: str | None
     gateway_port: Annotated[int, Field(ge=1, le=65535)]
@@ -146,6 +154,7 @@ class Settings(BaseModel):
     llm_api_options: dict[str, Any]
     trtllm_version: str = DEFAULT_VERSION  # the contract the options were validated against (the image tag's version)
     hf_token: SecretStr | None = Field(default=None, repr=False)
+    ngc_api_key: SecretStr | None = Field(default=None, repr=False)  # a hub_mirror host's, read from ngc_api_key_file
     gateways: list[str] = Field(default_factory=list)  # a Spark behind gateways: their addresses (the gateway group)
     model_peers: list[str] = Field(default_factory=list)  # a Spark behind gateways: every Spark of its model
     # a gateway: Spark -> [the model it serves, host:port of its filtering socket, its agent port]
@@ -153,6 +162,8 @@ class Settings(BaseModel):
     pair: str | None = None  # a host of a two-Spark pair: its pair_* group (pair_fleet)
     pair_peer: str | None = None  # and the pair's other host
     pair_peer_link_addresses: list[str] = Field(default_factory=list)  # the other host's addresses on the link
+    image_registry: str | None = None  # image_mirror on: the mirror's registry, address:port (mirror.rules)
+    image_clients: list[str] = Field(default_factory=list)  # the mirror host: the Sparks its registry admits
 
     @field_validator(*FIELD_GRAMMARS)
     @classmethod
@@ -244,7 +255,7 @@ def build_settings(host: str, deploy_vars: dict[str, Any], profile_name: str | N
     schema, merged = options
     if profile_name is not None:
         _check_image_version(host, values.get("image"), profile_name, problems)
-    token = _token(host, values, profile is not None or mirror, problems)
+    token = secrets.hf_token(host, values, profile is not None or mirror, problems)
     fields = {k: v for k, v in values.items() if k in Settings.model_fields}
     return _validated(host, problems, {
         **fields, "host": host, "profile_name": profile_name, "profile": profile,
@@ -313,36 +324,6 @@ def _check_llm_options(host: str, merged: dict[str, Any], schema: Schema, profil
                                 f"{merged['speculative_config']['decoding_type']} needs one"))
 
 
-def _token(host: str, values: dict[str, Any], serving: bool, problems: list[Problem]) -> str | None:
-    """The Hugging Face token, read where a host `serving` (a profile run, or a mirror in a deploy run) or
-    hf_token_required asks for it; a problem where it is unreadable, or missing where a serving host requires it."""
-    if not (serving or values.get("hf_token_required") is True):
-        return None
-    token_file = values.get("hf_token_file") if isinstance(values.get("hf_token_file"), str) else None
-    file_problem = grammars.token_file_problem(token_file)
-    token, token_problem = (None, file_problem) if file_problem else read_token(token_file)
-    if token_problem:
-        problems.append(Problem(host, "hf_token_file", token_problem))
-    elif token is None and values.get("hf_token_required") is True and serving:
-        problems.append(Problem(host, "hf_token", "no Hugging Face token: export HF_TOKEN or set hf_token_file "
-                                                   "(or hf_token_required: false for public models)"))
-    return token
-
-
-def read_token(token_file: str | None) -> tuple[str | None, str | None]:
-    """(token, problem) read on the controller: hf_token_file if set, else $HF_TOKEN."""
-    if token_file:
-        try:
-            token = Path(token_file).expanduser().read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            return None, f"cannot read {token_file}: {exc.strerror}"
-        except UnicodeDecodeError:
-            return None, f"{token_file} is not UTF-8 text"
-        return (token or None), (None if token else f"{token_file} is empty")
-    token = os.environ.get("HF_TOKEN", "").strip()
-    return (token or None), None
-
-
 def _validated(host: str, problems: list[Problem], fields: dict[str, Any]) -> tuple[Settings | None, list[Problem]]:
     """The Settings of `fields`, or None and every problem (those found before first)."""
     try:
@@ -365,7 +346,7 @@ def build_fleet(fleet: Fleet, profile_name: str | None,
     if problems:
         return {}, problems
     defaults = {**load_defaults(), **overrides}
-    deploy_vars = {**{h: fh.deploy for h, fh in fleet.hosts.items()}, **mirror_endpoints(fleet, defaults)}
+    deploy_vars = {**{h: fh.deploy for h, fh in fleet.hosts.items()}, **mirror_fleet.mirror_endpoints(fleet, defaults)}
     mirrors = fleet.mirrors
     profiles = gateway_fleet.host_profiles(fleet, {h: v.get("serves", defaults.get("serves"))
                                                    for h, v in deploy_vars.items()}, profile_name)
@@ -377,6 +358,9 @@ def build_fleet(fleet: Fleet, profile_name: str | None,
             host_problems.append(Problem(host, "hub_endpoint", f"{show(settings.hub_endpoint)} has a path; the "
                                          "mirror (olah) proxies a whole Hub host "
                                          "(allowed on hub_mirror hosts: http(s)://host[:port])"))
+        if settings is not None and host in mirrors and settings.image_mirror:
+            key = secrets.ngc_api_key(host, dict(settings), True, host_problems)
+            settings = settings.model_copy(update={"ngc_api_key": SecretStr(key) if key else None})
         problems += host_problems
         if settings is not None and not host_problems:
             out[host] = settings
@@ -384,7 +368,8 @@ def build_fleet(fleet: Fleet, profile_name: str | None,
         return out, problems
     # the rules between hosts (each host valid on its own): a fleet without gateway or pair groups gets none
     values = {h: dict(s) for h, s in out.items()}
-    problems += gateway_fleet.problems(fleet, values) + pair_fleet.problems(fleet, values)
+    problems += (gateway_fleet.problems(fleet, values) + pair_fleet.problems(fleet, values)
+                 + mirror_fleet.image_problems(fleet, values))
     if problems:
         return out, problems
     pairs = pair_fleet.pairs(fleet, values)
@@ -395,6 +380,7 @@ def build_fleet(fleet: Fleet, profile_name: str | None,
             peers = [x for x, (m, *_) in gw.gateway_vars["gateway_backends"].items() if m == model]
             out[h] = out[h].model_copy(update={**gw.spark_vars, "model_peers": peers})
         out.update({h: out[h].model_copy(update=gw.gateway_vars) for h in gw.gateways})
-    for h, update in pair_fleet.pair_vars(pairs, values).items():
+    for h, update in [*pair_fleet.pair_vars(pairs, values).items(),
+                      *mirror_fleet.image_registry_vars(fleet, values).items()]:
         out[h] = out[h].model_copy(update=update)
     return out, problems

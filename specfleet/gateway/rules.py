@@ -8,11 +8,10 @@ sockets admit the gateways by address (systemd's IPAddressAllow= takes addresses
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from ..fleet.model import GATEWAY_GROUP, MIRROR_GROUP, Fleet
+from ..fleet.model import GATEWAY_GROUP, MIRROR_GROUP, Fleet, fleet_address, is_ipv4
 from ..fleet.problems import Problem
 from ..serving.options import show
 from ..serving.profiles import PROFILES
@@ -65,18 +64,6 @@ def skips(fleet: Fleet, serves: dict[str, str | None], profile_name: str | None)
     return out
 
 
-def fleet_address(deploy_vars: dict[str, Any], connection: dict[str, Any], name: str) -> str:
-    """fleet_address, else the ssh_hostname, else the inventory name (then refused by `problems` if no IP)."""
-    return str(deploy_vars.get("fleet_address") or connection.get("ssh_hostname") or name)
-
-
-def _is_ipv4(value: str) -> bool:
-    try:
-        return isinstance(ipaddress.ip_address(value), ipaddress.IPv4Address)
-    except ValueError:
-        return False
-
-
 def problems(fleet: Fleet, values: dict[str, dict[str, Any]]) -> list[Problem]:
     """The rules between hosts of a fleet with gateways (none without): `values` are each host's validated
     deploy vars (defaults applied)."""
@@ -101,7 +88,7 @@ def problems(fleet: Fleet, values: dict[str, dict[str, Any]]) -> list[Problem]:
                                                 "through the filtering socket (allowed: 127.0.0.1)"))
     for h in gateways + sparks:
         address = fleet_address(values[h], fleet.hosts[h].connection, h)
-        if not _is_ipv4(address):
+        if not is_ipv4(address):
             out.append(Problem(h, "fleet_address", f"{show(address)} is not an IPv4 address (with a {GATEWAY_GROUP} "
                                                    "group, hosts admit each other by address, on IPv4 sockets: set "
                                                    "fleet_address to the IPv4 address the other fleet hosts reach "

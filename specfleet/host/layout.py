@@ -67,6 +67,10 @@ PAIR_LEAVE_CMD = "leave-pair"  # `leave-pair ID`: a worker whose first pair rele
 
 JOB_UNIT_PREFIX = "specfleet-job-"  # transient systemd unit of a host job: specfleet-job-<id>
 MIRROR_UNIT = "specfleet-hub-mirror"  # the Hub mirror's units: olah; -proxy.socket / -proxy.service in front of it
+REGISTRY_UNIT = "specfleet-image-registry"  # the image registry's units: read-only registry; -proxy.socket / .service
+REGISTRY_PACKAGE_UNIT = "docker-registry.service"  # the package's own unit: masked, never started (all interfaces)
+REGISTRY_BIN = "/usr/bin/docker-registry"  # the distribution's registry (Debian/Ubuntu package docker-registry)
+REGISTRY_USER = "docker-registry"  # the system user that package creates: the registry runs as it and owns the store
 # The files of a release directory (<data_dir>/releases/<id>/, reached as <data_dir>/current/ once active).
 CONFIG_FILE = "extra-llm-api-config.yml"  # trtllm-serve's options
 SMOKE_FILE = "smoke.json"  # the readiness gate's smoke completion request
@@ -144,6 +148,7 @@ class Layout:
     container_memory = property(lambda self: f"{self.data_dir}/container-memory.env")  # drop-caches' cap, an env file
     layout_file = property(lambda self: f"{self.data_dir}/bin/{LAYOUT_FILE}")
     token_file = property(lambda self: f"{self.secrets_dir}/hf_token")
+    ngc_auth_file = property(lambda self: f"{self.secrets_dir}/ngc-auth.json")  # a mirror's NGC login, for skopeo
     unit_file = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service")
     unit_dropins = property(lambda self: f"{UNIT_DIR}/{self.service_name}.service.d")  # drop-ins beside the unit
     start_marker_dropin = property(lambda self: f"{self.unit_dropins}/specfleet-start-marker.conf")  # behind gateways
@@ -248,8 +253,11 @@ class MirrorLayout:
         repos/       olah's cache: files/models/<org>/<repo>/resolve/<commit>/<file> (written by the service user)
         logs/        olah's logs
 
+        registry/    the image registry's configs (reader.yml: the fleet's, read-only; writer.yml: the fetch job's)
+
     and its units in UNIT_DIR: MIRROR_UNIT.service (olah), MIRROR_UNIT-proxy.socket and MIRROR_UNIT-proxy.service
-    (systemd-socket-proxyd in front of olah)."""
+    (systemd-socket-proxyd in front of olah); REGISTRY_UNIT.service, -proxy.socket and -proxy.service likewise for
+    the image registry (image_mirror), whose store is image_store_dir."""
 
     cache_dir: str
 
@@ -267,6 +275,17 @@ class MirrorLayout:
     socket = property(lambda self: f"{UNIT_DIR}/{self.socket_unit}")
     proxy = property(lambda self: f"{UNIT_DIR}/{self.proxy_unit}")
     units = property(lambda self: (self.service, self.socket, self.proxy))
+    # the image registry (image_mirror): its configs here, its store in image_store_dir
+    registry_dir = property(lambda self: f"{self.cache_dir}/registry")
+    reader_config = property(lambda self: f"{self.cache_dir}/registry/reader.yml")  # the fleet-facing, read-only one
+    writer_config = property(lambda self: f"{self.cache_dir}/registry/writer.yml")  # the fetch job's, on loopback
+    registry_service_unit = property(lambda self: f"{REGISTRY_UNIT}.service")
+    registry_socket_unit = property(lambda self: f"{REGISTRY_UNIT}-proxy.socket")
+    registry_proxy_unit = property(lambda self: f"{REGISTRY_UNIT}-proxy.service")
+    registry_service = property(lambda self: f"{UNIT_DIR}/{self.registry_service_unit}")
+    registry_socket = property(lambda self: f"{UNIT_DIR}/{self.registry_socket_unit}")
+    registry_proxy = property(lambda self: f"{UNIT_DIR}/{self.registry_proxy_unit}")
+    registry_units = property(lambda self: (self.registry_service, self.registry_socket, self.registry_proxy))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The fleet's Hub mirror (olah on the hosts of the inventory group `hub_mirror`, deploys/hub_mirror.py): the one
 status read of a mirror host (MirrorStatus) and the programs run there (the warm-up, as a host job; the wait for
 olah), each a file of its own in host/probes/. What it renders: mirror/render.py; its layout: host/layout.py's
-MirrorLayout; its steps: mirror/steps.py; `specfleet mirror status` reads it with status.read_mirrors. Its part of a
+MirrorLayout; its steps: mirror/steps/hub.py; `specfleet mirror status` reads it with status.read_mirrors. Its part of a
 Spark's one status read (SPARK): the sizes of the blobs the mirror would warm.
 """
 
@@ -14,7 +14,7 @@ from pyinfra.api import FactBase
 
 from ..fleet.programs import program_text
 from ..fleet.status import FileReads, StatusPart, register
-from ..host.layout import MirrorLayout
+from ..host.layout import REGISTRY_PACKAGE_UNIT, REGISTRY_USER, MirrorLayout
 from ..plan import HostPlan
 from ..serving.status import blob_path
 from .render import USER
@@ -22,9 +22,9 @@ from .render import USER
 # The one status read of a mirror host (a shell program of its own, shipped in the one remote command; paths from
 # host/layout.py's MirrorLayout, as environment).
 _SCRIPT = program_text("mirror_status.sh")
-# The warm-up program, run on the mirror host as a host job (mirror/steps.py): mirror/host/mirror_warm.py.
+# The warm-up program, run on the mirror host as a host job (mirror/steps/hub.py): mirror/host/mirror_warm.py.
 WARM = program_text("mirror_warm.py")
-# Waits for olah to answer on its loopback port after a (re)start (mirror/steps.py): mirror/host/olah_ready.py.
+# Waits for olah to answer on its loopback port after a (re)start (mirror/steps/hub.py): mirror/host/olah_ready.py.
 OLAH_READY = program_text("olah_ready.py")
 
 
@@ -41,6 +41,14 @@ class MirrorState:
     enabled: tuple[str, str] = ("", "")
     free_bytes: int = 0
     commits: dict[str, int] = field(default_factory=dict)  # "<org>/<repo>/resolve/<commit>" -> bytes cached
+    # the image registry (image_mirror)
+    registry_pkg: str = ""  # docker-registry's installed version (empty: not installed)
+    skopeo_pkg: str = ""  # skopeo's installed version
+    registry_user: bool = False  # the package's system user exists
+    registry: tuple[str, str] = ("", "")  # is-active of its service and its socket
+    registry_enabled: tuple[str, str] = ("", "")
+    package_unit: tuple[str, str] = ("", "")  # is-enabled, is-active of the package's own unit (masked: never runs)
+    store_bytes: int | None = None  # bytes under image_store_dir (None: no store yet)
 
     @property
     def cached_bytes(self) -> int:
@@ -73,16 +81,38 @@ def parse_mirror_state(lines: list[str]) -> MirrorState:
             st.free_bytes = int(rest) if rest.strip().isdigit() else 0
         elif key == "commit" and len(parts) == 2 and parts[0].isdigit():
             st.commits[parts[1]] = int(parts[0])
+        else:
+            _parse_registry(st, key, rest, parts)
     return st
+
+
+def _parse_registry(st: MirrorState, key: str, rest: str, parts: list[str]) -> None:
+    first, second = (parts + ["", ""])[:2]
+    two = (first, second)
+    if key == "registry_pkgs":
+        st.registry_pkg, st.skopeo_pkg = two
+    elif key == "registry_user":
+        st.registry_user = bool(rest.strip())
+    elif key == "registry_active":
+        st.registry = two
+    elif key == "registry_enabled":
+        st.registry_enabled = two
+    elif key == "registry_package_unit":
+        st.package_unit = two
+    elif key == "store" and rest.strip().isdigit():
+        st.store_bytes = int(rest)
 
 
 class MirrorStatus(FactBase):
     """Everything the mirror deploy decides on, in one remote command."""
 
-    def command(self, cache_dir: str, python: str, files: tuple[str, ...], dirs: tuple[str, ...]) -> str:
+    def command(self, cache_dir: str, python: str, files: tuple[str, ...], dirs: tuple[str, ...],
+                store: str = "") -> str:
         p = MirrorLayout(cache_dir)
         env = {"C": cache_dir, "VENV": p.venv, "MODELS": p.models, "PY": python, "U": USER, "SERVICE": p.service_unit,
-               "SOCKET": p.socket_unit, "FILES": "\n".join(files), "DIRS": "\n".join(dirs)}
+               "SOCKET": p.socket_unit, "FILES": "\n".join(files), "DIRS": "\n".join(dirs),
+               "RSERVICE": p.registry_service_unit, "RSOCKET": p.registry_socket_unit, "RPKG": REGISTRY_PACKAGE_UNIT,
+               "RUSER": REGISTRY_USER, "STORE": store}
         return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "; " + _SCRIPT
 
     def process(self, output) -> MirrorState:

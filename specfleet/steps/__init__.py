@@ -14,7 +14,7 @@ from ..fleet.steps.tools import tools
 from ..gateway.steps.behind import behind_gateways
 from ..gateway.steps.gateways import gateway
 from ..memory.steps import oom_protection
-from ..mirror.steps import mirror_setup, mirror_warm
+from ..mirror.steps.hub import mirror_setup, mirror_warm
 from ..pair.steps.link import pair_link
 from ..pair.steps.trust import pair_trust
 from ..serving.render import profile_of
@@ -128,7 +128,7 @@ def _stage_steps(preflight_done: bool = False) -> None:
         pair_trust()  # a pair host's MPI key, login and host key pin
         behind_gateways()  # before any restart: the drain reads gateways.json and asks the agent's acks
         encodings()
-    mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (mirror/steps.py)
+    mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (mirror/steps/hub.py)
     if mirror:
         return
     models()

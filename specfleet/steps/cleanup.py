@@ -5,7 +5,8 @@ link, previous, gate state, job logs) and the token file. dockerd's OOM drop-in 
 dockerd keeps its figure until its next start; earlyoom's drop-in goes, and what the deploy did to earlyoom (installed
 or enabled it) is undone. A gateway host: HAProxy stopped and removed with every file the gateway deploy wrote
 (gateway/steps/gateways.py), then whatever it still holds from serving as a Spark before it joined the gateway group
-(the same Spark-side removals, each only where the one status read finds it)."""
+(the same Spark-side removals, each only where the one status read finds it). A hub_mirror host: the image registry's
+units and configs (mirror/steps/registry.py); its store only with purge_models."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from ..fleet.steps.state import current_plan, host_status
 from ..gateway.steps.behind import remove_spark_side
 from ..gateway.steps.gateways import gateway_cleanup
 from ..memory.steps import remove_earlyoom
+from ..mirror.steps.hub import mirror_status
+from ..mirror.steps.registry import remove_registry
 from ..pair.steps.link import remove_pair_link
 from ..pair.steps.trust import remove_pair_trust
 
@@ -23,6 +26,8 @@ from ..pair.steps.trust import remove_pair_trust
 @deploy("Cleanup")
 def cleanup():
     plan = current_plan()
+    if plan.is_mirror:  # the image registry's units and configs; its store only when purging
+        remove_registry(plan, mirror_status(plan), purge=plan.settings.purge_models)
     if plan.is_gateway:
         gateway_cleanup()  # then what a former Spark left: its unit, container and drop-in (none: nothing runs)
     s, layout = plan.settings, plan.paths

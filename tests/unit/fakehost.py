@@ -252,3 +252,17 @@ def converged_responses(plan: HostPlan, **status: Any) -> dict:
     out["dpkg -l"] = ["ii  python3-venv    3.11.2-1+b1    amd64    venv module for python3"]
     out["pip freeze"] = ["huggingface_hub==2.4.0", "pip==23.0.1"]
     return out
+
+
+def fake_run_on(monkeypatch, responses: Callable[[HostPlan], dict]) -> None:
+    """The CLI's read-only runs (fleet/run.run_on) on @fake hosts answering `responses`: a command's deploy puts each
+    host's result in the dict it passes, under the host's name."""
+    from specfleet.fleet import run as runner
+
+    def run_on(plans, hosts, fn, *args):
+        run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=responses)
+        found = args[0]
+        for key in [k for k in found if k.startswith("@fake/")]:
+            found[key.removeprefix("@fake/")] = found.pop(key)
+        return set()
+    monkeypatch.setattr(runner, "run_on", run_on)

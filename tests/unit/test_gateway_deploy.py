@@ -15,7 +15,7 @@ from specfleet.gateway.render import backends, gateway_files, gateway_options
 from specfleet.gateway.steps.gateways import LAYOUT, SECRET, loaded_stamp
 from specfleet.host.layout import GatewayLayout
 from specfleet.steps import gateway
-from tests.unit.fakehost import changed_ops, executed, make_plans, run_deploy
+from tests.unit.fakehost import changed_ops, executed, fake_run_on, make_plans, run_deploy
 
 KEY = "sk-specfleet-unit-key-0123456789"
 FLEET = {"gw-1": {"ssh_hostname": "10.0.0.1"},
@@ -283,20 +283,10 @@ def test_plan_of_the_gateway_deploy_says_what_it_would_do(fleet_file, monkeypatc
     from click.testing import CliRunner
 
     from specfleet.cli import main
-    from specfleet.fleet import run as runner
-
     fleet_file("all:\n  hosts: {spark-a: {ssh_hostname: 10.0.0.2, serves: eagle3}}\n  children:\n    gateway:\n"
                "      hosts: {gw-1: {ssh_hostname: 10.0.0.1}}\n")
     state_of = {"files": {}}
-
-    def run_on(plans, hosts, fn, *args):
-        run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=lambda p: {
-            "gateway.GatewayStatus": _status(p, files=state_of["files"])})
-        found = args[0]
-        for key in [k for k in found if k.startswith("@fake/")]:
-            found[key.removeprefix("@fake/")] = found.pop(key)
-        return set()
-    monkeypatch.setattr(runner, "run_on", run_on)
+    fake_run_on(monkeypatch, lambda p: {"gateway.GatewayStatus": _status(p, files=state_of["files"])})
     result = CliRunner().invoke(main, ["plan", "inventory.py", "deploys/gateway.py"])
     assert result.exit_code == 10, result.output
     assert "gw-1: gateway: 6 change(s)" in result.output and f"  write {LAYOUT.keys_map} (root-only)" in result.output

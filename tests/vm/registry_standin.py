@@ -70,7 +70,7 @@ Usage in tests::
 As a separate process (e.g. on the controller, reached from the lab's hosts at the controller's address)::
 
     python3 tests/vm/registry_standin.py --bind 0.0.0.0 --port 5443 --rootfs PATH [--tls-dir DIR] \\
-        [--key-file F] [--tls-name 10.0.2.2 ...] [--tag T] [--plain-http]
+        [--key-file F] [--tls-name 192.0.2.7 ...] [--tag T] [--plain-http]
 
 It prints ``listening on URL`` and then one JSON line (url, ca_cert, index_digest, platform_manifests, ...).
 

@@ -329,3 +329,36 @@ def test_a_peer_outside_the_allowed_networks_is_refused(vm_fleet, lab_inventory,
     figure("hub mirror: request from outside mirror_allowed_networks", f"{own}: {after} (loopback: {loopback})")
     assert after.startswith("000") and not after.endswith("rc=0"), after
     assert loopback.endswith("rc=0") and not loopback.startswith("000"), loopback
+
+
+# ---- the image registry (image_mirror) --------------------------------------------------------------------------
+REGISTRY_PORT = defaults.image_registry_port
+
+
+def test_the_image_registry_admits_the_sparks_read_only(vm_fleet, lab_inventory, mirror_guest, olah_index, tmp_path):
+    """image_mirror on: the mirror deploy runs the distribution's registry behind a socket on the mirror's fleet
+    address. A Spark gets answers and cannot write; the mirror's own fleet address, not a Spark's, is dropped by the
+    socket's filter; the package's own unit stays masked; a second run changes nothing. The Sparks keep serving."""
+    inv = _inventory(lab_inventory, tmp_path / "fleet-registry.yml", mirror_guest,
+                     olah_index.index_url_for(vm_fleet.controller_address), HubStandin.commits(DRAFT)[0],
+                     mirror_vars={"image_mirror": True},
+                     host_vars={g.name: {"image_mirror": True} for g in vm_fleet.guests})
+    run = lab.run_pyinfra(inv, "hub_mirror")
+    assert run.returncode == 0, run.output()[-6000:]
+    url = f"http://{mirror_guest.lan_address}:{REGISTRY_PORT}/v2/"
+    probe = "curl -s -o /dev/null -m 8 -w '%{{http_code}}' {method} {url}; echo \" rc=$?\""
+    spark = vm_fleet.guests[0]
+    read = spark.ssh(probe.format(method="", url=url), check=False).stdout.strip()
+    write = spark.ssh(probe.format(method="-X POST", url=url + "x/blobs/uploads/"), check=False).stdout.strip()
+    outsider = mirror_guest.ssh(probe.format(method="", url=url), check=False).stdout.strip()
+    figure("image registry: GET /v2/ from a Spark, POST an upload from a Spark, GET from a host not admitted",
+           f"{read} / {write} / {outsider}")
+    assert read == "200 rc=0", read
+    assert write == "405 rc=0", write
+    assert outsider.startswith("000") and not outsider.endswith("rc=0"), outsider
+    masked = mirror_guest.ssh("systemctl is-enabled docker-registry.service", check=False).stdout.strip()
+    assert masked == "masked", masked
+    rerun = lab.run_pyinfra(inv, "hub_mirror")
+    assert rerun.returncode == 0 and rerun.n_changed == 0, (rerun.changed, rerun.output()[-3000:])
+    for g in vm_fleet.guests:
+        assert lab.guest_curl_completion(g)["choices"], g.name

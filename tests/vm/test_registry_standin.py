@@ -396,7 +396,7 @@ def test_script_mode(tmp_path):
     key_file.write_text(KEY + "\n")
     tls_dir = tmp_path / "tls"
     proc = subprocess.Popen([sys.executable, str(HERE / "registry_standin.py"), "--bind", "127.0.0.1", "--port", "0",
-                             "--tls-dir", str(tls_dir), "--key-file", str(key_file), "--tls-name", "10.0.2.2",
+                             "--tls-dir", str(tls_dir), "--key-file", str(key_file), "--tls-name", "192.0.2.7",
                              "--quiet"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().startswith("listening on https://127.0.0.1:")
@@ -404,7 +404,7 @@ def test_script_mode(tmp_path):
         assert desc["ca_cert"] == str(tls_dir / "ca.crt") and sorted(os.listdir(tls_dir)) == ["ca.crt", "private"]
         text = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", desc["ca_cert"].replace(
             "ca.crt", "private/server.crt")], capture_output=True, text=True, check=True).stdout
-        assert "IP Address:127.0.0.1" in text and "IP Address:10.0.2.2" in text
+        assert "IP Address:127.0.0.1" in text and "IP Address:192.0.2.7" in text
         ctx = ssl.create_default_context(cafile=desc["ca_cert"])
         url = desc["url"]
 

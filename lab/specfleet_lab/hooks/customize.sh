@@ -105,6 +105,9 @@ EOF
 
 chroot "$R" systemctl enable systemd-networkd.service systemd-network-generator.service ssh.service docker.service \
     specfleet-ssh-hostkeys.service
-# earlyoom and haproxy are in the image because the hosts have no apt lists (a deploy installs them on DGX OS, where
-# they are missing); as there, they do not run until a deploy enables them (steps/oom.py, steps/gateway.py)
+# earlyoom, haproxy, docker-registry and skopeo are in the image because the hosts have no apt lists (a deploy installs
+# them on DGX OS, where they are missing); as there, they do not run until a deploy enables them (memory/steps.py,
+# gateway/steps/gateways.py). The package's own registry is masked, as the mirror deploy masks it before installing it
+# (mirror/steps/registry.py): it would listen on every interface.
 chroot "$R" systemctl disable earlyoom.service haproxy.service
+chroot "$R" systemctl mask docker-registry.service

@@ -1,6 +1,7 @@
-"""Wait until olah answers on its loopback port (a Type=exec unit that dies after starting is not caught by
-systemctl). Run on the mirror host with olah's virtualenv Python, shipped as `<venv python> -c <this file's text>
-URL` (steps/mirror.py). Exits 0 on any HTTP answer, 1 when none came in ATTEMPTS tries a second apart. Stdlib only.
+"""Wait until a loopback service answers HTTP (a Type=exec unit that dies after starting is not caught by
+systemctl): olah, and the image registry. Run on the mirror host with a Python (olah's virtualenv's, or python3),
+shipped as `<python> -c <this file's text> URL` (mirror/steps/ready.py). Exits 0 on any HTTP answer, 1 when
+none came in ATTEMPTS tries a second apart. Stdlib only.
 """
 
 import sys

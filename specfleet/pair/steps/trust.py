@@ -7,7 +7,7 @@ worker's ed25519 host key (into the head's known_hosts). Each comes from its own
 other host's steps read too (state.host_status with `on`: through that host's connection, still once per run). A
 head without a key generates it in the run, in ONE operation called from one place for both hosts (_exchange): in a
 CLI run pyinfra identifies operations by where they are called, so both run it at once and the worker waits for the
-head's new public half (fleet/steps/coordination.py; mirror/steps.py's warm-up does the same). The private key never
+head's new public half (fleet/steps/coordination.py; mirror/steps/hub.py's warm-up does the same). The private key never
 leaves the head, and no command reads it. A pair converges as one: the preflight refuses a run that has only one of
 its hosts."""
 
@@ -158,7 +158,7 @@ def pair_trust() -> None:
                      commands=[f"visudo -c -f {staged} && mv -f {staged} {shlex.quote(SUDOERS_FILE)}"])
     if t.exchange:
         # ONE call site for both hosts: in a CLI run (operations identified by where they are called) this is one
-        # operation, run on both at once; the worker waits for the head's new key (mirror/steps.py does the same)
+        # operation, run on both at once; the worker waits for the head's new key (mirror/steps/hub.py does the same)
         python.call(name=f"Pair trust: {s.pair}'s head generates its MPI key, the worker authorizes it",
                     function=_exchange)
         _EXCHANGES()[pair_group(s)].added(host)

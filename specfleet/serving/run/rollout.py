@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...fleet import run as runner
+from ...fleet.model import fleet_address
 from ...fleet.selection import members, parse_batches
 from ...fleet.steps.lock import unlock
-from ...gateway.rules import fleet_address
 from ...gateway.steps.gateways import gateway_alive
-from ...mirror.steps import warm_phase
+from ...mirror.steps.hub import warm_phase
 from ...plan import HostPlan
 from ...steps import stage, switch
 
@@ -143,7 +143,7 @@ def _warm_mirror(r: Rollout, locked: list[str]) -> set[str]:
     if set(r.mirrors) & runner.run_on(r.plans, r.mirrors + users, warm_phase):
         url = r.plans[users[0]].mirror_url
         for h in users:
-            if r.plans[h].settings.hub_fallback:  # stages from the upstream Hub, saying so (mirror/steps.py)
+            if r.plans[h].settings.hub_fallback:  # stages from the upstream Hub, saying so (mirror/steps/hub.py)
                 r.plans[h].mirror_down = True
                 continue
             r.fail(h, f"failed to stage: hub mirror {r.mirrors[0]} ({url}) failed to warm "

@@ -11,7 +11,7 @@ from pyinfra.operations import python
 
 from ...fleet.steps.jobs import _follow, host_job
 from ...fleet.steps.state import current_plan, host_status, missing
-from ...mirror.steps import fetch_endpoint
+from ...mirror.steps.hub import fetch_endpoint
 
 
 def _fetch(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:

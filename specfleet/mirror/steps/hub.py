@@ -2,8 +2,8 @@
 
 `mirror_setup` (deploys/hub_mirror.py, and the converge of a hub_mirror host): preflight (Python >= 3.10, disk),
 service user, directories, olah pinned in its own virtualenv, config + units, service and filtering socket
-running, olah answering. Every decision comes from one status read (MirrorStatus); a converged mirror is only
-read.
+running, olah answering; then the image registry (steps/registry.py) where image_mirror is on. Every decision comes
+from one status read (MirrorStatus); a converged mirror is only read.
 
 `mirror_warm` is ONE operation at ONE place in the converge/stage, shared by every host of the run (pyinfra
 orders operations by where they are called, and runs each on all its hosts before the next): on the mirror it
@@ -22,20 +22,22 @@ from pyinfra.api import deploy
 from pyinfra.context import ctx_state
 from pyinfra.operations import python, server
 
-from ..constants import DPKG_LOCK_TIMEOUT_SEC, GB
-from ..fleet.grammars import pinned_version
-from ..fleet.programs import program_text
-from ..fleet.status import sha256
-from ..fleet.steps.changes import changes
-from ..fleet.steps.coordination import SharedOperation, Slot
-from ..fleet.steps.jobs import _follow, _say, run_on_host, write_root_file
-from ..fleet.steps.state import STATUS_READS, current_plan, host_status, missing, refuse
-from ..host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout, program_mode
-from ..serving.render import token_file_text
-from ..serving.status import blob_path
-from ..serving.steps.token import _write_token
-from .render import NAME, USER, advertised_url, mirror_files
-from .status import OLAH_READY, WARM, MirrorState, MirrorStatus
+from ...constants import DPKG_LOCK_TIMEOUT_SEC, GB
+from ...fleet.grammars import pinned_version
+from ...fleet.programs import program_text
+from ...fleet.status import sha256
+from ...fleet.steps.changes import changes
+from ...fleet.steps.coordination import SharedOperation, Slot
+from ...fleet.steps.jobs import _follow, _say, write_root_file
+from ...fleet.steps.state import STATUS_READS, current_plan, host_status, missing, refuse
+from ...host.layout import HOST_PROGRAMS, HOST_TOOL, MODULES, MirrorLayout, program_mode
+from ...serving.render import token_file_text
+from ...serving.status import blob_path
+from ...serving.steps.token import _write_token
+from ..render import NAME, USER, advertised_url, mirror_files, registry_files
+from ..status import WARM, MirrorState, MirrorStatus
+from .ready import wait_answers
+from .registry import registry_dirs, registry_lines, registry_problems, registry_setup
 
 # The host tool and the modules it imports from its own directory (host/layout.py): the warm-up runs as a host job.
 HOST_FILES = {name: program_text(HOST_PROGRAMS[name]) for name in (HOST_TOOL, *MODULES)}
@@ -55,10 +57,11 @@ def mirror_status(plan):
     per_run = _MIRROR_STATUS()
     if host.name not in per_run:
         s, p = plan.settings, MirrorLayout(plan.settings.mirror_cache_dir)
-        files = tuple(mirror_files(s, plan.connection)) + tuple(host_files(plan)) + (plan.paths.token_file,)
-        dirs = (p.cache_dir, p.repos, p.logs, s.data_dir, plan.paths.bin, s.secrets_dir)
+        files = (*mirror_files(s, plan.connection), *host_files(plan), plan.paths.token_file,
+                 *registry_files(s), p.reader_config, p.writer_config, *p.registry_units, plan.paths.ngc_auth_file)
+        dirs = (p.cache_dir, p.repos, p.logs, s.data_dir, plan.paths.bin, s.secrets_dir, *registry_dirs(plan))
         per_run[host.name] = host.get_fact(MirrorStatus, cache_dir=s.mirror_cache_dir, python=s.mirror_python,
-                                           files=files, dirs=dirs)
+                                           files=tuple(dict.fromkeys(files)), dirs=dirs, store=s.image_store_dir)
     return per_run[host.name]
 
 
@@ -90,18 +93,6 @@ def problems_of(plan, st, need_bytes: int) -> list[str]:
     return problems
 
 
-def _wait_ready(state, host, port: int, cache_dir: str) -> bool:
-    """olah answers on its loopback port (a Type=exec unit that dies after starting is not caught by systemctl)."""
-    p = MirrorLayout(cache_dir)
-    ok, _, _ = run_on_host(state, host, shlex.join([p.python, "-c", OLAH_READY, f"http://127.0.0.1:{port}/"]))
-    if not ok:
-        _, out, _ = run_on_host(state, host, f"journalctl -u {p.service_unit} -n 15 --no-pager")
-        _say(host, f"hub mirror: olah does not answer on 127.0.0.1:{port}; its journal:", error=True)
-        for line in out[-15:]:
-            _say(host, f"    {line}", error=True)
-    return ok
-
-
 @deploy("Hub mirror")
 def mirror_setup():
     plan = current_plan()
@@ -112,7 +103,7 @@ def mirror_setup():
     url = advertised_url(s, plan.connection)
     logger.info(f"    [{host.name}] hub mirror {url} (upstream {s.hub_endpoint}): olah {st.olah or 'not installed'}, "
                 f"service {st.service or '-'}, {st.cached_bytes / GB:.2f} GB cached, {st.free_bytes / GB:.1f} GB free")
-    problems = problems_of(plan, st, fleet_bytes(ctx_state.get()))
+    problems = problems_of(plan, st, fleet_bytes(ctx_state.get())) + registry_problems(plan, st)
     if problems:
         refuse(name="Hub mirror preflight", message=f"{host.name}: hub mirror preflight: " + "; ".join(problems))
         return
@@ -121,6 +112,26 @@ def mirror_setup():
     _host_tool(plan, st)
     installed = _olah(plan, st, p)
     _files_and_service(plan, st, p, installed)
+    registry_setup(plan, st)
+
+
+@deploy("Hub mirror plan (read only)")
+def mirror_plan(out: dict):
+    """What deploys/hub_mirror.py would do here (`specfleet plan`), from the status read its setup makes: olah's
+    install and start, and the image registry's steps (steps/registry.py)."""
+    plan = current_plan()
+    s, st = plan.settings, mirror_status(plan)
+    lines = [f"refused: {p}" for p in problems_of(plan, st, 0) + registry_problems(plan, st)]
+    if not lines:
+        pinned = pinned_version(s.mirror_requirement, "olah")
+        if pinned is None or st.olah != pinned:
+            lines.append(f"install {s.mirror_requirement} in {MirrorLayout(s.mirror_cache_dir).venv}")
+        changed = [path for path, text in mirror_files(s, plan.connection).items() if st.sha.get(path) != sha256(text)]
+        lines += [f"write {path}" for path in changed]
+        if lines or st.service != "active" or st.socket != "active":
+            lines.append(f"start {NAME} (olah) and its filtering socket")
+        lines += registry_lines(plan, st)
+    out[host.name] = lines
 
 
 def _user_and_directories(plan, st, p: MirrorLayout) -> None:
@@ -200,7 +211,8 @@ def _files_and_service(plan, st, p: MirrorLayout, installed: bool) -> None:
                            # a changed socket (port, bind, allowed networks) takes effect only when re-created
                            f"systemctl stop {p.proxy_unit} {p.socket_unit}; systemctl start {p.socket_unit}"
                            if changed else f"systemctl start {p.socket_unit}"])
-    python.call(name="olah answers", function=_wait_ready, port=s.mirror_engine_port, cache_dir=p.cache_dir)
+    python.call(name="olah answers", function=wait_answers, python=p.python,
+                url=f"http://127.0.0.1:{s.mirror_engine_port}/", unit=p.service_unit, what="hub mirror: olah")
 
 
 # ---- warm-up: the shared operation ---------------------------------------------------------------------------
