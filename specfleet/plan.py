@@ -47,6 +47,9 @@ class HostPlan:
     connection: dict
     pins: dict[str, ModelPin] = field(default_factory=dict)
     image_digest: str | None = None  # the lock's registry digest of the image (None: not in a registry, run by tag)
+    # the lock's platform table of that digest: {"linux/arm64": {"digest": ..., "bytes": compressed}} (None: size
+    # unknown, as with a lock written before sizes were recorded)
+    image_platforms: dict[str, dict] | None = None
     is_mirror: bool = False  # a host of the hub_mirror group: runs the fleet's Hub mirror, serves no model
     is_gateway: bool = False  # a host of the gateway group: runs the fleet's gateway (deploys/gateway.py)
     # the hub_mirror group's (first) mirror; hosts whose hub_endpoint it is wait for its warm-up
@@ -238,21 +241,23 @@ def _link(plans: dict[str, HostPlan], fleet: Fleet) -> None:
 
 
 def _pin(plans: dict[str, HostPlan], settings: dict[str, Settings], fleet_file: Path | None, live: bool) -> None:
-    """Each plan's model pins and image digest: from the fleet file's lock, or (`live`) from the Hub."""
+    """Each plan's model pins, image digest and image sizes: from the fleet file's lock, or (`live`) from the Hub."""
     if live:
         pins, problems = resolve_pins(settings)
         if problems:
             raise PlanError(_dedupe(problems))
         digests: dict[str, str | None] = {}
+        platforms: dict[str, dict[str, dict] | None] = {}
     else:
         if fleet_file is None:
             raise PlanError(["no fleet file, so no lock file to read model pins from"])
-        pins, digests, lines = pins_from_lock(settings, Path(fleet_file))
+        pins, digests, platforms, lines = pins_from_lock(settings, Path(fleet_file))
         if lines:
             raise PlanError(list(dict.fromkeys(lines)))
     for host, plan in plans.items():
         plan.pins = pins[host]
         plan.image_digest = digests.get(host)
+        plan.image_platforms = platforms.get(host)
         if plan.image_digest:  # pulled and run by digest: a moved tag never changes a host silently
             plan.settings = plan.settings.model_copy(
                 update={"image": pinned_image(plan.settings.image, plan.image_digest)})

@@ -12,7 +12,10 @@ import sys
 import click
 
 from ..constants import EXIT_INVALID
-from ..plan import PlanError, build_plans, deploy_profile, load_inventory_or_fail, role_problems
+from ..fleet.inventory import Inventory
+from ..pins.lock_images import image_size_line
+from ..pins.lockfile import LOCK_COMMAND, lock_path, shown
+from ..plan import HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail, role_problems
 from . import bench as _bench
 from . import lock as _lock
 from . import mirror as _mirror
@@ -22,14 +25,15 @@ from . import status as _status
 from .invalid import invalid_input, use_inventory_py
 
 
-def _plans(inventory_file: str, deploy_file: str, hub: bool):
+def _plans(inventory_file: str, deploy_file: str, hub: bool) -> tuple[Inventory, dict[str, HostPlan]]:
     use_inventory_py(inventory_file)  # its directory is the project (fleet file default, group_data/all.py)
     profile = deploy_profile(deploy_file)
-    plans = build_plans(load_inventory_or_fail(), profile, live=hub)  # pins: the lock file, or the Hub with --hub
+    inventory = load_inventory_or_fail()
+    plans = build_plans(inventory, profile, live=hub)  # pins: the lock file, or the Hub with --hub
     problems = role_problems(plans, [deploy_file])
     if problems:
         raise PlanError(problems)
-    return plans
+    return inventory, plans
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,13 +53,18 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
     Exit 0 when all hosts are valid; exit 2 with one line per problem (HOST: KEY: what is wrong).
     """
     with invalid_input():
-        plans = _plans(inventory_file, deploy_file, hub)
+        inventory, plans = _plans(inventory_file, deploy_file, hub)
     profile = deploy_profile(deploy_file) or "(no profile)"
     click.echo(f"{len(plans)} host(s) valid for {deploy_file} [{profile}]: {', '.join(plans)}")
     for host, plan in plans.items():
         for role, pin in plan.pins.items():
             click.echo(f"  {host}: {role} {pin.repo}@{pin.commit[:12]} "
                        f"({len(pin.files)} files, {pin.size / 1e9:.2f} GB)")
+    if not hub:  # the images the lock pins: one line each, its size per platform
+        served = {p.settings.image: p for p in plans.values() if p.settings.profile is not None and not p.skip}
+        for image, plan in served.items():
+            click.echo("  " + image_size_line(image, plan.image_digest, plan.image_platforms,
+                                              shown(lock_path(inventory.path)), LOCK_COMMAND))
 
 
 @main.command()
@@ -65,7 +74,7 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
 def render(inventory_file: str, deploy_file: str, host: str) -> None:
     """Print every file DEPLOY_FILE would write on HOST (the token redacted); contacts nothing."""
     with invalid_input():
-        plans = _plans(inventory_file, deploy_file, hub=False)
+        _, plans = _plans(inventory_file, deploy_file, hub=False)
     if host not in plans:
         click.echo(f"{host}: not in the inventory (hosts: {', '.join(plans)})", err=True)
         sys.exit(EXIT_INVALID)

@@ -5,6 +5,7 @@
     -> 401 with `WWW-Authenticate: Bearer realm=...,service=...,scope=...`: fetch an anonymous pull token
        from the realm, then ask again with `Authorization: Bearer <token>`
 
+`Registry` is that token dance for any request to an image's repository (image_sizes.py reads manifests with it).
 The digest of a multi-arch image is the index's digest (what `docker pull IMAGE@DIGEST` and RepoDigests
 use), so one pin serves aarch64 Sparks and x86 hosts alike. Only anonymous pulls are supported (public
 images such as nvcr.io/nvidia/tensorrt-llm/release); a registry that wants credentials answers "not
@@ -28,7 +29,8 @@ MANIFEST_TYPES = ", ".join((
 ))
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+USER_AGENT = "specfleet-lock"
+DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,59 @@ def _challenge(header: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', params))
 
 
+def failure(image: ImageRef, what: str, exc: Exception) -> str:
+    """One line for a registry request that failed: an HTTP status, or an unreachable registry."""
+    if isinstance(exc, urllib.error.HTTPError):
+        if exc.code in (401, 403, 404):
+            return f"{image.registry} has no {what} anonymous pulls can see (HTTP {exc.code})"
+        return f"{image.registry} answered HTTP {exc.code}"
+    return f"cannot reach {image.registry}: {getattr(exc, 'reason', exc)}"
+
+
+class Registry:
+    """Requests to one image's repository in its registry, anonymously: a 401 with a bearer challenge fetches a
+    pull token from the challenge's realm and asks once more; the token is kept for the next requests (and fetched
+    again when the registry challenges again, e.g. after it expired)."""
+
+    def __init__(self, image: ImageRef, timeout: float = 15.0):
+        self.image, self.timeout = image, timeout
+        self.token: str | None = None
+
+    def url(self, kind: str, reference: str) -> str:
+        """`kind`: manifests or blobs; `reference`: a tag or a digest."""
+        return f"{self.image.scheme}://{self.image.api_host}/v2/{self.image.name}/{kind}/{reference}"
+
+    def open(self, url: str, method: str = "GET", accept: str = MANIFEST_TYPES):
+        """The response (a context manager); urllib's errors as they come, NotPinned for an unusable challenge."""
+        try:
+            return self._send(url, method, accept)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 401 or not exc.headers.get("WWW-Authenticate"):
+                raise
+            self.token = self._pull_token(_challenge(exc.headers["WWW-Authenticate"]))
+        return self._send(url, method, accept)
+
+    def _send(self, url: str, method: str, accept: str):
+        req = urllib.request.Request(url, method=method, headers={"Accept": accept, "User-Agent": USER_AGENT})
+        if self.token:  # not sent on where a blob request is redirected to (a CDN with its own signed URL)
+            req.add_unredirected_header("Authorization", f"Bearer {self.token}")
+        return _open(req, self.timeout)
+
+    def _pull_token(self, challenge: dict[str, str]) -> str:
+        if not challenge.get("realm", "").startswith(("https://", "http://")):
+            raise NotPinned("registry sent an authentication challenge without a usable realm")
+        query = {k: v for k, v in (("service", challenge.get("service")),
+                                    ("scope", challenge.get("scope") or f"repository:{self.image.name}:pull")) if v}
+        sep = "&" if "?" in challenge["realm"] else "?"
+        token_url = challenge["realm"] + sep + urllib.parse.urlencode(query)
+        with _open(urllib.request.Request(token_url, headers={"User-Agent": USER_AGENT}), self.timeout) as tresp:
+            body = json.loads(tresp.read() or b"{}")
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise NotPinned("registry gave no anonymous pull token")
+        return str(token)
+
+
 def _open(req: urllib.request.Request, timeout: float):
     return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 (http/https only: built from a parsed reference)
 
@@ -87,46 +142,17 @@ def resolve_digest(ref: str, timeout: float = 15.0) -> str:
     image = parse_reference(ref)
     if image.digest:
         return image.digest
-    url = f"{image.scheme}://{image.api_host}/v2/{image.name}/manifests/{image.tag}"
-    headers = {"Accept": MANIFEST_TYPES, "User-Agent": "specfleet-lock"}
-
-    def ask(method: str):
-        return _open(urllib.request.Request(url, method=method, headers=headers), timeout)
-
+    registry = Registry(image, timeout)
+    url = registry.url("manifests", str(image.tag))
     try:
-        try:
-            resp = ask("HEAD")
-        except urllib.error.HTTPError as exc:
-            if exc.code != 401 or not exc.headers.get("WWW-Authenticate"):
-                raise
-            challenge = _challenge(exc.headers["WWW-Authenticate"])
-            if not challenge.get("realm", "").startswith(("https://", "http://")):
-                raise NotPinned("registry sent an authentication challenge without a usable realm") from None
-            query = {k: v for k, v in (("service", challenge.get("service")),
-                                        ("scope", challenge.get("scope") or f"repository:{image.name}:pull")) if v}
-            sep = "&" if "?" in challenge["realm"] else "?"
-            token_url = challenge["realm"] + sep + urllib.parse.urlencode(query)
-            with _open(urllib.request.Request(token_url, headers={"User-Agent": "specfleet-lock"}), timeout) as tresp:
-                body = json.loads(tresp.read() or b"{}")
-            token = body.get("token") or body.get("access_token")
-            if not token:
-                raise NotPinned("registry gave no anonymous pull token") from None
-            headers["Authorization"] = f"Bearer {token}"
-            resp = ask("HEAD")
-        with resp:
+        with registry.open(url, "HEAD") as resp:
             digest = resp.headers.get("Docker-Content-Digest", "")
-        if not _DIGEST.fullmatch(digest):
-            with ask("GET") as resp:
+        if not DIGEST_PATTERN.fullmatch(digest):
+            with registry.open(url, "GET") as resp:
                 digest = (resp.headers.get("Docker-Content-Digest", "")
                           or "sha256:" + hashlib.sha256(resp.read()).hexdigest())
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403, 404):
-            raise NotPinned(f"{image.registry} has no {image.name}:{image.tag} anonymous pulls can see "
-                            f"(HTTP {exc.code})") from None
-        raise NotPinned(f"{image.registry} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise NotPinned(f"cannot reach {image.registry}: {reason}") from None
-    if not _DIGEST.fullmatch(digest):
+        raise NotPinned(failure(image, f"{image.name}:{image.tag}", exc)) from None
+    if not DIGEST_PATTERN.fullmatch(digest):
         raise NotPinned(f"{image.registry} sent a digest that is not sha256:<64 hex>: {digest[:80]!r}")
     return digest

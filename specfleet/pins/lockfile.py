@@ -4,8 +4,9 @@ Written by `specfleet lock inventory.py` (and moved only by `specfleet lock --up
 every plan that pins models (converge, check, render, rollout). It holds, per model repo and requested
 revision, the commit and the files the server reads (name, size, blob hash: the LFS sha256 or the git
 blob id, which is also the file's name under the Hugging Face cache's blobs/), and per image reference
-its registry digest. Plans never ask the Hub which commit a branch is at: a push upstream changes no
-host until someone moves the pin and commits the lock.
+its registry digest with, per platform, that platform's manifest digest and compressed size
+(lock_images.py). Plans never ask the Hub which commit a branch is at: a push upstream changes no host until
+someone moves the pin and commits the lock.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from ..fleet.problems import Problem
 from ..fleet.settings import Settings, build_fleet
 from ..serving.profiles import PROFILES, nodes
 from . import images as registry
+from .image_sizes import platform_sizes
+from .lock_images import DigestOf, SizesOf, lock_images, read_image_entry
 from .models import ModelPin, lookup, models_of, pin_of
 
 LOCK_VERSION = 1
@@ -34,7 +37,8 @@ HEADER = """\
 # which commit a branch is at; the Hub is contacted only to download missing files. Move pins on purpose:
 #   specfleet lock --upgrade [REPO ...]     (prints old -> new per model; review the diff, then commit)
 # models: repo -> requested revision -> commit + the files the server reads (size, blob: LFS sha256 or git
-# blob id). images: reference -> registry digest (null: not in a registry, not pinned).
+# blob id). images: reference -> registry digest (null: not in a registry, not pinned) and, per platform of it,
+# the platform manifest's digest and compressed bytes (config + layers: what a pull of that platform transfers).
 """
 
 
@@ -56,7 +60,8 @@ class LockedModel:
 @dataclass
 class Lock:
     models: dict[tuple[str, str], LockedModel] = field(default_factory=dict)  # (repo, revision) -> entry
-    images: dict[str, dict] = field(default_factory=dict)  # reference -> {"image_digest": str | None, "note"?}
+    # reference -> {"image_digest": str | None, "note"?, "platforms"?: {"os/arch": {"digest", "bytes"}}}
+    images: dict[str, dict] = field(default_factory=dict)
 
 
 def lock_path(fleet_file: str | Path) -> Path:
@@ -93,8 +98,7 @@ def read_lock(path: Path) -> Lock:
                 lock.models[(str(repo), str(revision))] = LockedModel(
                     commit, tuple(str(p) for p in e.get("ignore_patterns") or ()), files, int(e.get("repo_bytes", 0)))
         for ref, e in (doc.get("images") or {}).items():
-            note = {"note": e["note"]} if e.get("note") else {}
-            lock.images[str(ref)] = {"image_digest": e.get("image_digest"), **note}
+            lock.images[str(ref)] = read_image_entry(e)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise LockError(f"{where}: malformed entry ({type(exc).__name__}: {exc}); "
                         f"regenerate it: {LOCK_COMMAND}") from None
@@ -128,24 +132,28 @@ def _not_locked(repo: str, revision: str, where: str) -> str:
     return f"{repo} at '{revision}' is not in {where} (run: {LOCK_COMMAND})"
 
 
-def pins_from_lock(fleet: dict[str, Settings], fleet_file: Path
-                   ) -> tuple[dict[str, dict[str, ModelPin]], dict[str, str | None], list[str]]:
-    """Per host: its model pins and its image digest, from the lock; a problem line for anything it lacks
-    (`HOST: KEY: ...`, or one line naming the lock file when it is missing or malformed). Contacts nothing."""
+LockPins = tuple[dict[str, dict[str, ModelPin]], dict[str, str | None], dict[str, dict[str, dict] | None], list[str]]
+
+
+def pins_from_lock(fleet: dict[str, Settings], fleet_file: Path) -> LockPins:
+    """Per host: its model pins, its image digest and its image's platform table (None: the lock records no sizes),
+    from the lock; a problem line for anything it lacks (`HOST: KEY: ...`, or one line naming the lock file when it
+    is missing or malformed). Contacts nothing."""
     path = lock_path(fleet_file)
     where = shown(path)
     if not path.exists():
         hosts = [h for h, s in fleet.items() if s.profile is not None]
         if not hosts:
-            return {h: {} for h in fleet}, {}, []
-        return {}, {}, [f"{where}: no lock file; model commits and file lists come from it "
+            return {h: {} for h in fleet}, {}, {}, []
+        return {}, {}, {}, [f"{where}: no lock file; model commits and file lists come from it "
                          f"(run: {LOCK_COMMAND}, then commit it)"]
     try:
         lock = read_lock(path)
     except LockError as exc:
-        return {}, {}, [str(exc)]
+        return {}, {}, {}, [str(exc)]
     pins: dict[str, dict[str, ModelPin]] = {h: {} for h in fleet}
     digests: dict[str, str | None] = {}
+    platforms: dict[str, dict[str, dict] | None] = {}
     problems: list[Problem] = []
     for host, s in fleet.items():
         if s.profile is None:
@@ -164,7 +172,8 @@ def pins_from_lock(fleet: dict[str, Settings], fleet_file: Path
             problems.append(Problem(host, "image", f"{s.image} is not in {where} (run: {LOCK_COMMAND})"))
         else:
             digests[host] = lock.images[s.image].get("image_digest")
-    return pins, digests, [str(p) for p in problems]
+            platforms[host] = lock.images[s.image].get("platforms")
+    return pins, digests, platforms, [str(p) for p in problems]
 
 
 # ---- `specfleet lock` ------------------------------------------------------------------------------------------
@@ -213,12 +222,13 @@ def fleets_to_lock(inventory: Inventory,
 
 
 def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrade: bool = False,
-                only: tuple[str, ...] = (), prune: bool = True, digest_of=None,
-                skip_unknown_revisions: bool = False) -> LockResult:
+                only: tuple[str, ...] = (), prune: bool = True, digest_of: DigestOf | None = None,
+                skip_unknown_revisions: bool = False, sizes_of: SizesOf | None = None) -> LockResult:
     """Write `<fleet_file>.lock` for the settings of every (profile, host) in `fleets`.
 
     Existing pins are kept and missing entries added; with `upgrade`, the named repos/images (all if `only`
-    is empty) are resolved again and old -> new is reported. With `prune`, entries no host uses are dropped.
+    is empty) are resolved again and old -> new is reported; a pinned image without sizes gets them, for the digest it
+    is pinned to. With `prune`, entries no host uses are dropped.
     With `skip_unknown_revisions` (locking every profile), a revision a repo does not have is a note, not an error:
     a host's draft_revision names a revision of ITS profile's draft, which other profiles' drafts lack."""
     path = lock_path(fleet_file)
@@ -240,8 +250,12 @@ def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrad
         return LockResult([], errors)
     new = Lock(models={} if prune else dict(old.models), images={} if prune else dict(old.images))
     lines = notes + _lock_models(new, old, answers, ignore_of, upgrade, only)
-    # 2. images: the registry digest of each reference (null, said out loud, when it is in no registry)
-    lines += _lock_images(new, old, fleets, upgrade, only, digest_of or registry.resolve_digest)
+    # 2. images: the registry digest of each reference (null, said out loud, when it is in no registry), and its sizes
+    refs = sorted({s.image for s in _all(fleets)})
+    images, image_lines = lock_images(refs, old.images, {r for r in refs if upgrade and _wanted(r, only)},
+                                      digest_of or registry.resolve_digest, sizes_of or platform_sizes)
+    new.images.update(images)
+    lines += image_lines
     if prune:
         gone = sorted(set(old.models) - set(new.models))
         lines += [f"{repo} ({revision}): removed (no host uses it)" for repo, revision in gone]
@@ -324,36 +338,6 @@ def _lock_models(new: Lock, old: Lock, answers: dict[tuple[str, str], dict],
         elif upgrade and _wanted(repo, only):
             lines.append(f"{label}: {before.commit[:12]} -> {now.commit[:12]}" if before.commit != now.commit
                          else f"{label}: unchanged ({now.commit[:12]})")
-    return lines
-
-
-def _lock_images(new: Lock, old: Lock, fleets: dict[str, dict[str, Settings]], upgrade: bool,
-                 only: tuple[str, ...], digest_of) -> list[str]:
-    """Every image reference of the fleet into `new`: the old entry, else (or upgraded) the registry's digest, or
-    null with a note when it is in no registry. Lines: what moved, and what is not pinned."""
-    lines: list[str] = []
-    for ref in sorted({s.image for s in _all(fleets)}):
-        before = old.images.get(ref)
-        redo = upgrade and _wanted(ref, only)
-        if before is not None and not redo:
-            new.images[ref] = before
-            if not before.get("image_digest"):
-                lines.append(f"image {ref}: not pinned in the lock ({before.get('note', 'no digest')}); "
-                             f"specfleet lock --upgrade {ref} tries again")
-            continue
-        try:
-            digest = digest_of(ref)
-            new.images[ref] = {"image_digest": digest}
-            was = (before or {}).get("image_digest")
-            if was and was != digest:
-                lines.append(f"image {ref}: {was[7:19]} -> {digest[7:19]}")
-            elif was:
-                lines.append(f"image {ref}: unchanged ({digest[:19]})")
-            else:
-                lines.append(f"image {ref}: pinned to {digest}")
-        except registry.NotPinned as exc:
-            new.images[ref] = {"image_digest": None, "note": f"not pinned: {exc}"}
-            lines.append(f"image {ref}: not in a registry, not pinned ({exc})")
     return lines
 
 

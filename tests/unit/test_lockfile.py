@@ -5,8 +5,6 @@ registry digest of an image (against a tiny in-process registry with the anonymo
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -17,60 +15,11 @@ from specfleet.fleet.inventory import load_inventory
 from specfleet.pins.images import NotPinned, parse_reference, resolve_digest
 from specfleet.pins.lockfile import lock_path, read_lock
 from specfleet.plan import PlanError, build_plans
+from tests.unit.fake_registry import FakeRegistry
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 
 EAGLE = "nvidia/gpt-oss-120b-Eagle3-long-context"
 DIGEST = "sha256:" + "4f" * 32
-
-
-# ---- a fake registry: /v2 manifests behind an anonymous bearer token -------------------------------------------
-class FakeRegistry:
-    def __init__(self, tags: dict[str, str]):
-        self.tags = tags  # "name:tag" -> digest
-        self.seen: list[tuple[str, str, str]] = []  # (method, path, Accept)
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _answer(self, body: bool):
-                outer.seen.append((self.command, self.path, self.headers.get("Accept", "")))
-                if self.path.startswith("/token?"):
-                    data = json.dumps({"token": "anon-pull-token"}).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                name, _, tag = self.path.removeprefix("/v2/").partition("/manifests/")
-                if self.headers.get("Authorization") != "Bearer anon-pull-token":
-                    self.send_response(401)
-                    self.send_header("WWW-Authenticate", f'Bearer realm="http://{self.headers["Host"]}/token",'
-                                                         f'service="fake-registry",scope="repository:{name}:pull"')
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                digest = outer.tags.get(f"{name}:{tag}")
-                self.send_response(200 if digest else 404)
-                if digest:
-                    self.send_header("Docker-Content-Digest", digest)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def do_HEAD(self):
-                self._answer(False)
-
-            def do_GET(self):
-                self._answer(True)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -282,3 +231,71 @@ def test_an_image_pinned_in_the_lock_is_pulled_and_run_by_digest(fleet_file):
     assert plan.release_id != unpinned.release_id, "the release id covers the digest"
     assert pinned_image("localhost:5000/a/b:1.0", digest) == f"localhost:5000/a/b@{digest}"
     assert pinned_image("name", digest) == f"name@{digest}"
+
+
+# ---- image sizes per platform, recorded by `specfleet lock` ----------------------------------------------------
+ARM64, AMD64 = {"architecture": "arm64", "os": "linux"}, {"architecture": "amd64", "os": "linux"}
+
+
+def _sized_registry(arm64_layers: list[int], amd64_layers: list[int]) -> tuple[FakeRegistry, str, dict]:
+    """A registry whose release:1.2.0rc6 is an index of arm64 and amd64; (registry, index digest, expected sizes)."""
+    reg = FakeRegistry()
+    arm, amd = reg.image(ARM64, arm64_layers), reg.image(AMD64, amd64_layers)
+    index = reg.index([arm, amd])
+    reg.tags["nvidia/tensorrt-llm/release:1.2.0rc6"] = index
+    return reg, index, {"linux/amd64": {"digest": amd["digest"], "bytes": amd["config_size"] + sum(amd64_layers)},
+                        "linux/arm64": {"digest": arm["digest"], "bytes": arm["config_size"] + sum(arm64_layers)}}
+
+
+@pytest.fixture
+def sized():
+    reg, index, sizes = _sized_registry([21_000_000_000, 300_000_000], [120_000_000])
+    yield reg, index, sizes
+    reg.close()
+
+
+def test_lock_records_each_platforms_size(fleet_file, hub, sized, standin_token):
+    reg, index, sizes = sized
+    image = f"{reg.host}/nvidia/tensorrt-llm/release:1.2.0rc6"
+    path = _fleet(fleet_file, hub, image)
+    result = _cli("lock", "inventory.py")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(lock_path(path).read_text())["images"] == {image: {"image_digest": index, "platforms": sizes}}
+    assert f"image {image}: pinned to {index} (linux/amd64 0.12 GB, linux/arm64 21.30 GB)" in result.output.splitlines()
+    assert build_plans(load_inventory(path), "eagle3")["s1"].image_platforms == sizes
+
+
+def test_an_old_lock_gets_the_sizes_of_its_pinned_digest(fleet_file, hub, sized, standin_token):
+    reg, index, sizes = sized
+    image = f"{reg.host}/nvidia/tensorrt-llm/release:1.2.0rc6"
+    path = _fleet(fleet_file, hub, image)
+    assert _cli("lock", "inventory.py").exit_code == 0
+    doc = yaml.safe_load(lock_path(path).read_text())
+    doc["images"][image] = {"image_digest": index}  # as written before sizes were recorded
+    lock_path(path).write_text(yaml.safe_dump(doc))
+    # the tag moved upstream since: a new index, other sizes
+    moved = reg.index([reg.image(ARM64, [22_000_000_000]), reg.image(AMD64, [130_000_000])])
+    reg.tags["nvidia/tensorrt-llm/release:1.2.0rc6"] = moved
+    result = _cli("lock", "inventory.py")
+    assert result.exit_code == 0, result.output
+    assert f"image {image}: sizes recorded (linux/amd64 0.12 GB, linux/arm64 21.30 GB)" in result.output.splitlines()
+    assert read_lock(lock_path(path)).images[image] == {"image_digest": index, "platforms": sizes}, "the pin stays"
+    result = _cli("lock", "inventory.py", "--upgrade", image)
+    assert f"image {image}: {index[7:19]} -> {moved[7:19]} (linux/amd64 0.13 GB, linux/arm64 22.00 GB)" \
+        in result.output.splitlines()
+
+
+def test_a_registry_that_cannot_tell_the_sizes_leaves_the_pin_and_says_so(fleet_file, hub, sized, standin_token):
+    reg, index, _ = sized
+    image = f"{reg.host}/nvidia/tensorrt-llm/release:1.2.0rc6"
+    path = _fleet(fleet_file, hub, image)
+    reg.failing = 500
+    result = _cli("lock", "inventory.py")
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if "sizes" in line]
+    assert notes == [f"image {image}: sizes not recorded ({reg.host} answered HTTP 500); "
+                     "the next specfleet lock tries again"]
+    assert read_lock(lock_path(path)).images[image] == {"image_digest": index}
+    reg.failing = None
+    result = _cli("lock", "inventory.py")
+    assert f"image {image}: sizes recorded (linux/amd64 0.12 GB, linux/arm64 21.30 GB)" in result.output.splitlines()
