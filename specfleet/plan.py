@@ -27,8 +27,9 @@ from .gateway.keys import gateway_secrets
 from .host.layout import Layout
 from .memory.rules import Fit, fit
 from .mirror.render import advertised_url
+from .mirror.rules import budget_problem
 from .pair.render import pair_record
-from .pins.lockfile import pins_from_lock
+from .pins.lockfile import lock_path, pins_from_lock, shown
 from .pins.models import ModelPin, resolve_pins
 from .serving.render import RENDERING, config_yaml, profile_of, rendered_files, smoke_request, unit_text
 
@@ -47,6 +48,7 @@ class HostPlan:
     connection: dict
     pins: dict[str, ModelPin] = field(default_factory=dict)
     image_digest: str | None = None  # the lock's registry digest of the image (None: not in a registry, run by tag)
+    image_upstream: str | None = None  # pinned: the image in its own registry by that digest (registry/name@sha256:..)
     # the lock's platform table of that digest: {"linux/arm64": {"digest": ..., "bytes": compressed}} (None: size
     # unknown, as with a lock written before sizes were recorded)
     image_platforms: dict[str, dict] | None = None
@@ -58,9 +60,11 @@ class HostPlan:
     # that mirror's upstream Hub (its hub_endpoint): where hub_fallback goes when it is down
     hub_upstream: str | None = None
     mirror_down: bool = False  # set by `specfleet rollout` when the mirror failed its warm-up phase
+    mirror_ngc_login: bool = False  # that mirror fetches images with an NGC API key (ngc_api_key_file)
     # why this run leaves the host alone (a gateway host, or a Spark that serves another profile); None: it does not
     skip: str | None = None
     pair_worker: HostPlan | None = None  # a pair's head: its worker's plan (the head's release covers the worker's)
+    notes: list[str] = field(default_factory=list)  # what `specfleet check` says of the host beyond its pins
     # Values derived from (settings, pins), computed once. pyinfra hands out a shallow copy of host data on every
     # access, so the memo is a dict that all those copies share.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -224,7 +228,24 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     _link(plans, fleet)
     if resolve and profile is not None:
         _pin(plans, settings, fleet.path, live)
+        _image_budget(plans, fleet.path)
     return plans
+
+
+def _image_budget(plans: dict[str, HostPlan], fleet_file: Path | None) -> None:
+    """The image store's budget against the pinned images this run's Sparks pull through the mirror (the lock's
+    sizes): refused when it cannot hold them; a note on the mirror's plan when the lock records no sizes."""
+    mirror = next((p for p in plans.values() if p.is_mirror and p.settings.image_mirror), None)
+    images = {ref: p.image_platforms for p in plans.values()
+              if (ref := p.image_upstream) and p.settings.image_registry and not p.is_mirror and p.settings.profile
+              and not p.skip}
+    if mirror is None or not images or fleet_file is None:
+        return
+    line = budget_problem(mirror.settings.host, mirror.settings.image_store_budget_gb, images,
+                          shown(lock_path(fleet_file)))
+    if line and not line.startswith("note: "):
+        raise PlanError([line])
+    mirror.notes = [line] if line else []
 
 
 def _link(plans: dict[str, HostPlan], fleet: Fleet) -> None:
@@ -236,8 +257,10 @@ def _link(plans: dict[str, HostPlan], fleet: Fleet) -> None:
     first = fleet.mirror
     if first is not None:
         url = advertised_url(plans[first].settings, plans[first].connection)
+        login = plans[first].settings.ngc_api_key is not None
         for plan in plans.values():
             plan.mirror_url, plan.mirror_name, plan.hub_upstream = url, first, plans[first].settings.hub_endpoint
+            plan.mirror_ngc_login = login
 
 
 def _pin(plans: dict[str, HostPlan], settings: dict[str, Settings], fleet_file: Path | None, live: bool) -> None:
@@ -258,9 +281,17 @@ def _pin(plans: dict[str, HostPlan], settings: dict[str, Settings], fleet_file: 
         plan.pins = pins[host]
         plan.image_digest = digests.get(host)
         plan.image_platforms = platforms.get(host)
-        if plan.image_digest:  # pulled and run by digest: a moved tag never changes a host silently
+        if plan.image_digest:  # pulled by digest and run by a tag made of it: a moved tag upstream changes no host
+            plan.image_upstream = pinned_image(plan.settings.image, plan.image_digest)
             plan.settings = plan.settings.model_copy(
-                update={"image": pinned_image(plan.settings.image, plan.image_digest)})
+                update={"image": local_image(plan.settings.image, plan.image_digest)})
+
+
+def local_image(image: str, digest: str) -> str:
+    """`registry/name:tag` + `sha256:<hex>` -> `registry/name:sha256-<hex>`: the tag the unit runs, made on the host
+    from the pulled digest (docker refuses a digest as a tag's target, and an image pulled from the fleet's registry
+    answers only to that registry's name): the same whichever registry the bytes came from."""
+    return f"{pinned_image(image, digest).partition('@')[0]}:{digest.replace(':', '-')}"
 
 
 def pinned_image(image: str, digest: str) -> str:

@@ -61,10 +61,14 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
             click.echo(f"  {host}: {role} {pin.repo}@{pin.commit[:12]} "
                        f"({len(pin.files)} files, {pin.size / 1e9:.2f} GB)")
     if not hub:  # the images the lock pins: one line each, its size per platform
-        served = {p.settings.image: p for p in plans.values() if p.settings.profile is not None and not p.skip}
+        served = {p.image_upstream or p.settings.image: p for p in plans.values()
+                  if p.settings.profile is not None and not p.skip}
         for image, plan in served.items():
             click.echo("  " + image_size_line(image, plan.image_digest, plan.image_platforms,
                                               shown(lock_path(inventory.path)), LOCK_COMMAND))
+    for plan in plans.values():
+        for note in plan.notes:
+            click.echo(f"  {note}")
 
 
 @main.command()

@@ -6,6 +6,7 @@ import click
 
 from ..mirror.render import advertised_url
 from ..overview.run import read_mirrors
+from ..pins.lockfile import LockError, lock_path, read_lock
 from .invalid import exit_invalid, fleet_plans_or_exit
 
 
@@ -36,3 +37,19 @@ def status(inventory_file: str) -> None:
         for key, size in sorted(st.commits.items()):
             repo, _, commit = key.partition("/resolve/")
             click.echo(f"  {repo}@{commit[:12]}  {size / 1e9:.3f} GB")
+        if s.image_mirror:
+            pinned = _locked_digests(inventory.path)
+            click.echo(f"{name}: image registry {s.image_registry}: service {st.registry[0] or '-'}, socket "
+                       f"{st.registry[1] or '-'}; store {s.image_store_dir}: {(st.store_bytes or 0) / 1e9:.2f} GB of "
+                       f"{s.image_store_budget_gb} GB (image_store_budget_gb), {len(st.stored)} image(s)")
+            for repo, _tag, digest in sorted(st.stored):
+                click.echo(f"  {repo}@{digest[:19]}  ({'pinned by the lock' if digest in pinned else 'not pinned'})")
+
+
+def _locked_digests(fleet_file) -> set[str]:
+    """The platform manifest digests the fleet's lock pins (none without a readable lock)."""
+    try:
+        lock = read_lock(lock_path(fleet_file))
+    except LockError:
+        return set()
+    return {p["digest"] for entry in lock.images.values() for p in (entry.get("platforms") or {}).values()}

@@ -114,3 +114,11 @@ def budget_problem(host: str, budget_gb: int, images: dict[str, dict[str, dict[s
     return str(Problem(host, "image_store_budget_gb",
                        f"{budget_gb} GB is below the {need / 1e9:.2f} GB of the images the Sparks pull through the "
                        f"mirror ({what}, in {lock_name}) (allowed: at least {-(-need // 10**9)})"))
+
+
+def store_repository(name: str) -> str:
+    """The repository in the mirror's store of an upstream image name (registry/path, no tag or digest): the
+    registry host is its first component, so two upstreams never collide; a port's ':' becomes '_' (a repository
+    path component allows no ':')."""
+    registry, _, path = name.partition("/")
+    return f"{registry.replace(':', '_')}/{path}"

@@ -7,13 +7,14 @@ Spark's one status read (SPARK): the sizes of the blobs the mirror would warm.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 
 from pyinfra.api import FactBase
 
 from ..fleet.programs import program_text
-from ..fleet.status import FileReads, StatusPart, register
+from ..fleet.status import FileReads, Lines, StatusPart, register
 from ..host.layout import REGISTRY_PACKAGE_UNIT, REGISTRY_USER, MirrorLayout
 from ..plan import HostPlan
 from ..serving.status import blob_path
@@ -49,6 +50,7 @@ class MirrorState:
     registry_enabled: tuple[str, str] = ("", "")
     package_unit: tuple[str, str] = ("", "")  # is-enabled, is-active of the package's own unit (masked: never runs)
     store_bytes: int | None = None  # bytes under image_store_dir (None: no store yet)
+    stored: list[tuple[str, str, str]] = field(default_factory=list)  # (repository, tag, digest) in the store
 
     @property
     def cached_bytes(self) -> int:
@@ -101,6 +103,8 @@ def _parse_registry(st: MirrorState, key: str, rest: str, parts: list[str]) -> N
         st.package_unit = two
     elif key == "store" and rest.strip().isdigit():
         st.store_bytes = int(rest)
+    elif key == "stored" and len(parts) == 3:
+        st.stored.append((parts[0], parts[1], parts[2].strip()))
 
 
 class MirrorStatus(FactBase):
@@ -120,6 +124,34 @@ class MirrorStatus(FactBase):
 
 
 
+@dataclass
+class SparkImage:
+    """A Spark's image state beyond the release's: the pinned image under its upstream name, and the registries its
+    dockerd reaches over plain HTTP."""
+
+    upstream_id: str = ""  # image id of the upstream reference by the lock's digest (empty: not on the host)
+    insecure: tuple[str, ...] = ()  # registries dockerd talks plain HTTP to (its RegistryConfig, as it runs now)
+
+
+def parse_spark_image(lines: Lines) -> SparkImage:
+    out = SparkImage()
+    for key, rest in lines:
+        if key == "image_upstream":
+            out.upstream_id = rest.strip()
+        elif key == "image_registries":
+            try:
+                configs = json.loads(rest) or {}
+            except ValueError:
+                configs = {}
+            out.insecure = tuple(sorted(name for name, c in configs.items() if isinstance(c, dict)
+                                        and c.get("Secure") is False))
+    return out
+
+
+def _spark_env(plan: HostPlan) -> dict[str, str]:
+    return {"IMAGE_UPSTREAM": plan.image_upstream or "", "IMAGE_REGISTRY": plan.settings.image_registry or ""}
+
+
 def _spark_reads(plan: HostPlan) -> FileReads:
     """A Spark that fetches through the mirror: the sizes of the blobs the mirror would warm (it warms only what no
     host has: blobs a new commit shares are not fetched)."""
@@ -128,4 +160,6 @@ def _spark_reads(plan: HostPlan) -> FileReads:
     return FileReads(sizes=tuple(blob_path(plan, pin, blob) for pin in plan.pins.values() for blob in pin.blobs))
 
 
-SPARK: StatusPart[None] = register(StatusPart("mirror", reads=_spark_reads))
+SPARK: StatusPart[SparkImage] = register(StatusPart(
+    "mirror", frozenset({"image_upstream", "image_registries"}), parse_spark_image,
+    script=program_text("image_status.sh"), env=_spark_env, reads=_spark_reads))

@@ -62,7 +62,7 @@ def read_overviews(plans: dict[str, HostPlan], hosts: list[str], metrics: bool) 
 def collect_mirror(found: dict):
     s = current_plan().settings
     found[host.name] = host.get_fact(MirrorStatus, cache_dir=s.mirror_cache_dir, python=s.mirror_python,
-                                     files=(), dirs=())
+                                     files=(), dirs=(), store=s.image_store_dir)
 
 
 def read_mirrors(plans: dict[str, HostPlan], mirrors: list[str]) -> dict[str, MirrorState]:

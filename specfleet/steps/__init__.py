@@ -15,6 +15,7 @@ from ..gateway.steps.behind import behind_gateways
 from ..gateway.steps.gateways import gateway
 from ..memory.steps import oom_protection
 from ..mirror.steps.hub import mirror_setup, mirror_warm
+from ..mirror.steps.images import image_warm
 from ..pair.steps.link import pair_link
 from ..pair.steps.trust import pair_trust
 from ..serving.render import profile_of
@@ -129,6 +130,7 @@ def _stage_steps(preflight_done: bool = False) -> None:
         behind_gateways()  # before any restart: the drain reads gateways.json and asks the agent's acks
         encodings()
     mirror_warm()  # one call site for every host: the mirror warms, the others wait for it (mirror/steps/hub.py)
+    image_warm()  # the mirror's registry fetches the pinned images the Sparks lack (mirror/steps/images.py)
     if mirror:
         return
     models()

@@ -104,6 +104,13 @@ def test_progress_lines():
     gate = {"progress": {"kind": "gate", "release": "r-1", "phase": "health", "elapsed": 42.4, "timeout": 1800,
                          "unit": "active", "last": "/health: [Errno 111] Connection refused"}}
     assert jobs.progress_line(gate, 50) == "gate r-1: health 42s/1800s, unit active (/health: [Errno 111] Connection refused)"
+    pull = {"progress": {"kind": "pull", "ref": "10.1.0.5:5000/nvcr.io/x@sha256:ab", "bytes_done": 3.2e9,
+                         "bytes_total": 21.3e9, "rate_bps": 110.2e6, "eta_s": 164, "layers_done": 12, "layers_total": 95}}
+    assert jobs.progress_line(pull, 30) == ("pull 10.1.0.5:5000/nvcr.io/x@sha256:ab: 3.20/21.30 GB (15%, 12/95 layers), "
+                                            "110.2 MB/s, ETA 164s")
+    fetch_image = {"progress": {"kind": "image-fetch", "ref": "nvcr.io/x@sha256:ab", "bytes_done": 0,
+                                "bytes_total": 21.3e9, "rate_bps": 0, "eta_s": None, "done": 0, "total": 1}}
+    assert jobs.progress_line(fetch_image, 3) == "image-fetch nvcr.io/x@sha256:ab: 0.00/21.30 GB (0%, 0/1 images), 0.0 MB/s, ETA ?"
     assert jobs.progress_line({"key": "prune", "progress": {}}, 31.2) == "prune: running for 31s"
 
 

@@ -298,3 +298,63 @@ def test_plan_of_the_mirror_deploy_lists_the_registry_steps(fleet_file, monkeypa
     result = CliRunner().invoke(main, ["plan", "inventory.py", "deploys/hub_mirror.py"])
     assert result.exit_code == 0 and "mirror-01: hub_mirror: nothing to do" in result.output, result.output
     assert plans["mirror-01"].is_mirror
+
+
+# ---- the store's budget against the lock's image sizes (`specfleet check`) -------------------------------------
+def _pin_images(fleet_path, platforms):
+    from specfleet.pins.lockfile import lock_path, read_lock, write_lock
+
+    lock = read_lock(lock_path(fleet_path))
+    for ref in lock.images:
+        lock.images[ref] = {"image_digest": "sha256:" + "d" * 64, **({"platforms": platforms} if platforms else {})}
+    write_lock(lock_path(fleet_path), lock, fleet_path.name)
+
+
+@pytest.mark.parametrize("budget, sizes, code, expect", [
+    (20, True, 2, "mirror-01: image_store_budget_gb: 20 GB is below the 21.30 GB of the images the Sparks pull "
+                  "through the mirror (nvcr.io/nvidia/tensorrt-llm/release@sha256:dddddddddddd"),
+    (22, True, 0, None),
+    (20, False, 0, "  note: mirror-01: image_store_budget_gb: not checked: fleet.yml.lock records no size for "
+                   "nvcr.io/nvidia/tensorrt-llm/release@sha256:dddd"),
+])
+def test_check_holds_the_store_budget_against_the_locked_sizes(fleet_file, monkeypatch, tmp_path, budget, sizes,
+                                                                code, expect):
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = fleet_file(FLEET.format(all="", mirror=f", image_store_budget_gb: {budget}", spark=""))
+    _pin_images(path, {"linux/arm64": {"digest": "sha256:" + "a" * 64, "bytes": 21_300_000_000},
+                       "linux/amd64": {"digest": "sha256:" + "b" * 64, "bytes": 300_000_000}} if sizes else None)
+    (tmp_path / "inventory.py").write_text("")
+    (tmp_path / "eagle3.py").write_text('PROFILE = "eagle3"\n')
+    result = CliRunner().invoke(main, ["check", "inventory.py", "eagle3.py"])
+    assert result.exit_code == code, result.output
+    if expect:
+        assert any(line.startswith(expect) for line in result.output.splitlines()), result.output
+    else:
+        assert "image_store_budget_gb" not in result.output, result.output
+
+
+def test_mirror_status_lists_the_stored_images_and_which_the_lock_pins(fleet_file, monkeypatch):
+    from click.testing import CliRunner
+
+    from specfleet.cli import main
+    from specfleet.pins.lockfile import lock_path, read_lock, write_lock
+
+    path = fleet_file(FLEET.format(all="", mirror="", spark=""))
+    lock = read_lock(lock_path(path))
+    pinned, other = "sha256:" + "a" * 64, "sha256:" + "f" * 64
+    for ref in lock.images:
+        lock.images[ref] = {"image_digest": "sha256:" + "d" * 64,
+                            "platforms": {"linux/arm64": {"digest": pinned, "bytes": 21_300_000_000}}}
+    write_lock(lock_path(path), lock, path.name)
+    stored = [f"stored\tnvcr.io/nvidia/tensorrt-llm/release\t{d.replace(':', '-')}\t{d}" for d in (pinned, other)]
+    fake_run_on(monkeypatch, lambda p: {MIRROR_FACT: _lines(p, "converged") + stored})
+    result = CliRunner().invoke(main, ["mirror", "status", "inventory.py"])
+    assert result.exit_code == 0, result.output
+    assert ("mirror-01: image registry 10.1.0.5:5000: service active, socket active; store "
+            "/var/lib/specfleet-mirror/images: 0.00 GB of 100 GB (image_store_budget_gb), 2 image(s)") in result.output
+    assert f"  nvcr.io/nvidia/tensorrt-llm/release@{pinned[:19]}  (pinned by the lock)" in result.output
+    assert f"  nvcr.io/nvidia/tensorrt-llm/release@{other[:19]}  (not pinned)" in result.output

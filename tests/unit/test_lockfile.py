@@ -210,7 +210,7 @@ def test_lock_refuses_what_the_hub_refuses_and_writes_nothing(fleet_file, hub, m
     assert not lock_path(path).exists()
 
 
-def test_an_image_pinned_in_the_lock_is_pulled_and_run_by_digest(fleet_file):
+def test_an_image_pinned_in_the_lock_is_pulled_by_digest_and_run_by_a_tag_of_it(fleet_file):
     import yaml as _yaml
 
     from specfleet.fleet.inventory import load_inventory
@@ -226,8 +226,9 @@ def test_an_image_pinned_in_the_lock_is_pulled_and_run_by_digest(fleet_file):
         lock["images"][ref] = {"image_digest": digest}
     lock_path(path).write_text(_yaml.safe_dump(lock))
     plan = build_plans(load_inventory(path), "eagle3")["spark-01"]
-    assert plan.settings.image == f"nvcr.io/nvidia/tensorrt-llm/release@{digest}"
-    assert f" nvcr.io/nvidia/tensorrt-llm/release@{digest} " in unit_text(plan.settings).replace("\\\n", " ")
+    local = f"nvcr.io/nvidia/tensorrt-llm/release:sha256-{'d' * 64}"
+    assert plan.settings.image == local and plan.image_upstream == f"nvcr.io/nvidia/tensorrt-llm/release@{digest}"
+    assert f" {local} " in unit_text(plan.settings).replace("\\\n", " ")
     assert plan.release_id != unpinned.release_id, "the release id covers the digest"
     assert pinned_image("localhost:5000/a/b:1.0", digest) == f"localhost:5000/a/b@{digest}"
     assert pinned_image("name", digest) == f"name@{digest}"

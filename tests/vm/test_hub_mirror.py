@@ -10,6 +10,7 @@ mirror_port). The default mirror_allowed_networks hold the lab's networks."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
 from tests.vm.conftest import cache_dir, figure
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
+from tests.vm.registry_standin import RegistryStandin
 
 pytestmark = pytest.mark.vm  # the first test in CI (the mirror smoke); its faults and filters in --full
 
@@ -335,6 +337,7 @@ def test_a_peer_outside_the_allowed_networks_is_refused(vm_fleet, lab_inventory,
 REGISTRY_PORT = defaults.image_registry_port
 
 
+@pytest.mark.full
 def test_the_image_registry_admits_the_sparks_read_only(vm_fleet, lab_inventory, mirror_guest, olah_index, tmp_path):
     """image_mirror on: the mirror deploy runs the distribution's registry behind a socket on the mirror's fleet
     address. A Spark gets answers and cannot write; the mirror's own fleet address, not a Spark's, is dropped by the
@@ -362,3 +365,88 @@ def test_the_image_registry_admits_the_sparks_read_only(vm_fleet, lab_inventory,
     assert rerun.returncode == 0 and rerun.n_changed == 0, (rerun.changed, rerun.output()[-3000:])
     for g in vm_fleet.guests:
         assert lab.guest_curl_completion(g)["choices"], g.name
+
+
+# ---- pinned images through the registry: one download for the fleet ----------------------------------------------
+REGISTRY_DOWN = "/run/systemd/system/specfleet-image-registry.service.d/zz-test-down.conf"
+
+
+@pytest.fixture(scope="module")
+def nvcr(vm_fleet, mirror_guest, tmp_path_factory):
+    """The nvcr.io STAND-IN on the controller, serving the trtllm-serve stand-in image (the rootfs the session built)
+    over TLS with anonymous tokens. The controller's `specfleet lock` trusts its CA (SSL_CERT_FILE), the mirror's
+    skopeo through /etc/containers/certs.d (nvcr.io's CA is a public one: this trust is the lab's, not the deploy's).
+    """
+    rootfs = lab.standin_tarball(cache_dir(), "x86_64")
+    reg = RegistryStandin(rootfs=rootfs, bind=vm_fleet.driver.bind_address, tls_names=[vm_fleet.controller_address],
+                          tls_dir=tmp_path_factory.mktemp("nvcr-tls"), expires_in=600).start()
+    host = f"{vm_fleet.controller_address}:{reg.port}"
+    bundle = tmp_path_factory.mktemp("nvcr-trust") / "ca-bundle.crt"
+    bundle.write_text(Path("/etc/ssl/certs/ca-certificates.crt").read_text() + reg.ca_cert_path.read_text())
+    mirror_guest.ssh(f"mkdir -p /etc/containers/certs.d/{host} && cat > /etc/containers/certs.d/{host}/ca.crt",
+                     input=reg.ca_cert_path.read_bytes())
+    old = os.environ.get("SSL_CERT_FILE")
+    os.environ["SSL_CERT_FILE"] = str(bundle)
+    yield reg, f"{host}/{reg.repository}:{reg.tag}"
+    if old is None:
+        os.environ.pop("SSL_CERT_FILE", None)
+    else:
+        os.environ["SSL_CERT_FILE"] = old
+    reg.stop()
+
+
+def _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image: str, **extra) -> Path:
+    inv = _inventory(lab_inventory, tmp_path / "fleet-images.yml", mirror_guest,
+                     olah_index.index_url_for(vm_fleet.controller_address), HubStandin.commits(DRAFT)[0],
+                     mirror_vars={"image_mirror": True}, host_vars={g.name: {"image_mirror": True, **extra}
+                                                                     for g in vm_fleet.guests})
+    doc = yaml.safe_load(inv.read_text())
+    doc["all"]["vars"]["image"] = image
+    inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return lab.write_lock(inv)  # `specfleet lock`: the image's digest and its size per platform, from the stand-in
+
+
+def test_three_sparks_pull_the_pinned_image_through_one_upstream_download(vm_fleet, lab_inventory, mirror_guest,
+                                                                          olah_index, nvcr, tmp_path):
+    """N Sparks that lack the image, converging in parallel: the mirror fetches its digest once (upstream bytes /
+    image bytes = 1.00, counted by the stand-in), each Spark pulls it from the mirror and serves it under the tag of
+    the lock's digest. Then the mirror's registry down and upstream down: a re-converge pulls nothing on any
+    Spark and changes nothing there, and they keep serving."""
+    reg, image = nvcr
+    inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image)
+    lock = yaml.safe_load(Path(f"{inv}.lock").read_text())["images"][image]
+    assert lock["image_digest"] == reg.index_digest and lock["platforms"][reg.platform]["bytes"] == reg.image_bytes()
+    reg.reset_log()
+    run = lab.run_pyinfra(inv, "eagle3")
+    assert run.returncode == 0, run.output()[-6000:]
+    sent = sum(reg.blob_bytes().values())
+    clients = sorted(reg.client_bytes())
+    figure(f"image registry: upstream blob bytes / image bytes, converge of N={len(vm_fleet.guests)} Sparks + 1 "
+           "mirror", f"{sent / reg.image_bytes():.2f} ({sent:,} / {reg.image_bytes():,}; clients {clients})")
+    assert sent == reg.image_bytes() and len(clients) == 1, (sent, clients)
+    tag = f"{image.rpartition(':')[0]}:{reg.index_digest.replace(':', '-')}"
+    for g in vm_fleet.guests:
+        assert f'"image": "{tag}"' in lab.guest_release_json(g), g.name
+        assert lab.guest_curl_completion(g)["choices"], g.name
+    status = lab.run_specfleet("mirror", "status", "inventory.py", inventory=inv)
+    platform_digest = reg.platform_manifests[reg.platform]["digest"]
+    assert status.returncode == 0 and f"@{platform_digest[:19]}  (pinned by the lock)" in status.stdout, status.stdout
+
+    # the mirror's registry down (its every start fails) and upstream down: the Sparks have the digest
+    mirror_guest.ssh(f"mkdir -p {REGISTRY_DOWN.rsplit('/', 1)[0]} && printf '[Service]\\nExecStartPre=/bin/false\\n' > "
+                     f"{REGISTRY_DOWN} && systemctl daemon-reload && systemctl stop specfleet-image-registry.service")
+    reg.down(refuse=True, seconds=3600)
+    try:
+        rerun = lab.run_pyinfra(inv, "eagle3")
+        sparks_changed = {h: ops for h, ops in rerun.changed.items() if h != MIRROR and ops}
+        figure("image registry: re-converge with the mirror's registry and upstream down",
+               f"rc {rerun.returncode}, Spark operations that changed something: {sparks_changed or 'none'}")
+        assert not sparks_changed, rerun.output()[-4000:]
+        assert sum(reg.blob_bytes().values()) == sent
+        for g in vm_fleet.guests:
+            assert lab.guest_curl_completion(g)["choices"], g.name
+    finally:
+        reg.up()
+        mirror_guest.ssh(f"rm -f {REGISTRY_DOWN} && systemctl daemon-reload && "
+                         "systemctl reset-failed specfleet-image-registry.service; "
+                         "systemctl start specfleet-image-registry.service", check=False)

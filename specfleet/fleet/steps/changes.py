@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ...gateway.render import spark_paths
 from ...memory.steps import dockerd_note, dockerd_work, earlyoom_work
+from ...mirror.steps.images import pull_of
 from ...pair.steps.link import link_work
 from ...pair.steps.trust import trust
 from ...plan import HostPlan
@@ -39,7 +40,7 @@ class Changes:
     release: str | None  # the plan's release (None: profile-less deploy)
     switch: list[tuple[str, str]]  # (kind, why) from service.switch_checks
     fetches: list[Fetch]
-    pull: str | None  # image to pull
+    pull: str | None  # how the image arrives (mirror/steps/images.py: Pull.line()); None: it is on the host
     token: str | None  # "write" / "remove"
     users: list[str]  # added to the docker group
     install: str | None  # hub client requirement to install
@@ -74,7 +75,7 @@ class Changes:
         if self.install:
             out.append(f"install {self.install}")
         if self.pull:
-            out.append(f"pull {self.pull}")
+            out.append(self.pull)
         out += [f.line() for f in self.fetches]
         out += [why for _, why in self.switch]
         return out
@@ -93,7 +94,8 @@ def changes(plan: HostPlan) -> Changes:
     switch: list[tuple[str, str]] = []
     pull = None
     if s.profile is not None:
-        pull = None if st.release.image_id else s.image
+        how = pull_of(plan, st)
+        pull = None if how.kind == "none" else how.line()
         for role, pin in plan.pins.items():
             todo = missing(plan, st, role)
             if todo:

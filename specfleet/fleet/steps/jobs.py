@@ -19,6 +19,9 @@ from pyinfra.operations import python
 from .state import current_plan
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines while a job runs
+# a progress kind with bytes -> its count of parts done, of parts, and their name
+_COUNTS = {"fetch": ("files_done", "files_total", "files"), "pull": ("layers_done", "layers_total", "layers"),
+           "image-fetch": ("done", "total", "images")}
 POLL_EVERY = 2.0  # seconds between job status reads of a host tool without `job status --wait` (an older host tool)
 
 log = logging.getLogger("pyinfra.specfleet")
@@ -123,14 +126,16 @@ def _watch(state, host, tool: str, jid: str, quiet: bool = False) -> dict:
 def progress_line(status: dict, elapsed: float) -> str:
     """One line for a running job: fetch bytes/rate/ETA, gate phase/elapsed/timeout, or just elapsed."""
     progress = status.get("progress") or {}
-    if progress.get("kind") == "fetch" and progress.get("bytes_total"):
+    kind = progress.get("kind")
+    if kind in _COUNTS and progress.get("bytes_total"):  # a model fetch; an image's pull or fetch (mirror/host/)
         done, total = progress.get("bytes_done", 0), progress["bytes_total"]
         rate = progress.get("rate_bps") or 0
         eta = f"{progress['eta_s']:.0f}s" if isinstance(progress.get("eta_s"), (int, float)) else "?"
-        return (f"fetch {progress.get('repo')}@{str(progress.get('commit', ''))[:12]}: "
-                f"{done / 1e9:.2f}/{total / 1e9:.2f} GB ({100 * done / total:.0f}%, "
-                f"{progress.get('files_done', 0)}/{progress.get('files_total', '?')} files), "
-                f"{rate / 1e6:.1f} MB/s, ETA {eta}")
+        n_done, n_total, unit = _COUNTS[kind]
+        what = (f"fetch {progress.get('repo')}@{str(progress.get('commit', ''))[:12]}" if kind == "fetch"
+                else f"{kind} {progress.get('ref')}")
+        return (f"{what}: {done / 1e9:.2f}/{total / 1e9:.2f} GB ({100 * done / total:.0f}%, "
+                f"{progress.get(n_done, 0)}/{progress.get(n_total, '?')} {unit}), {rate / 1e6:.1f} MB/s, ETA {eta}")
     if progress.get("kind") == "drain":  # drain.py: gateways yet to take the host out, or requests in flight
         what = "gateway(s) to answer" if progress.get("phase") == "gateways" else "request(s) in flight"
         return (f"drain before the restart: {progress.get('pending')} {what}, "

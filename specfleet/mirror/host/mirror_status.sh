@@ -21,6 +21,9 @@ echo "registry_active	$(systemctl is-active "$RSERVICE" 2>/dev/null)	$(systemctl
 echo "registry_enabled	$(systemctl is-enabled "$RSERVICE" 2>/dev/null)	$(systemctl is-enabled "$RSOCKET" 2>/dev/null)"
 echo "registry_package_unit	$(systemctl is-enabled "$RPKG" 2>/dev/null)	$(systemctl is-active "$RPKG" 2>/dev/null)"
 [ -d "$STORE" ] && echo "store	$(du -sb "$STORE" | cut -f1)"
+r="$STORE/docker/registry/v2/repositories"
+[ -d "$r" ] && find "$r" -path '*/_manifests/tags/*/current/link' 2>/dev/null | while IFS= read -r l; do
+  t=${l%/current/link}; repo=${t%/_manifests/tags/*}; echo "stored	${repo#"$r"/}	${t##*/}	$(cat "$l")"; done
 d="$C"; while [ ! -d "$d" ]; do d=$(dirname "$d"); done
 echo "free	$(df -PB1 "$d" | awk 'NR==2{print $4}')"
 for r in "$MODELS"/*/*/resolve/*; do [ -d "$r" ] || continue

@@ -36,7 +36,8 @@ from ...serving.status import blob_path
 from ...serving.steps.token import _write_token
 from ..render import NAME, USER, advertised_url, mirror_files, registry_files
 from ..status import WARM, MirrorState, MirrorStatus
-from .ready import wait_answers
+from .images import image_warm
+from .ready import mirror_succeeded, wait_answers
 from .registry import registry_dirs, registry_lines, registry_problems, registry_setup
 
 # The host tool and the modules it imports from its own directory (host/layout.py): the warm-up runs as a host job.
@@ -261,22 +262,8 @@ def _warm_or_wait(state, host) -> bool:
         return ok
     if plan.mirror_down:  # `specfleet rollout`: the mirror failed its warm-up phase
         return _mirror_unusable(state, host, plan)
-    # The mirror hosts' warm-up: in a CLI run (`pyinfra inventory.py deploys/...`) operations are identified by where
-    # they are called, so the warm-up and this wait are ONE operation, running now on the mirror: wait for its result
-    # (fleet/steps/coordination.py).
-    # Under pyinfra's Python API (operations identified by their index per host) the mirror's warm-up may be an
-    # earlier operation (its result is known) or a later one: then nothing can be waited for here (`specfleet
-    # rollout` warms in a phase of its own before it stages).
-    for m in warm.running_with(state, host):
-        warm.wait(state, host, m, grace_sec=None)  # until it ends or fails: no deadline but its warm-up job's
-    mirrors = warm.hosts(state)
-    for m in mirrors:
-        ok, _ = warm.results.get(m.name, (m not in state.failed_hosts, None))
-        if not ok:
-            return _mirror_unusable(state, host, plan)
-    if not mirrors and plan.mirror_name in {h.name for h in state.failed_hosts}:
-        return _mirror_unusable(state, host, plan)  # the mirror host failed before its warm-up (setup, unreachable)
-    return True
+    # in a CLI run the warm-up and this wait are ONE operation, running now on the mirror (fleet/steps/coordination.py)
+    return mirror_succeeded(warm, state, host, plan) or _mirror_unusable(state, host, plan)
 
 
 def _mirror_unusable(state, host, plan) -> bool:
@@ -321,5 +308,6 @@ def warm_phase():
     if plan.is_mirror:
         mirror_setup()
         mirror_warm()
+        image_warm()
     else:
         host_status(plan)

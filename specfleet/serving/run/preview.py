@@ -71,7 +71,7 @@ def describe(name: str, found) -> list[str]:
         out.append(f"  activate without restart: {'; '.join(others)}")
     out += [f"  {f.line()}" for f in ch.fetches]
     if ch.pull:
-        out.append(f"  pull image {ch.pull}")
+        out.append(f"  {ch.pull}")
     out.append(f"  unit rewrite: {'yes' if ch.unit_rewrite else 'no'}")
     out.append(f"  token: {ch.token or 'unchanged'}")
     if ch.users:

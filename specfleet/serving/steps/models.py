@@ -1,6 +1,7 @@
 """Models: target and draft fetched into the host's Hugging Face cache (standard hub layout, so
 `hf cache ls` lists them) at the commit pinned on the controller; only the files the server needs.
-Nothing runs when every file is already there with the right size. Each fetch (and an image pull) is a
+Nothing runs when every file is already there with the right size. Each fetch (and the image's pull,
+mirror/steps/images.py) is a
 host job: it survives the controller, and an interrupted fetch resumes where it stopped (Range requests).
 The draft is also laid out as hard links at a stable path (drafts/<repo>/<commit>)."""
 
@@ -9,9 +10,10 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
-from ...fleet.steps.jobs import _follow, host_job
+from ...fleet.steps.jobs import _follow
 from ...fleet.steps.state import current_plan, host_status, missing
 from ...mirror.steps.hub import fetch_endpoint
+from ...mirror.steps.images import image_pull
 
 
 def _fetch(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
@@ -28,8 +30,7 @@ def models():
     plan = current_plan()
     s, layout = plan.settings, plan.paths
     st = host_status(plan)
-    if not st.release.image_id:
-        host_job(name=f"Pull {s.image}", key=f"pull:{s.image}", argv=["docker", "pull", s.image])
+    image_pull()  # nothing when the host has it; through the mirror's registry where image_mirror is on
     env = {"HF_HUB_CACHE": layout.hub_cache, "HF_ENDPOINT": s.hub_endpoint, "HF_TOKEN_PATH": layout.token_file,
            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_XET": "1"}
     if plan.uses_mirror:  # a mirror answers after its own upstream round trip (and serves the whole fleet at once)
