@@ -174,3 +174,40 @@ def test_a_token_ended_mid_fetch_is_survived_with_the_ngc_login_only(store, upst
         assert run.returncode != 0
         assert "set ngc_api_key_file" in run.stdout.strip().splitlines()[-1], run.stdout
         assert _served_by_the_reader(store, upstream) is None
+
+
+def test_over_the_budget_unpinned_images_are_evicted_first_and_then_it_refuses(store, upstream, tmp_path):
+    """A store holding an image the lock pins no more: over the budget, the fetch deletes it and collects its blobs
+    before it fetches; when even that leaves the budget short, one line and nothing fetched."""
+    old = RegistryStandin(rootfs=None, api_key=KEY, expires_in=600, tag="old", layers=3)  # another digest
+    with old:
+        certs = Path("/etc/containers/certs.d") / old.host
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(old.ca_cert_path, certs / "ca.crt")
+        try:
+            assert _fetch(store, old).returncode == 0
+        finally:
+            shutil.rmtree(certs, ignore_errors=True)
+    image = upstream.image_bytes()
+    budget = ["--budget-bytes", str(image + image // 2), "--keep", ""]  # room for the new image only
+    run = subprocess.run(_argv(store, upstream) [:7] + budget + _argv(store, upstream)[7:], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(installed())})
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "evicting " in run.stdout and old.platform_manifests[old.platform]["digest"] in run.stdout
+    assert _served_by_the_reader(store, upstream) == upstream.platform_manifests[upstream.platform]["digest"]
+    short = ["--budget-bytes", str(image + image // 2), "--keep", ""]  # the pinned one kept: no room for another
+    with RegistryStandin(rootfs=None, api_key=KEY, expires_in=600, tag="new", layers=5) as new:
+        certs = Path("/etc/containers/certs.d") / new.host
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(new.ca_cert_path, certs / "ca.crt")
+        try:
+            argv = _argv(store, new)
+            keep = ["--keep", upstream.platform_manifests[upstream.platform]["digest"]]
+            refused = subprocess.run(argv[:7] + short[:2] + keep + argv[7:], capture_output=True, text=True,
+                                     timeout=300, env={**os.environ, "PYTHONPATH": str(installed())})
+        finally:
+            shutil.rmtree(certs, ignore_errors=True)
+        assert refused.returncode != 0 and sum(new.blob_bytes().values()) == 0
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith("image-fetch: image store ") and "over image_store_budget_gb" in line, line
+    assert _served_by_the_reader(store, upstream) == upstream.platform_manifests[upstream.platform]["digest"]

@@ -113,7 +113,8 @@ def test_the_mirror_fetches_once_before_the_sparks_pull_from_it(fleet_file):
     fetch = [c.rpartition(" --writer-config ")[2] for c in cmds["mirror-01"] if "job start" in c and "image-fetch:" in c]
     assert len(fetch) == 1, fetch  # one fetch for both Sparks (both aarch64: one platform manifest)
     assert f" {IMAGE}@{ARM} nvcr.io/nvidia/tensorrt-llm/release 21300000000" in fetch[0]
-    assert AMD not in fetch[0] and "--authfile" not in fetch[0]
+    assert f"--budget-bytes 100000000000 --keep {ARM},{AMD} " in fetch[0]  # the lock's digests are never evicted
+    assert f"@{AMD}" not in fetch[0] and "--authfile" not in fetch[0]
     for spark in ("spark-01", "spark-02"):
         pulls = [c for c in cmds[spark] if "job start" in c and "pull:" in c]
         assert len(pulls) == 1 and f"--pull 10.1.0.5:5000/nvcr.io/nvidia/tensorrt-llm/release@{ARM}" in pulls[0]

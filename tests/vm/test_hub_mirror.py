@@ -10,6 +10,7 @@ mirror_port). The default mirror_allowed_networks hold the lab's networks."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -341,11 +342,12 @@ REGISTRY_PORT = defaults.image_registry_port
 def test_the_image_registry_admits_the_sparks_read_only(vm_fleet, lab_inventory, mirror_guest, olah_index, tmp_path):
     """image_mirror on: the mirror deploy runs the distribution's registry behind a socket on the mirror's fleet
     address. A Spark gets answers and cannot write; the mirror's own fleet address, not a Spark's, is dropped by the
-    socket's filter; the package's own unit stays masked; a second run changes nothing. The Sparks keep serving."""
+    socket's filter; the package's own unit stays masked; a second run changes nothing. The Sparks are untouched."""
     inv = _inventory(lab_inventory, tmp_path / "fleet-registry.yml", mirror_guest,
                      olah_index.index_url_for(vm_fleet.controller_address), HubStandin.commits(DRAFT)[0],
                      mirror_vars={"image_mirror": True},
                      host_vars={g.name: {"image_mirror": True} for g in vm_fleet.guests})
+    before = {g.name: lab.guest_release_json(g) for g in vm_fleet.guests}
     run = lab.run_pyinfra(inv, "hub_mirror")
     assert run.returncode == 0, run.output()[-6000:]
     url = f"http://{mirror_guest.lan_address}:{REGISTRY_PORT}/v2/"
@@ -363,8 +365,7 @@ def test_the_image_registry_admits_the_sparks_read_only(vm_fleet, lab_inventory,
     assert masked == "masked", masked
     rerun = lab.run_pyinfra(inv, "hub_mirror")
     assert rerun.returncode == 0 and rerun.n_changed == 0, (rerun.changed, rerun.output()[-3000:])
-    for g in vm_fleet.guests:
-        assert lab.guest_curl_completion(g)["choices"], g.name
+    assert {g.name: lab.guest_release_json(g) for g in vm_fleet.guests} == before  # the Sparks untouched
 
 
 # ---- pinned images through the registry: one download for the fleet ----------------------------------------------
@@ -385,6 +386,9 @@ def nvcr(vm_fleet, mirror_guest, tmp_path_factory):
     bundle.write_text(Path("/etc/ssl/certs/ca-certificates.crt").read_text() + reg.ca_cert_path.read_text())
     mirror_guest.ssh(f"mkdir -p /etc/containers/certs.d/{host} && cat > /etc/containers/certs.d/{host}/ca.crt",
                      input=reg.ca_cert_path.read_bytes())
+    for g in vm_fleet.guests:  # dockerd reads certs.d at each pull: an image_fallback pull from "nvcr.io" is trusted
+        g.ssh(f"mkdir -p /etc/docker/certs.d/{host} && cat > /etc/docker/certs.d/{host}/ca.crt",
+              input=reg.ca_cert_path.read_bytes())
     old = os.environ.get("SSL_CERT_FILE")
     os.environ["SSL_CERT_FILE"] = str(bundle)
     yield reg, f"{host}/{reg.repository}:{reg.tag}"
@@ -395,11 +399,13 @@ def nvcr(vm_fleet, mirror_guest, tmp_path_factory):
     reg.stop()
 
 
-def _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image: str, **extra) -> Path:
+def _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image: str, on: bool = True,
+                     per_host: dict | None = None) -> Path:
     inv = _inventory(lab_inventory, tmp_path / "fleet-images.yml", mirror_guest,
                      olah_index.index_url_for(vm_fleet.controller_address), HubStandin.commits(DRAFT)[0],
-                     mirror_vars={"image_mirror": True}, host_vars={g.name: {"image_mirror": True, **extra}
-                                                                     for g in vm_fleet.guests})
+                     mirror_vars={"image_mirror": on}, host_vars={g.name: {"image_mirror": on,
+                                                                           **(per_host or {}).get(g.name, {})}
+                                                                  for g in vm_fleet.guests})
     doc = yaml.safe_load(inv.read_text())
     doc["all"]["vars"]["image"] = image
     inv.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -450,3 +456,85 @@ def test_three_sparks_pull_the_pinned_image_through_one_upstream_download(vm_fle
         mirror_guest.ssh(f"rm -f {REGISTRY_DOWN} && systemctl daemon-reload && "
                          "systemctl reset-failed specfleet-image-registry.service; "
                          "systemctl start specfleet-image-registry.service", check=False)
+
+
+
+def _serving(vm_fleet) -> dict[str, tuple[str, str, str]]:
+    """Per Spark: its release, its container's start and dockerd's pid."""
+    return {g.name: (json.loads(lab.guest_release_json(g)).get("id", ""),
+                     g.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip(),
+                     g.ssh("systemctl show -p MainPID --value docker.service").stdout.strip())
+            for g in vm_fleet.guests}
+
+
+@pytest.mark.full
+def test_turning_image_mirror_on_restarts_nothing_and_upstream_down_is_no_fault(vm_fleet, lab_inventory, mirror_guest,
+                                                                               olah_index, nvcr, tmp_path):
+    """On a fleet serving the pinned image: image_mirror off, then on, changes no release id, restarts no container
+    and no dockerd. Then a Spark loses the image's tags while upstream is down and the store has it: the converge
+    pulls it from the mirror and succeeds, with no byte from upstream."""
+    reg, image = nvcr
+    inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image)
+    assert lab.run_pyinfra(inv, "eagle3").returncode == 0  # the smoke's state: serving the pinned image
+    before = _serving(vm_fleet)
+    for on in (False, True):
+        inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image, on=on)
+        run = lab.run_pyinfra(inv, "eagle3")
+        assert run.returncode == 0, run.output()[-4000:]
+        assert _serving(vm_fleet) == before, (on, run.output()[-4000:])
+    figure("image registry: image_mirror off then on, on a serving fleet",
+           "release ids, containers' StartedAt and dockerd pids unchanged")
+
+    spark = vm_fleet.guests[0]
+    tag = f"{image.rpartition(':')[0]}:{reg.index_digest.replace(':', '-')}"
+    spark.ssh(f"docker image rm {tag} {image.rpartition(':')[0]}@{reg.index_digest} >/dev/null 2>&1; true")
+    reg.reset_log()
+    reg.down(refuse=True, seconds=3600)
+    try:
+        run = lab.run_pyinfra(inv, "eagle3")
+    finally:
+        reg.up()
+    assert run.returncode == 0, run.output()[-4000:]
+    assert sum(reg.blob_bytes().values()) == 0
+    assert spark.ssh(f"docker image inspect {tag} >/dev/null", check=False).returncode == 0
+    assert _serving(vm_fleet) == before  # the tag is back: the same release, nothing restarted
+    figure("image registry: upstream down, the store has the image, a Spark lacks it", "pulled from the mirror")
+
+
+@pytest.mark.full
+def test_the_mirror_down_a_spark_pulls_upstream_only_where_image_fallback_allows(vm_fleet, lab_inventory, mirror_guest,
+                                                                               olah_index, nvcr, tmp_path):
+    """A new image (another stand-in build, another digest) while the mirror's registry cannot start: the Spark with
+    image_fallback pulls it from upstream and serves it; the others refuse with one line naming the mirror and keep
+    serving their release."""
+    reg, _ = nvcr
+    rootfs = lab.standin_tarball(cache_dir(), "x86_64", load_delay_s=3.0)  # another build: another digest
+    other = RegistryStandin(rootfs=rootfs, bind=reg.bind, tls_names=reg.tls_names, tls_dir=reg.ca_cert_path.parent,
+                            expires_in=600).start()
+    host = f"{vm_fleet.controller_address}:{other.port}"
+    for g in (mirror_guest, *vm_fleet.guests):
+        for d in ("/etc/containers/certs.d", "/etc/docker/certs.d"):
+            g.ssh(f"mkdir -p {d}/{host} && cat > {d}/{host}/ca.crt", input=other.ca_cert_path.read_bytes())
+    first, *rest = vm_fleet.guests
+    before = _serving(vm_fleet)
+    inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet,
+                           f"{host}/{other.repository}:{other.tag}", per_host={first.name: {"image_fallback": True}})
+    mirror_guest.ssh(f"mkdir -p {REGISTRY_DOWN.rsplit('/', 1)[0]} && printf '[Service]\\nExecStartPre=/bin/false\\n' > "
+                     f"{REGISTRY_DOWN} && systemctl daemon-reload && systemctl stop specfleet-image-registry.service")
+    try:
+        run = lab.run_pyinfra(inv, "eagle3")
+    finally:
+        mirror_guest.ssh(f"rm -f {REGISTRY_DOWN} && systemctl daemon-reload && "
+                         "systemctl reset-failed specfleet-image-registry.service; "
+                         "systemctl start specfleet-image-registry.service", check=False)
+        other.stop()
+    out = _plain(run.output())
+    assert run.returncode != 0 and set(run.failed) >= {g.name for g in rest} and first.name not in run.failed, out[-4000:]
+    after = _serving(vm_fleet)
+    assert after[first.name][0] != before[first.name][0] and lab.guest_curl_completion(first)["choices"]
+    for g in rest:
+        lines = [ln for ln in out.splitlines() if f"[{g.name}] image mirror {MIRROR} (" in ln and "not pulling" in ln]
+        assert len(lines) == 1, out[-4000:]
+        assert after[g.name] == before[g.name] and lab.guest_curl_completion(g)["choices"], g.name
+    figure("image registry: the mirror down, one Spark with image_fallback",
+           f"{first.name} pulled upstream and serves the new release; {len(rest)} refused with one line each, serving")

@@ -6,6 +6,8 @@ once, before any Spark pulls it. Run on the mirror host as a host job (mirror/st
     --user NAME            the registry's system user (the store's owner): the writer runs as it
     --authfile PATH        optional: a containers-auth.json for the upstream registry (the NGC login); skopeo reads it
                            (--src-authfile), so the key is never on a command line
+    --budget-bytes N       optional: the store's budget (image_store_budget_gb); --keep D1,D2,...: the digests the
+                           lock pins, which are never evicted
     SRC DEST BYTES ...     per manifest: the upstream reference by digest (nvcr.io/nvidia/x@sha256:...), the
                            repository in the store (nvcr.io/nvidia/x) and its compressed bytes (0: unknown)
 
@@ -59,7 +61,8 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[tuple[str, str, int]]]:
         opts[rest[0][2:]] = rest[1]
         rest = rest[2:]
     if len(rest) % 3 or not {"writer-config", "user"} <= set(opts):
-        raise SystemExit("image-fetch: usage: --writer-config PATH --user NAME [--authfile PATH] SRC DEST BYTES ...")
+        raise SystemExit("image-fetch: usage: --writer-config PATH --user NAME [--authfile PATH] [--budget-bytes N "
+                         "--keep D,...] SRC DEST BYTES ...")
     return opts, [(rest[i], rest[i + 1], int(rest[i + 2])) for i in range(0, len(rest), 3)]
 
 
@@ -167,6 +170,46 @@ def copy(writer: Writer, src: str, dest: str, authfile: str | None, root: str,
         raise SystemExit(f"image-fetch: {src}: the store answers {got or 'nothing'} for it, not {digest}")
 
 
+def stored(root: str) -> list[tuple[str, str]]:
+    """(repository, digest) of every tagged manifest in the store (distribution's filesystem layout)."""
+    base = os.path.join(root, "docker", "registry", "v2", "repositories")
+    out = []
+    for path, _dirs, files in os.walk(base):
+        if os.path.basename(path) == "current" and "link" in files and "/_manifests/tags/" in path:
+            with open(os.path.join(path, "link"), encoding="utf-8") as f:
+                out.append((os.path.relpath(path, base).split("/_manifests/tags/")[0], f.read().strip()))
+    return sorted(out)
+
+
+def make_room(writer: Writer, root: str, need: int, budget: int, keep: set[str], config: str, user: str) -> Writer:
+    """Within the budget before anything is fetched: the manifests the lock no longer pins are deleted (the writer
+    has delete enabled) and `docker-registry garbage-collect` removes the blobs no manifest references (safe beside
+    the fleet's registry: it is read-only). Still over: one line, and nothing is fetched. Returns the writer (a new
+    one after a collection)."""
+    have = store_bytes(root)
+    if have + need <= budget:
+        return writer
+    evict = [(repo, digest) for repo, digest in stored(root) if digest not in keep]
+    for repo, digest in evict:
+        req = urllib.request.Request(f"{writer.url}/v2/{repo}/manifests/{digest}", method="DELETE")
+        with contextlib.suppress(urllib.error.HTTPError), urllib.request.urlopen(req, timeout=60):
+            pass
+        say(f"evicting {repo}@{digest} (the lock pins it no more)")
+    if evict:
+        writer.stop()
+        subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", REGISTRY,
+                        "garbage-collect", config], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False, timeout=3600)
+        writer = Writer(config, user)
+        have = store_bytes(root)
+    if have + need > budget:
+        writer.stop()
+        raise SystemExit(f"image-fetch: image store {root}: {(have + need) / 1e9:.2f} GB needed for the images the "
+                         f"fleet serves ({have / 1e9:.2f} GB kept, {need / 1e9:.2f} GB to fetch), over "
+                         f"image_store_budget_gb {budget / 1e9:g}; nothing fetched")
+    return writer
+
+
 def main(argv: list[str]) -> int:
     opts, items = parse(argv)
     root = store_of(opts["writer-config"])
@@ -180,6 +223,10 @@ def main(argv: list[str]) -> int:
             if all(src != s for s, _, _ in todo):
                 say(f"{src}: in the store already")
         total = sum(n for _, _, n in todo)
+        if "budget-bytes" in opts and todo:
+            keep = {d for d in opts.get("keep", "").split(",") if d} | {s.rpartition("@")[2] for s, _, _ in items}
+            writer = make_room(writer, root, total, int(opts["budget-bytes"]), keep, opts["writer-config"],
+                               opts["user"])
         done_before = 0
         for i, (src, dest, size) in enumerate(todo, 1):
             say(f"{src}: fetching ({size / 1e9:.2f} GB)" if size else f"{src}: fetching (size unknown)")

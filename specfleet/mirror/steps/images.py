@@ -122,6 +122,9 @@ def _fetch_or_wait(state, host) -> bool:
     argv = ["python3", "-c", FETCH, "--writer-config", p.writer_config, "--user", REGISTRY_USER]
     if s.ngc_api_key is not None:
         argv += ["--authfile", plan.paths.ngc_auth_file]  # a path: the key stays in its root-only file
+    pinned = sorted({p["digest"] for other in state.inventory if (op := other.data.get("specfleet")) is not None
+                     for p in (op.image_platforms or {}).values()})
+    argv += ["--budget-bytes", str(s.image_store_budget_gb * 10**9), "--keep", ",".join(pinned)]
     for src, repo, size in items:
         argv += [src, repo, str(size)]
     key = "image-fetch:" + hashlib.sha256("\n".join(argv[7:]).encode()).hexdigest()[:16]
