@@ -459,6 +459,26 @@ def test_three_sparks_pull_the_pinned_image_through_one_upstream_download(vm_fle
 
 
 
+def _another_image(reg: RegistryStandin, vm_fleet, mirror_guest, load_delay_s: float) -> tuple[RegistryStandin, str]:
+    """Another nvcr.io STAND-IN with another build of the stand-in (another digest), trusted where the first one is
+    (the caller stops it)."""
+    rootfs = lab.standin_tarball(cache_dir(), "x86_64", load_delay_s=load_delay_s)
+    other = RegistryStandin(rootfs=rootfs, bind=reg.bind, tls_names=reg.tls_names, tls_dir=reg.ca_cert_path.parent,
+                            expires_in=600).start()
+    host = f"{vm_fleet.controller_address}:{other.port}"
+    for g in (mirror_guest, *vm_fleet.guests):
+        for d in ("/etc/containers/certs.d", "/etc/docker/certs.d"):
+            g.ssh(f"mkdir -p {d}/{host} && cat > {d}/{host}/ca.crt", input=other.ca_cert_path.read_bytes())
+    return other, host
+
+
+def _serve_the_pinned_image(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr, tmp_path) -> None:
+    """The fleet serving the first stand-in's image through the mirror (what the smoke leaves; a no-op after it)."""
+    inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, nvcr[1])
+    run = lab.run_pyinfra(inv, "eagle3")
+    assert run.returncode == 0, run.output()[-4000:]
+
+
 def _serving(vm_fleet) -> dict[str, tuple[str, str, str]]:
     """Per Spark: its release, its container's start and dockerd's pid."""
     return {g.name: (json.loads(lab.guest_release_json(g)).get("id", ""),
@@ -474,8 +494,7 @@ def test_turning_image_mirror_on_restarts_nothing_and_upstream_down_is_no_fault(
     and no dockerd. Then a Spark loses the image's tags while upstream is down and the store has it: the converge
     pulls it from the mirror and succeeds, with no byte from upstream."""
     reg, image = nvcr
-    inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image)
-    assert lab.run_pyinfra(inv, "eagle3").returncode == 0  # the smoke's state: serving the pinned image
+    _serve_the_pinned_image(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr, tmp_path)
     before = _serving(vm_fleet)
     for on in (False, True):
         inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image, on=on)
@@ -507,14 +526,8 @@ def test_the_mirror_down_a_spark_pulls_upstream_only_where_image_fallback_allows
     """A new image (another stand-in build, another digest) while the mirror's registry cannot start: the Spark with
     image_fallback pulls it from upstream and serves it; the others refuse with one line naming the mirror and keep
     serving their release."""
-    reg, _ = nvcr
-    rootfs = lab.standin_tarball(cache_dir(), "x86_64", load_delay_s=3.0)  # another build: another digest
-    other = RegistryStandin(rootfs=rootfs, bind=reg.bind, tls_names=reg.tls_names, tls_dir=reg.ca_cert_path.parent,
-                            expires_in=600).start()
-    host = f"{vm_fleet.controller_address}:{other.port}"
-    for g in (mirror_guest, *vm_fleet.guests):
-        for d in ("/etc/containers/certs.d", "/etc/docker/certs.d"):
-            g.ssh(f"mkdir -p {d}/{host} && cat > {d}/{host}/ca.crt", input=other.ca_cert_path.read_bytes())
+    _serve_the_pinned_image(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr, tmp_path)
+    other, host = _another_image(nvcr[0], vm_fleet, mirror_guest, load_delay_s=3.0)
     first, *rest = vm_fleet.guests
     before = _serving(vm_fleet)
     inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet,
@@ -538,3 +551,83 @@ def test_the_mirror_down_a_spark_pulls_upstream_only_where_image_fallback_allows
         assert after[g.name] == before[g.name] and lab.guest_curl_completion(g)["choices"], g.name
     figure("image registry: the mirror down, one Spark with image_fallback",
            f"{first.name} pulled upstream and serves the new release; {len(rest)} refused with one line each, serving")
+
+
+@pytest.mark.full
+def test_a_fetch_killed_halfway_resumes_on_the_next_converge(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr,
+                                                             tmp_path):
+    """A new image, its fetch throttled upstream; the fetch job is stopped (SIGTERM to its unit) once 40 % of the
+    image has come: the Sparks refuse and keep serving. The next converge resumes: over both runs, upstream bytes are
+    at most the image's plus the blobs in flight at the kill, and the Sparks serve the new image."""
+    _serve_the_pinned_image(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr, tmp_path)
+    other, host = _another_image(nvcr[0], vm_fleet, mirror_guest, load_delay_s=2.5)
+    try:
+        image = other.image_bytes()
+        inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet,
+                               f"{host}/{other.repository}:{other.tag}")
+        before = _serving(vm_fleet)
+        other.throttle(max(image // 20, 200_000))  # about 20 s for the whole image
+        run = lab.start_pyinfra(inv, "eagle3")
+        try:
+            deadline = time.monotonic() + 600
+            while sum(other.blob_bytes().values()) < 0.4 * image:  # mechanism: the stand-in's own count
+                assert run.proc.poll() is None and time.monotonic() < deadline, run.output()[-4000:]
+                time.sleep(0.2)
+            in_flight = dict(other.blobs_in_flight())
+            mirror_guest.ssh("systemctl stop 'specfleet-job-*'")
+            rc = run.wait(timeout=900)
+        finally:
+            if run.proc.poll() is None:
+                run.proc.kill()
+        first = sum(other.blob_bytes().values())
+        assert rc != 0 and _serving(vm_fleet) == before, run.output()[-4000:]
+        other.throttle(None)
+        again = lab.run_pyinfra(inv, "eagle3")
+        assert again.returncode == 0, again.output()[-4000:]
+        total = sum(other.blob_bytes().values())
+        bound = image + sum(len(other.blob(d)) for d in in_flight)
+        figure("image registry: a fetch stopped at 40 %, resumed by the next converge",
+               f"upstream {total:,} B for {image:,} (first run {first:,}; bound {bound:,}: + {len(in_flight)} blob(s) "
+               "in flight)")
+        assert image <= total <= bound
+        tag = f"{host}/{other.repository}:{other.index_digest.replace(':', '-')}"
+        for g in vm_fleet.guests:
+            assert f'"image": "{tag}"' in lab.guest_release_json(g) and lab.guest_curl_completion(g)["choices"]
+    finally:
+        other.stop()
+
+
+@pytest.mark.full
+def test_a_store_too_small_is_one_error_and_the_sparks_keep_serving(vm_fleet, lab_inventory, mirror_guest, olah_index,
+                                                               nvcr, tmp_path):
+    """The store on a bounded volume (a 16 MiB tmpfs on the mirror host, never the machine's disk) and a new image
+    larger than it: the fetch refuses with one error before it copies, the Sparks refuse to pull and keep serving
+    their release."""
+    _serve_the_pinned_image(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr, tmp_path)
+    small = "/var/lib/specfleet-mirror/small-store"
+    mounted = mirror_guest.ssh(f"mkdir -p {small} && mount -t tmpfs -o size=16m,mode=0755 tmpfs {small}",
+                               check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"no tmpfs on this host: {mounted.stderr.strip()}")
+    other, host = _another_image(nvcr[0], vm_fleet, mirror_guest, load_delay_s=2.0)
+    try:
+        assert other.image_bytes() > 16 * 2**20
+        inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet,
+                               f"{host}/{other.repository}:{other.tag}")
+        doc = yaml.safe_load(inv.read_text())
+        doc["all"]["children"]["hub_mirror"]["hosts"][MIRROR]["image_store_dir"] = small
+        inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+        before = _serving(vm_fleet)
+        run = lab.run_pyinfra(inv, "eagle3")
+        out = _plain(run.output())
+        errors = [ln for ln in out.splitlines() if f"[{MIRROR}]" in ln and "free on its disk; nothing fetched" in ln
+                  and "job " in ln]
+        figure("image registry: the store's disk too small (16 MiB tmpfs, a 35 MB image)",
+               f"rc {run.returncode}; the mirror's error: {errors[:1]}")
+        assert run.returncode != 0 and errors, out[-4000:]
+        assert _serving(vm_fleet) == before
+        for g in vm_fleet.guests:
+            assert lab.guest_curl_completion(g)["choices"], g.name
+    finally:
+        other.stop()
+        mirror_guest.ssh(f"umount {small}; rmdir {small}", check=False)

@@ -18,7 +18,8 @@ every exit (SIGTERM included). skopeo copies each manifest into it with --preser
 `sha256-<hex>` (a tagged manifest is not garbage to `docker-registry garbage-collect`); blobs already in the store
 are skipped ("already present"), so a fetch killed halfway resumes with the blobs it had not finished. A copy that
 fails is tried once more, with a fresh login (skopeo does not log in again when a registry ends its token early).
-Afterwards the writer must answer the manifest by its digest, or the job fails.
+Afterwards the writer must answer the manifest by its digest, or the job fails. Before it copies, the disk under the
+store must have room for what it fetches; a copy during which the store stops growing for STALL_SEC is stopped.
 
 Progress (SPECFLEET_PROGRESS_FILE): {"kind": "image-fetch", "ref", "bytes_done", "bytes_total", "rate_bps",
 "eta_s", "done", "total"}: bytes are the store's growth (blob files and uploads in flight), from BYTES.
@@ -48,6 +49,7 @@ MANIFEST_TYPES = ", ".join((
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ))
 PROGRESS_EVERY = 2.0
+STALL_SEC = 300.0  # a copy whose store has not grown for this long is stopped (a full disk can hang an upload)
 
 
 def say(line: str) -> None:
@@ -85,6 +87,11 @@ def store_bytes(root: str) -> int:
                 with contextlib.suppress(OSError):
                     total += os.stat(os.path.join(base, name)).st_size
     return total
+
+
+def free_bytes(root: str) -> int:
+    st = os.statvfs(root)
+    return st.f_bavail * st.f_frsize
 
 
 def free_port() -> int:
@@ -149,9 +156,15 @@ def copy(writer: Writer, src: str, dest: str, authfile: str | None, root: str,
     start_bytes, started = store_bytes(root), time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
+    grown, moved = 0, time.monotonic()
     try:
         while proc.poll() is None:
-            grown = store_bytes(root) - start_bytes
+            now_grown = store_bytes(root) - start_bytes
+            if now_grown != grown:
+                grown, moved = now_grown, time.monotonic()
+            elif time.monotonic() - moved > STALL_SEC:
+                raise SystemExit(f"image-fetch: {src}: the store {root} has not grown for {STALL_SEC:.0f} s "
+                                 f"({free_bytes(root) / 1e9:.2f} GB free); stopped")
             report(grown, time.monotonic() - started)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=PROGRESS_EVERY)
@@ -227,6 +240,9 @@ def main(argv: list[str]) -> int:
             keep = {d for d in opts.get("keep", "").split(",") if d} | {s.rpartition("@")[2] for s, _, _ in items}
             writer = make_room(writer, root, total, int(opts["budget-bytes"]), keep, opts["writer-config"],
                                opts["user"])
+        if total > free_bytes(root):  # the disk under the store, whatever the budget says
+            raise SystemExit(f"image-fetch: image store {root}: {total / 1e9:.2f} GB to fetch, "
+                             f"{free_bytes(root) / 1e9:.2f} GB free on its disk; nothing fetched")
         done_before = 0
         for i, (src, dest, size) in enumerate(todo, 1):
             say(f"{src}: fetching ({size / 1e9:.2f} GB)" if size else f"{src}: fetching (size unknown)")
