@@ -1,8 +1,9 @@
 """The mirror's fetch program (mirror/host/image_fetch.py) with its real parts: skopeo copying from the nvcr.io
 STAND-IN (TLS, the 401 challenge, anonymous tokens that expire) into the distribution's registry (a writer the
 program starts on the store, as the registry's user), and the fleet's read-only registry serving the result. Counted
-on the stand-in's side: one fetch is 1.00 of the image's bytes, a second run fetches nothing, a fetch killed halfway
-resumes with at most the blobs in flight at the kill, and an expired token is survived with the NGC login only.
+on the stand-in's side: one fetch is 1.00 of the image's bytes, a second run fetches nothing; and in --full: a fetch killed
+halfway resumes with at most the blobs in flight at the kill, an expired token is survived with the NGC login only,
+a stalled copy is stopped.
 Needs docker-registry and skopeo (CI installs them: tests/install-deps.sh)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -95,8 +97,10 @@ def _served_by_the_reader(store: Path, reg: RegistryStandin) -> str | None:
                     "Accept": "application/vnd.oci.image.manifest.v1+json"})
                 with urllib.request.urlopen(req, timeout=5) as resp:
                     return resp.headers.get("Docker-Content-Digest")
+            except urllib.error.HTTPError:
+                return None  # the registry answers: not there
             except OSError:
-                time.sleep(0.1)
+                time.sleep(0.1)  # not listening yet
         return None
     finally:
         proc.terminate()
@@ -123,6 +127,7 @@ def test_one_fetch_is_one_download_and_the_fleets_registry_serves_it(store, upst
     assert sum(upstream.blob_bytes().values()) == 0
 
 
+@pytest.mark.full
 def test_a_fetch_killed_halfway_resumes_with_at_most_the_blobs_in_flight(store, upstream):
     image = upstream.image_bytes()
     upstream.throttle(max(image // 8, 64_000))  # about 8 s for the whole image
@@ -160,6 +165,7 @@ def _login(tmp_path: Path, reg: RegistryStandin) -> Path:
     return authfile
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("login", [True, False], ids=["ngc-key", "anonymous"])
 def test_a_token_ended_mid_fetch_is_survived_with_the_ngc_login_only(store, upstream, tmp_path, login):
     image = upstream.image_bytes()
@@ -211,3 +217,18 @@ def test_over_the_budget_unpinned_images_are_evicted_first_and_then_it_refuses(s
     line = refused.stderr.strip().splitlines()[-1]
     assert line.startswith("image-fetch: image store ") and "over image_store_budget_gb" in line, line
     assert _served_by_the_reader(store, upstream) == upstream.platform_manifests[upstream.platform]["digest"]
+
+
+@pytest.mark.full
+def test_a_copy_whose_store_stops_growing_is_stopped_with_one_line(store, upstream):
+    """A stalled upload (as on a disk filled by something else): the stand-in sends nothing more after the first
+    blob bytes, and the copy is stopped once the store has not grown for --stall-sec, with one line; skopeo goes
+    with it."""
+    upstream.throttle(1)  # one byte a second: the store's blob files stop growing between two looks
+    argv = _argv(store, upstream)
+    run = subprocess.run(argv[:7] + ["--stall-sec", "4"] + argv[7:], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(installed())})
+    upstream.throttle(None)
+    line = run.stderr.strip().splitlines()[-1]
+    assert run.returncode != 0 and "has not grown for 4 s" in line and line.endswith("stopped"), run.stderr
+    assert subprocess.run(["pgrep", "-f", f"skopeo copy .*{upstream.host}"], capture_output=True).returncode == 1

@@ -21,6 +21,7 @@ import yaml
 
 import specfleet_lab
 from specfleet import defaults
+from specfleet.host.layout import DOCKER_UNIT, main_pid
 from specfleet.pins.lockfile import lock_path
 from tests.vm import lab
 from tests.vm import wheelhouse as wheelhouse_mod
@@ -28,7 +29,7 @@ from tests.vm.conftest import cache_dir, figure
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 from tests.vm.registry_standin import RegistryStandin
 
-pytestmark = pytest.mark.vm  # the first test in CI (the mirror smoke); its faults and filters in --full
+pytestmark = pytest.mark.vm  # the first test in CI (the mirror smoke); its faults, filters and images in --full
 
 TARGET = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-long-context"
@@ -412,6 +413,7 @@ def _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet
     return lab.write_lock(inv)  # `specfleet lock`: the image's digest and its size per platform, from the stand-in
 
 
+@pytest.mark.full
 def test_three_sparks_pull_the_pinned_image_through_one_upstream_download(vm_fleet, lab_inventory, mirror_guest,
                                                                           olah_index, nvcr, tmp_path):
     """N Sparks that lack the image, converging in parallel: the mirror fetches its digest once (upstream bytes /
@@ -483,7 +485,7 @@ def _serving(vm_fleet) -> dict[str, tuple[str, str, str]]:
     """Per Spark: its release, its container's start and dockerd's pid."""
     return {g.name: (json.loads(lab.guest_release_json(g)).get("id", ""),
                      g.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip(),
-                     g.ssh("systemctl show -p MainPID --value docker.service").stdout.strip())
+                     g.ssh(main_pid(DOCKER_UNIT)).stdout.strip())
             for g in vm_fleet.guests}
 
 

@@ -8,6 +8,7 @@ once, before any Spark pulls it. Run on the mirror host as a host job (mirror/st
                            (--src-authfile), so the key is never on a command line
     --budget-bytes N       optional: the store's budget (image_store_budget_gb); --keep D1,D2,...: the digests the
                            lock pins, which are never evicted
+    --stall-sec S          optional: how long a copy may go without the store growing (default STALL_SEC)
     SRC DEST BYTES ...     per manifest: the upstream reference by digest (nvcr.io/nvidia/x@sha256:...), the
                            repository in the store (nvcr.io/nvidia/x) and its compressed bytes (0: unknown)
 
@@ -146,7 +147,7 @@ class Failed(Exception):
 
 
 def copy(writer: Writer, src: str, dest: str, authfile: str | None, root: str,
-         report: Callable[[int, float], None]) -> None:
+         report: Callable[[int, float], None], stall_sec: float = STALL_SEC) -> None:
     """One manifest into the store with skopeo, reporting the store's growth while it runs."""
     digest = src.rpartition("@")[2]
     target = f"{writer.url.removeprefix('http://')}/{dest}:{digest.replace(':', '-')}"
@@ -162,8 +163,8 @@ def copy(writer: Writer, src: str, dest: str, authfile: str | None, root: str,
             now_grown = store_bytes(root) - start_bytes
             if now_grown != grown:
                 grown, moved = now_grown, time.monotonic()
-            elif time.monotonic() - moved > STALL_SEC:
-                raise SystemExit(f"image-fetch: {src}: the store {root} has not grown for {STALL_SEC:.0f} s "
+            elif time.monotonic() - moved > stall_sec:
+                raise SystemExit(f"image-fetch: {src}: the store {root} has not grown for {stall_sec:.0f} s "
                                  f"({free_bytes(root) / 1e9:.2f} GB free); stopped")
             report(grown, time.monotonic() - started)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -236,6 +237,7 @@ def main(argv: list[str]) -> int:
             if all(src != s for s, _, _ in todo):
                 say(f"{src}: in the store already")
         total = sum(n for _, _, n in todo)
+        stall = float(opts.get("stall-sec", STALL_SEC))
         if "budget-bytes" in opts and todo:
             keep = {d for d in opts.get("keep", "").split(",") if d} | {s.rpartition("@")[2] for s, _, _ in items}
             writer = make_room(writer, root, total, int(opts["budget-bytes"]), keep, opts["writer-config"],
@@ -255,11 +257,11 @@ def main(argv: list[str]) -> int:
                          eta_s=eta, done=i - 1, total=len(todo))
 
             try:
-                copy(writer, src, dest, opts.get("authfile"), root, report)
+                copy(writer, src, dest, opts.get("authfile"), root, report, stall)
             except Failed as exc:  # once more: a fresh login, and the blobs it finished are in the store
                 say(f"{src}: {str(exc).removeprefix('image-fetch: ')}; once more (finished blobs are kept)")
                 try:
-                    copy(writer, src, dest, opts.get("authfile"), root, report)
+                    copy(writer, src, dest, opts.get("authfile"), root, report, stall)
                 except Failed as again:
                     raise SystemExit(str(again)) from None
             done_before += size
