@@ -268,6 +268,7 @@ def _fetch_platform(c: Client, reg: RegistryStandin, plat: str) -> None:
     manifest = json.loads(c.request(f"{V2}/manifests/{digest}", headers={"Accept": MANIFEST_MEDIA_TYPE})[2])
     for d in [manifest["config"]["digest"]] + [layer["digest"] for layer in manifest["layers"]]:
         assert c.blob(d)[0] == 200
+    assert reg.wait_idle()  # every handler's bookkeeping done (it finishes after the client's last read)
 
 
 def test_byte_counters_of_a_one_platform_fetch(fresh):
@@ -286,6 +287,7 @@ def test_byte_counters_of_a_one_platform_fetch(fresh):
         fresh.index_manifest) + info["manifest_size"]}}
     other = fresh.platform_manifests[fresh.other_platform]
     assert not set(blobs) & {other["config"], *other["layers"]}
+    assert fresh.wait_idle()  # the handlers finish their bookkeeping after the client has read the last byte
     assert fresh.blobs_in_flight() == {}
     fresh.reset_log()
     assert fresh.blob_bytes() == {} and fresh.requests() == []
@@ -293,6 +295,7 @@ def test_byte_counters_of_a_one_platform_fetch(fresh):
     c.blob(info["layers"][0], {"Range": "bytes=0-9"})
     c.blob("sha256:" + "1" * 64)
     c.blob(info["layers"][0], {"Range": "bytes=999999999-"})  # 416: its error body is not content
+    assert fresh.wait_idle()
     assert fresh.blob_bytes() == {info["layers"][0]: 10}
     assert [(r["method"], r["status"]) for r in fresh.requests()] == [("HEAD", 200), ("GET", 206), ("GET", 404),
                                                                       ("GET", 416)]
