@@ -65,7 +65,7 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[tuple[str, str, int]]]:
         rest = rest[2:]
     if len(rest) % 3 or not {"writer-config", "user"} <= set(opts):
         raise SystemExit("image-fetch: usage: --writer-config PATH --user NAME [--authfile PATH] [--budget-bytes N "
-                         "--keep D,...] SRC DEST BYTES ...")
+                         "--keep D,...] [--stall-sec S] SRC DEST BYTES ...")
     return opts, [(rest[i], rest[i + 1], int(rest[i + 2])) for i in range(0, len(rest), 3)]
 
 

@@ -9,7 +9,10 @@ PYTHONPATH=<data_dir>/bin (its hostlib.py: the progress file). Stdlib only.
     --tag NAME:TAG       the local tag the unit runs (name:sha256-<hex> of the lock's digest)
     --bytes N            the compressed bytes the lock records for this platform (0: unknown)
 
-Why the Engine API and not `docker pull`: the CLI prints no byte counts without a terminal, and the controller shows
+Source: Docker Engine API (docs.docker.com/reference/api/engine): `POST /images/create?fromImage=&tag=` streams
+JSON events with `progressDetail {current, total}` per layer and `error`/`errorDetail` on failure;
+`POST /images/{name}/tag?repo=&tag=` answers 201. Why the Engine API and not `docker pull`: the CLI prints no byte
+counts without a terminal, and the controller shows
 bytes, total and ETA per host. docker verifies every manifest and layer it pulls against its digest; the tag is made
 only after the pulled image answers to REF@DIGEST, so a failed or mismatching pull tags nothing.
 
