@@ -17,6 +17,8 @@ container_env = {}  # noqa: E501  # extra non-secret environment for the serving
 serve_host = "127.0.0.1"  # noqa: E501  # address trtllm-serve binds; it has no authentication, so loopback unless you put a proxy in front
 serve_port = 8000  # TCP port trtllm-serve listens on
 extra_llm_api_options = {}  # noqa: E501  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated for the image's TensorRT-LLM version)
+vllm_image = "nvcr.io/nvidia/vllm:26.05.post1-py3"  # noqa: E501  # container image that runs `vllm serve` for the vllm_* profiles (NVIDIA's single-Spark vLLM playbook image)
+vllm_options = {}  # noqa: E501  # vLLM engine arguments (snake_case, e.g. max_model_len, speculative_config) deep-merged over a vllm_* profile's; validated against the pinned vLLM's EngineArgs and SpeculativeConfig, rendered as argv
 
 # --- models --------------------------------------------------------------------------------------
 target_revision = "main"  # branch, tag or commit of the target model; resolved once to a commit on the controller

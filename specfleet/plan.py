@@ -125,6 +125,8 @@ class HostPlan:
             "config_sha256": hashlib.sha256(self.rendered.config.encode()).hexdigest(),
             "rendering": RENDERING,
             "trtllm_version": s.trtllm_version,
+            # the engine and where its server counts acceptance (overview/host/overview.py reads them there)
+            "engine": s.engine.name, "counters": s.engine.counters.record(),
             **({"pair": pair_record(s, self.pair_worker.release_id if self.pair_worker else None)} if s.pair else {}),
         }
 

@@ -1,22 +1,23 @@
 """`specfleet bench`: measure speculative-decoding variants in parallel on bench hosts.
 
-A variant is a profile plus overrides (`baseline`, `eagle3:max_draft_len=1,2,3`, `draft_target:max_draft_len=2,4`:
-one variant per value). Each variant is a release staged and switched on a bench host with the rollout machinery
+A variant is a profile plus overrides (`baseline`, `eagle3:max_draft_len=1,2,3`,
+`vllm_eagle3:num_speculative_tokens=3,7`: one variant per value; the key is the profile's engine's count of drafted
+tokens, engines/catalog.py). Each variant is a release staged and switched on a bench host with the rollout machinery
 (stage, switch behind the readiness gate); the variants are spread over the hosts of `--limit` (default: the
-`bench` group), one per host per round. The load runs ON each host (trtllm-serve binds 127.0.0.1) with the
-stdlib client `specfleet/bench/host/bench_load.py`, which streams completions and drains `/metrics` (iteration stats;
-every bench release sets `enable_iter_perf_stats: true`). Every host returns to the release it served before,
-also when interrupted or when a variant fails its gate.
+`bench` group), one per host per round. The load runs ON each host (the server binds 127.0.0.1) with the
+stdlib client `specfleet/bench/host/bench_load.py`, which streams completions and reads the engine's acceptance
+(its Prometheus counters before and after the window, or trtllm-serve's iteration stats, drained during it; every
+bench release adds its engine's `bench_options`: the counters' source on, prefix caching off). Every host returns to
+the release it served before, also when interrupted or when a variant fails its gate.
 
 This module is the pure part: variants, prompts, the arithmetic (summaries, acceptance, speed-up; unit-tested in
-tests/unit/test_bench*.py), the table and plot, the fleet-file rewrite of --apply. The run on the hosts:
+tests/unit/test_bench*.py), the table and plot. The fleet-file rewrite of --apply: bench/apply.py; the run on the hosts:
 bench/run.py; the command: cli/bench.py."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import json
 import math
 import re
@@ -25,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..engines.catalog import draft_len, engine_of, speculative
 from ..fleet.inventory import Inventory
-from ..overview.host.overview import acceptance
+from ..overview.host.overview import acceptance, acceptance_from_counters, counter_sums
 from ..plan import HostPlan, build_plans
 from ..serving.options import deep_merge
 from ..serving.profiles import PROFILES, nodes
@@ -36,8 +36,6 @@ from ..serving.profiles import PROFILES, nodes
 DEFAULT_GROUP = "bench"
 LOAD_TOOL = "specfleet-bench-load"
 
-# variant keys -> where they go in extra_llm_api_options
-VARIANT_KEYS = {"max_draft_len": ("speculative_config", "max_draft_len")}
 
 
 # ---- variants ------------------------------------------------------------------------------------------
@@ -45,19 +43,21 @@ VARIANT_KEYS = {"max_draft_len": ("speculative_config", "max_draft_len")}
 class Variant:
     name: str  # e.g. "eagle3:max_draft_len=2"
     profile: str
-    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # extra_llm_api_options overrides
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # overrides of the options var
     params: tuple[tuple[str, int], ...] = ()  # (("max_draft_len", 2),)
 
     @property
-    def max_draft_len(self) -> int | None:
-        if self.profile == "baseline":
-            return 0
-        value = dict(self.params).get("max_draft_len")
-        if value is not None:
-            return value
-        speculative = PROFILES[self.profile]["llm_api_options"].get("speculative_config", {})
-        default: int | None = speculative.get("max_draft_len")
-        return default
+    def engine(self) -> str:
+        return engine_of(PROFILES[self.profile]).name
+
+    @property
+    def options_var(self) -> str:
+        return engine_of(PROFILES[self.profile]).options_var
+
+    @property
+    def draft_len(self) -> int:
+        """Tokens drafted per step (0: no speculation): the swept value, else the profile's."""
+        return next((v for _, v in self.params), None) or draft_len(PROFILES[self.profile])
 
 
 def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
@@ -92,17 +92,17 @@ def _swept(item: str, profile: str, rest: str) -> list[Variant]:
     key, eq, values = rest.partition("=")
     if not eq or not key:
         raise ValueError(f"--variants: '{item}': expected PROFILE:KEY=V1,V2 (e.g. eagle3:max_draft_len=1,2,3)")
-    if key not in VARIANT_KEYS:
-        raise ValueError(f"--variants: '{item}': unknown key '{key}' (allowed: {', '.join(VARIANT_KEYS)})")
-    if not PROFILES[profile]["llm_api_options"].get("speculative_config"):
+    allowed = engine_of(PROFILES[profile]).draft_len
+    if key != allowed:
+        raise ValueError(f"--variants: '{item}': unknown key '{key}' (allowed: {allowed})")
+    if not speculative(PROFILES[profile]):
         raise ValueError(f"--variants: '{item}': profile {profile} has no speculation, so no {key}")
     out = []
     for raw in values.split(","):
         if not re.fullmatch(r"[1-9][0-9]{0,2}", raw.strip()):
             raise ValueError(f"--variants: '{item}': {key} value '{raw}' is not an integer in 1..999")
         value = int(raw)
-        section, name = VARIANT_KEYS[key]
-        out.append(Variant(f"{profile}:{key}={value}", profile, {section: {name: value}}, ((key, value),)))
+        out.append(Variant(f"{profile}:{key}={value}", profile, {"speculative_config": {key: value}}, ((key, value),)))
     return out
 
 
@@ -172,8 +172,8 @@ def summarize_bucket(raw: dict[str, Any]) -> dict[str, Any]:
     out_tokens = sum(r.get("output_tokens", 0) for r in reqs)
     wall = raw.get("wall_s") or 0.0
     mem = dict(raw.get("mem_peak") or {})
-    acc = acceptance(raw.get("iterations") or [])  # type: ignore[no-untyped-call]  # a host program: pyproject.toml
-    if acc["gpu_mem_peak_bytes"]:
+    acc = _acceptance(raw)
+    if acc.get("gpu_mem_peak_bytes"):
         mem.setdefault("gpu_bytes", acc["gpu_mem_peak_bytes"])
     return {
         "requests": len(reqs), "errors": errors, "output_tokens": out_tokens, "wall_s": wall,
@@ -189,22 +189,37 @@ def summarize_bucket(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _acceptance(raw: dict[str, Any]) -> dict[str, Any]:
+    """The window's acceptance: the deltas of the engine's counters (the load client's `counters` before and after),
+    else trtllm-serve's iteration stats drained during it; `source` says which."""
+    counters = raw.get("counters")
+    if counters:
+        names = counters["names"]
+        before, after = (counter_sums("\n".join(counters[k]), names)  # type: ignore[no-untyped-call]  # host program
+                         for k in ("before", "after"))
+        acc: dict[str, Any] = acceptance_from_counters(before, after, names,  # type: ignore[no-untyped-call]
+                                                       raw.get("wall_s"))
+        return {**acc, "source": "counters"}
+    return {**acceptance(raw.get("iterations") or []), "source": "iteration stats"}  # type: ignore[no-untyped-call]
+
+
 def _mean(xs: list[float | None]) -> float | None:
     given = [x for x in xs if x is not None]
     return sum(given) / len(given) if given else None
 
 
 def add_speedups(results: list[dict[str, Any]]) -> None:
-    """speedup = tokens/s / the baseline's tokens/s for the same bucket on the same host class (arch + GPU)."""
-    base: dict[tuple[str, str], float] = {}
+    """speedup = tokens/s / its engine's baseline's (a variant that drafts nothing) tokens/s for the same bucket on the
+    same host class (arch + GPU). Engines are compared with each other by their tokens/s."""
+    base: dict[tuple[str, str, str], float] = {}
     for r in results:
-        if r["profile"] == "baseline" and r.get("buckets"):
+        if not r["draft_len"] and r.get("buckets"):
             for b, fig in r["buckets"].items():
                 if fig.get("tokens_per_s"):
-                    base.setdefault((r["host_class"], b), fig["tokens_per_s"])
+                    base.setdefault((r["engine"], r["host_class"], b), fig["tokens_per_s"])
     for r in results:
         for b, fig in (r.get("buckets") or {}).items():
-            ref = base.get((r["host_class"], b))
+            ref = base.get((r["engine"], r["host_class"], b))
             fig["speedup"] = fig["tokens_per_s"] / ref if ref and fig.get("tokens_per_s") else None
 
 
@@ -217,7 +232,7 @@ def best_variant(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     scored = []
     for r in results:
         ups = [f["speedup"] for f in (r.get("buckets") or {}).values() if f.get("speedup")]
-        if r["profile"] != "baseline" and ups and not r.get("error"):
+        if r["draft_len"] and ups and not r.get("error"):
             scored.append((sum(ups) / len(ups), r))
     scored.sort(key=lambda x: -x[0])
     return scored[0][1] if scored and scored[0][0] > 1.0 else None
@@ -245,30 +260,34 @@ def table(results: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(results: list[dict[str, Any]], path: Path, title: str) -> Path:
-    """Speed-up and acceptance length vs max_draft_len, one line per (profile, bucket); baseline marked at 0."""
+    """Speed-up and acceptance length vs tokens drafted per step, one line per (engine, profile, bucket): the engine
+    is a dimension of the plot (its line style)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    series: dict[tuple[str, str], list[tuple[int, float | None, float | None]]] = {}
+    series: dict[tuple[str, str, str], list[tuple[int, float | None, float | None]]] = {}
     for r in results:
         for b, f in (r.get("buckets") or {}).items():
-            if r["profile"] == "baseline":
+            if not r["draft_len"]:
                 continue
-            series.setdefault((r["profile"], b), []).append(
-                (r["max_draft_len"], f.get("speedup"), f.get("acceptance_length")))
-    for (profile, b), pts in sorted(series.items()):
+            series.setdefault((r["engine"], r["profile"], b), []).append(
+                (r["draft_len"], f.get("speedup"), f.get("acceptance_length")))
+    styles = {e: s for e, s in zip(sorted({k[0] for k in series}), ("-", "--", ":", "-."), strict=False)}
+    for (engine, profile, b), pts in sorted(series.items()):
         pts.sort()
         xs = [p[0] for p in pts]
-        ax1.plot(xs, [p[1] if p[1] is not None else float("nan") for p in pts], marker="o", label=f"{profile} {b}")
-        ax2.plot(xs, [p[2] if p[2] is not None else float("nan") for p in pts], marker="o", label=f"{profile} {b}")
+        for ax, i in ((ax1, 1), (ax2, 2)):
+            ax.plot(xs, [p[i] if p[i] is not None else float("nan") for p in pts], marker="o",
+                    linestyle=styles[engine], label=f"{engine}: {profile} {b}")
     ax1.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax1.scatter([0], [1.0], marker="*", s=160, color="black", zorder=5, label="baseline (1.0x)")
     ax2.scatter([0], [1.0], marker="*", s=160, color="black", zorder=5, label="baseline (1 token/iter)")
-    ax1.set(xlabel="max_draft_len", ylabel="speed-up vs baseline (output tokens/s)", title="Speed-up")
-    ax2.set(xlabel="max_draft_len", ylabel="acceptance length (tokens/iteration)", title="Acceptance length")
+    ax1.set(xlabel="tokens drafted per step", ylabel="speed-up vs its engine's baseline (output tokens/s)",
+            title="Speed-up")
+    ax2.set(xlabel="tokens drafted per step", ylabel="acceptance length (tokens/step)", title="Acceptance length")
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
@@ -282,19 +301,21 @@ def plot(results: list[dict[str, Any]], path: Path, title: str) -> Path:
 # ---- plans, results, outputs, the fleet-file rewrite ---------------------------------------------------------
 def variant_plans(inventory: Inventory, hosts_variants: list[tuple[str, Variant]],
                   keep_extra: int) -> dict[str, HostPlan]:
-    """Per host, the plan of its variant: the host's vars + the variant's extra_llm_api_options (deep-merged over
-    the host's own) + enable_iter_perf_stats; keep_releases raised so the release served before is never pruned."""
+    """Per host, the plan of its variant: the host's vars + the variant's overrides of its engine's options var
+    (deep-merged over the host's own) + the engine's bench_options; keep_releases raised so the release served
+    before is never pruned."""
     plans: dict[str, HostPlan] = {}
     by_profile: dict[str, list[tuple[str, Variant]]] = {}
     for h, v in hosts_variants:
         by_profile.setdefault(v.name, []).append((h, v))
     for _, pairs in by_profile.items():
         v = pairs[0][1]
+        bench_options = engine_of(PROFILES[v.profile]).bench_options
         hvars = {}
         for h, _ in pairs:
             base = copy.deepcopy(inventory.host_vars[h])
-            base["extra_llm_api_options"] = deep_merge(base.get("extra_llm_api_options") or {},
-                                                       {**copy.deepcopy(v.options), "enable_iter_perf_stats": True})
+            base[v.options_var] = deep_merge(deep_merge(base.get(v.options_var) or {}, copy.deepcopy(v.options)),
+                                             copy.deepcopy(bench_options))
             base["keep_releases"] = int(base.get("keep_releases", 5)) + keep_extra
             hvars[h] = base
         inv = dataclasses.replace(inventory, hosts=[h for h, _ in pairs], host_vars=hvars,
@@ -311,8 +332,9 @@ def serve_url(plan: HostPlan) -> str:
 def variant_result(v: Variant, h: str, plan: HostPlan | None, raw: dict[str, Any] | None = None,
                    error: str | None = None) -> dict[str, Any]:
     env = (raw or {}).get("env") or {}
-    out = {"variant": v.name, "profile": v.profile, "params": dict(v.params), "max_draft_len": v.max_draft_len,
-           "overrides": {"extra_llm_api_options": v.options} if v.options else {}, "host": h, "error": error,
+    out = {"variant": v.name, "profile": v.profile, "engine": v.engine, "params": dict(v.params),
+           "draft_len": v.draft_len, "overrides": {v.options_var: v.options} if v.options else {}, "host": h,
+           "error": error,
            "release": plan.release_id if plan else None,
            "image": plan.settings.image if plan else None, "image_digest": plan.image_digest if plan else None,
            "models": {role: {"repo": p.repo, "commit": p.commit} for role, p in (plan.pins.items() if plan else [])},
@@ -342,38 +364,3 @@ def write_outputs(out_path: Path, bench_id: str, settings: dict[str, Any], promp
     (out_path / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
     title = f"specfleet bench {bench_id}" + (" -- STAND-IN, SYNTHETIC figures (not TensorRT-LLM)" if standin else "")
     return out_path / "bench.json", plot(results, out_path / "bench.png", title), standin
-
-
-def with_best_variant(results: list[dict[str, Any]], fleet_path: Path,
-                      group: str) -> tuple[dict[str, Any] | None, str, str | None]:
-    """(best variant, the fleet file's text, its text with the best variant's overrides deep-merged into GROUP's
-    vars); no best variant: (None, "", None); no such group in the file: (best, text, None)."""
-    best = best_variant(results)
-    if not best:
-        return None, "", None
-    options = (best.get("overrides") or {}).get("extra_llm_api_options") or {}
-    old_text = Path(fleet_path).read_text()
-    doc = yaml.safe_load(old_text)
-    node = doc["all"] if group == "all" else _find_group(doc["all"], group)
-    if node is None:
-        return best, old_text, None
-    node.setdefault("vars", {}) if node.get("vars") is not None else node.__setitem__("vars", {})
-    node["vars"]["extra_llm_api_options"] = deep_merge(node["vars"].get("extra_llm_api_options") or {}, options)
-    return best, old_text, yaml.safe_dump(doc, sort_keys=False)
-
-
-def fleet_diff(fleet_path: Path, old_text: str, new_text: str, variant: str) -> str:
-    return "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
-                                        str(fleet_path), str(fleet_path) + " (with " + variant + ")"))
-
-
-def _find_group(node: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for child_name, child in (node.get("children") or {}).items():
-        child = child if child is not None else {}
-        if child_name == name:
-            node["children"][child_name] = child
-            return child
-        found = _find_group(child, name)
-        if found is not None:
-            return found
-    return None

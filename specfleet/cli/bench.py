@@ -11,17 +11,16 @@ from pathlib import Path
 import click
 
 from ..bench import run as bench_run
+from ..bench.apply import fleet_diff, with_best_variant
 from ..bench.rules import (
     BUCKETS,
     DEFAULT_GROUP,
     assign_rounds,
-    fleet_diff,
     parse_buckets,
     parse_variants,
     prompt_set,
     table,
     variant_plans,
-    with_best_variant,
     write_outputs,
 )
 from ..fleet.project import use_project

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, cast
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
+from ..engines import vllm_options
+from ..engines.catalog import Engine, engine_of
 from ..gateway import rules as gateway_fleet
 from ..host.layout import RELEASE_ID
 from ..mirror import rules as mirror_fleet
@@ -41,7 +43,7 @@ FIELD_GRAMMARS: dict[str, Callable[[Any], Any]] = {
     "mirror_address": grammars.check_address,
     "mirror_python": grammars.check_python,
     **dict.fromkeys(("data_dir", "secrets_dir", "mirror_cache_dir", "image_store_dir"), grammars.check_abs_dir),
-    "image": grammars.check_image,
+    **dict.fromkeys(("image", "vllm_image"), grammars.check_image),
     "ngc_registry": grammars.check_registry,
     "service_name": grammars.check_service_name,
     **dict.fromkeys(("target_revision", "draft_revision"), grammars.check_revision),
@@ -77,6 +79,8 @@ class Settings(BaseModel):
     serve_host: str
     serve_port: Annotated[int, Field(ge=1, le=65535)]
     extra_llm_api_options: dict[str, Any]
+    vllm_image: str
+    vllm_options: dict[str, Any]  # after build_settings, on a host of a vLLM profile: the profile's merged with the var
     target_revision: str
     draft_revision: str
     hub_endpoint: str
@@ -224,6 +228,11 @@ class Settings(BaseModel):
         return self.controller_hub_endpoint or self.hub_endpoint
 
     @property
+    def engine(self) -> Engine:
+        """The engine the profile runs on (`image` holds that engine's image var)."""
+        return engine_of(self.profile)
+
+    @property
     def llm_schema(self) -> Schema:
         """The TensorRT-LLM contract of this host's image (kept from validation: a pinned image names no tag)."""
         return SCHEMAS[self.trtllm_version]
@@ -232,7 +241,7 @@ class Settings(BaseModel):
     def draft_container_dir(self) -> str | None:
         """Where the draft is mounted in the container: the draft key under any spelling the version accepts."""
         draft = self.profile and self.profile.get("draft")
-        return self.llm_schema.draft_path(self.llm_api_options) if draft else None
+        return self.engine.draft_dir(self) if draft else None
 
 
 def build_settings(host: str, deploy_vars: dict[str, Any], profile_name: str | None,
@@ -253,12 +262,16 @@ def build_settings(host: str, deploy_vars: dict[str, Any], profile_name: str | N
     if options is None:
         return None, problems
     schema, merged = options
+    vllm = vllm_options.merged(host, defaults, deploy_vars, profile, problems)
+    if vllm is None:
+        return None, problems
     if profile_name is not None:
         _check_image_version(host, values.get("image"), profile_name, problems)
     token = secrets.hf_token(host, values, profile is not None or mirror, problems)
     fields = {k: v for k, v in values.items() if k in Settings.model_fields}
     return _validated(host, problems, {
         **fields, "host": host, "profile_name": profile_name, "profile": profile,
+        "image": values.get(engine_of(profile).image_var), "vllm_options": vllm,
         "llm_api_options": merged, "trtllm_version": schema.version, "hf_token": SecretStr(token) if token else None,
     })
 
@@ -279,9 +292,10 @@ def _llm_options(host: str, image: Any, defaults: dict[str, Any], deploy_vars: d
     schema = schema_for_image(image)
     base_extra, extra = schema.canonical_aliases(base_extra), schema.canonical_aliases(extra)
     profile = PROFILES.get(profile_name) if profile_name else None
-    below = deep_merge(base_extra, schema.for_version(profile["llm_api_options"])) if profile else base_extra
+    mine = profile.get("llm_api_options") if profile else None
+    below = deep_merge(base_extra, schema.for_version(mine)) if mine is not None else base_extra
     merged = deep_merge(below, extra)
-    if profile_name and profile:
+    if profile_name and mine is not None:
         _check_llm_options(host, merged, schema, profile_name, problems)
     return schema, merged
 

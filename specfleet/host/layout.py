@@ -25,6 +25,8 @@ JOBS_FILE = "host_jobs.py"  # host jobs (work detached from the SSH session), in
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
 DROP_CACHES_TOOL = "drop-caches"  # the serving unit's ExecStartPre: sync + drop the page cache (host/drop_caches.sh)
 CONTAINER_MEMORY_VAR = "SPECFLEET_CONTAINER_MEMORY"  # drop-caches' cap for the container (docker run --memory=$VAR)
+# drop-caches' share of MemTotal the container may use, a fraction (for an engine that is told it: vLLM)
+GPU_MEMORY_VAR = "SPECFLEET_GPU_MEMORY_UTILIZATION"
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
 DOCKER_UNIT = "docker.service"  # docker's unit: dockerd is its main process (a snap's docker is not found: left alone)
@@ -73,6 +75,7 @@ REGISTRY_BIN = "/usr/bin/docker-registry"  # the distribution's registry (Debian
 REGISTRY_USER = "docker-registry"  # the system user that package creates: the registry runs as it and owns the store
 # The files of a release directory (<data_dir>/releases/<id>/, reached as <data_dir>/current/ once active).
 CONFIG_FILE = "extra-llm-api-config.yml"  # trtllm-serve's options
+CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"  # where the serving container reads CONFIG_FILE
 SMOKE_FILE = "smoke.json"  # the readiness gate's smoke completion request
 RECORD_FILE = "release.json"  # what the release is: id, models, image, gate settings (written once)
 DRAFT_LINK = "draft"  # -> the draft model's directory (speculative decoding with a separate draft)

@@ -1,10 +1,14 @@
-"""Serving profiles: pure data, reproducing the DGX Spark speculative-decoding playbook (the seed).
+"""Serving profiles: pure data, reproducing the DGX Spark speculative-decoding playbook (the seed) and, on vLLM, the
+recipes upstream publishes for the same models.
 
-A profile names the target model, the optional draft model (where it is mounted in the container comes
+A profile names its engine (`engine`: engines/catalog.py; the same model is served under the same name by either), the
+target model, the optional draft model (where it is mounted in the container comes
 from `speculative_config`'s draft key), the TensorRT-LLM options (extra-llm-api-config.yml, in 1.2.0rc6's
 names: llm_options.Schema.for_version renders them in the image version's names),
-the trtllm-serve flags and the smoke request. Inventory vars override the options through
-`extra_llm_api_options`; nothing else in a profile is host-specific.
+the trtllm-serve flags and the smoke request. A vLLM profile's `vllm_options` are vLLM's engine arguments in
+snake_case (engines/vllm_contract.py; the draft's mount point is `speculative_config.model`), rendered as argv.
+Inventory vars override the options through the engine's options var (`extra_llm_api_options`, `vllm_options`);
+nothing else in a profile is host-specific.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ _GPT_OSS_COMMON: dict[str, Any] = {
 
 PROFILES: dict[str, dict[str, Any]] = {
     "eagle3": {
+        "engine": "trtllm",
         "description": "EAGLE-3: gpt-oss-120b with the EAGLE-3 long-context head",
         "target": {"repo": GPT_OSS, "ignore_patterns": GPT_OSS_IGNORE},
         "draft": {"repo": "nvidia/gpt-oss-120b-Eagle3-long-context", "ignore_patterns": []},
@@ -47,6 +52,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "smoke": {"prompt": TRAIN_PROMPT, "max_tokens": 300, "temperature": 0.7},
     },
     "draft_target": {
+        "engine": "trtllm",
         "description": "Draft-Target: Llama-3.3-70B FP4 verified against Llama-3.1-8B FP4 drafts",
         "target": {"repo": "nvidia/Llama-3.3-70B-Instruct-FP4", "ignore_patterns": []},
         "draft": {"repo": "nvidia/Llama-3.1-8B-Instruct-FP4", "ignore_patterns": []},
@@ -68,6 +74,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "smoke": {"prompt": "Explain the benefits of speculative decoding:", "max_tokens": 150, "temperature": 0.7},
     },
     "baseline": {
+        "engine": "trtllm",
         "description": "Baseline: the EAGLE-3 target (gpt-oss-120b) with no speculation, for comparisons",
         "target": {"repo": GPT_OSS, "ignore_patterns": GPT_OSS_IGNORE},
         "draft": None,
@@ -79,8 +86,35 @@ PROFILES: dict[str, dict[str, Any]] = {
         },
         "smoke": {"prompt": TRAIN_PROMPT, "max_tokens": 300, "temperature": 0.7},
     },
+    # Prompt lookup: NGramDecodingConfig (the same target, no draft model). max_matching_ngram_size and the is_* flags
+    # are 1.3's documented defaults (llm-api/reference/NGramDecodingConfig), written out because 1.2.0rc6 defaults the
+    # size to 0; max_draft_len 4 is a GUESS to tune with `specfleet bench`. The overlap scheduler does not run with
+    # NGram (trtllm-serve disables it with a warning): disabled here, so the log says nothing.
+    "ngram": {
+        "engine": "trtllm",
+        "description": "N-gram (prompt lookup): gpt-oss-120b drafting from its own context, no draft model",
+        "target": {"repo": GPT_OSS, "ignore_patterns": GPT_OSS_IGNORE},
+        "draft": None,
+        "tiktoken": True,
+        "serve_args": ["--backend", "pytorch", "--tp_size", "1", "--max_batch_size", "1"],
+        "llm_api_options": {
+            **_GPT_OSS_COMMON,
+            "disable_overlap_scheduler": True,
+            "speculative_config": {
+                "decoding_type": "NGram",
+                "max_draft_len": 4,
+                "max_matching_ngram_size": 2,
+                "is_keep_all": True,
+                "is_use_oldest": True,
+                "is_public_pool": True,
+            },
+            "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
+        },
+        "smoke": {"prompt": TRAIN_PROMPT, "max_tokens": 300, "temperature": 0.7},
+    },
     # The playbook's "Run on Two Sparks" (nvidia/speculative-decoding, 2026-04-20): ../shared/reference/multi-spark.md.
     "qwen3_eagle3_pair": {
+        "engine": "trtllm",
         "description": "EAGLE-3 on two Sparks (TP=2): Qwen3-235B-A22B FP4 with its EAGLE-3 head",
         "nodes": 2,  # served by the two hosts of a pair_* group as one server (pair/rules.py); absent: 1
         "min_trtllm": "1.3.0rc12",  # the playbook's image for it; an image of an older version is refused
@@ -99,6 +133,59 @@ PROFILES: dict[str, dict[str, Any]] = {
             "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
         },
         "smoke": {"prompt": "Explain the benefits of speculative decoding:", "max_tokens": 150, "temperature": 0.7},
+    },
+    # vLLM (engines/vllm_contract.py: the pinned vLLM's arguments, read from upstream with provenance). The served
+    # model and its name are the TensorRT-LLM profiles' (the repo id, `vllm serve`'s default served name), so a gateway
+    # lists one model over backends of both engines. --gpu-memory-utilization is not a profile's: it is rendered from
+    # the memory reserve (engines/command.py).
+    "vllm_eagle3": {
+        "engine": "vllm",
+        "description": "EAGLE-3 on vLLM: gpt-oss-120b with the EAGLE-3 head vLLM's recipe uses (7 tokens)",
+        "target": {"repo": GPT_OSS, "ignore_patterns": GPT_OSS_IGNORE},
+        # vllm-project/recipes, OpenAI/GPT-OSS (PR 449): nvidia/gpt-oss-120b-Eagle3-v3, num_speculative_tokens 7
+        "draft": {"repo": "nvidia/gpt-oss-120b-Eagle3-v3", "ignore_patterns": []},
+        "tiktoken": True,
+        "vllm_options": {
+            "speculative_config": {"method": "eagle3", "model": "/opt/gpt-oss-120b-Eagle3-v3/",
+                                   "num_speculative_tokens": 7, "draft_tensor_parallel_size": 1},
+        },
+        "smoke": {"prompt": TRAIN_PROMPT, "max_tokens": 300, "temperature": 0.7},
+    },
+    # draft_target's pair on vLLM's draft_model method (vllm/config/speculative.py:61 at v0.20.1): same vocabulary
+    # size (:936-951), the draft's NVFP4 detected from its own checkpoint, draft TP = target TP = 1. 4 tokens, as
+    # draft_target drafts.
+    "vllm_draft_target": {
+        "engine": "vllm",
+        "description": "Draft-Target on vLLM: Llama-3.3-70B FP4 verified against Llama-3.1-8B FP4 drafts",
+        "target": {"repo": "nvidia/Llama-3.3-70B-Instruct-FP4", "ignore_patterns": []},
+        "draft": {"repo": "nvidia/Llama-3.1-8B-Instruct-FP4", "ignore_patterns": []},
+        "tiktoken": False,
+        "vllm_options": {
+            "speculative_config": {"method": "draft_model", "model": "/opt/Llama-3.1-8B-Instruct-FP4/",
+                                   "num_speculative_tokens": 4},
+        },
+        "smoke": {"prompt": "Explain the benefits of speculative decoding:", "max_tokens": 150, "temperature": 0.7},
+    },
+    "vllm_ngram": {
+        "engine": "vllm",
+        "description": "N-gram (prompt lookup) on vLLM: gpt-oss-120b drafting from its own context",
+        "target": {"repo": GPT_OSS, "ignore_patterns": GPT_OSS_IGNORE},
+        "draft": None,
+        "tiktoken": True,
+        # vLLM's n-gram example (docs, features/speculative_decoding/n_gram): 5 tokens, prompt_lookup_max 4
+        "vllm_options": {
+            "speculative_config": {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4},
+        },
+        "smoke": {"prompt": TRAIN_PROMPT, "max_tokens": 300, "temperature": 0.7},
+    },
+    "vllm_baseline": {
+        "engine": "vllm",
+        "description": "Baseline on vLLM: gpt-oss-120b with no speculation, for comparisons",
+        "target": {"repo": GPT_OSS, "ignore_patterns": GPT_OSS_IGNORE},
+        "draft": None,
+        "tiktoken": True,
+        "vllm_options": {},
+        "smoke": {"prompt": TRAIN_PROMPT, "max_tokens": 300, "temperature": 0.7},
     },
 }
 

@@ -8,16 +8,17 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-import yaml
-
 from ..constants import GB
+from ..engines.command import container_command, memory_flag, options_file
 from ..fleet.settings import Settings
 from ..fleet.templating import ENV, systemd_args, systemd_word
 from ..host.layout import (
     CONFIG_FILE,
+    CONTAINER_CONFIG,
     CONTAINER_MEMORY_VAR,
     DOCKER_UNIT,
     DRAFT_LINK,
+    GPU_MEMORY_VAR,
     PAIR_AGENT,
     PAIR_AGENT_ENV,
     PAIR_MOUNT,
@@ -26,10 +27,8 @@ from ..host.layout import (
     Layout,
 )
 from ..memory.rules import reserve_kb
-from ..pair.launch import mpirun_argv
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
-CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"
 CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
 # Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
@@ -46,8 +45,8 @@ OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first c
 
 
 def config_yaml(s: Settings) -> str:
-    """extra-llm-api-config.yml: the profile's options deep-merged with extra_llm_api_options."""
-    return yaml.safe_dump(s.llm_api_options, sort_keys=False, default_flow_style=False)
+    """The release's options file (engines/command.py `options_file`)."""
+    return options_file(s)
 
 
 def docker_run_args(s: Settings) -> list[str]:
@@ -67,7 +66,8 @@ def docker_run_args(s: Settings) -> list[str]:
     args += ["-v", f"{layout.hf_home}:{CONTAINER_HF_HOME}:ro"]
     if s.draft_container_dir:
         args += ["-v", f"{layout.current_file(DRAFT_LINK)}:{s.draft_container_dir.rstrip('/')}:ro"]
-    args += ["-v", f"{layout.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
+    if s.engine.mounts_config:
+        args += ["-v", f"{layout.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
     if s.profile and s.profile["tiktoken"]:
         args += ["-v", f"{layout.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
     if s.pair_role == "worker":  # OpenMPI's orted checks that the rsh agent mpirun forwards exists, even without tree
@@ -81,30 +81,14 @@ def docker_run_args(s: Settings) -> list[str]:
     return args
 
 
-def container_command(s: Settings) -> list[str]:
-    """What the serving container runs: trtllm-serve; on a pair's head the MPI launch of it over both nodes
-    (pair_launch.mpirun_argv); on a pair's worker nothing but a process that holds the container up, for the head's
-    launch to start its rank in (`docker exec ... orted`, through the worker's pair gate)."""
-    if s.pair_role == "worker":
-        return ["sleep", "infinity"]
-    if s.pair_role == "head":
-        return mpirun_argv(s, serve_args(s))
-    return ["trtllm-serve", *serve_args(s)]
-
-
-def serve_args(s: Settings) -> list[str]:
-    assert s.profile is not None
-    return [s.profile["target"]["repo"], "--host", s.serve_host, "--port", str(s.serve_port),
-            *s.profile["serve_args"], s.llm_schema.contract.serve_flag, CONTAINER_CONFIG]
-
-
 def memory_cap_args(s: Settings) -> tuple[list[str], list[str]]:
     """The container's memory cap: drop-caches' arguments (it writes MemTotal less the reserve, in kB, to an env file
     before every start) and docker run's, which read it there. Both --memory and --memory-swap: no swap beyond it.
     systemd expands the ${VAR} (so these are rendered as they are, not by systemd_word, which would escape it)."""
     layout = Layout.of(s)
     reserve = str(reserve_kb(int(s.memory_reserve_gb * GB)))  # bytes as memory.fit counts them, then THE kB
-    pre = [layout.drop_caches_tool, layout.mem_at_start, reserve, layout.container_memory, CONTAINER_MEMORY_VAR]
+    pre = [layout.drop_caches_tool, layout.mem_at_start, reserve, layout.container_memory, CONTAINER_MEMORY_VAR,
+           *([GPU_MEMORY_VAR] if memory_flag(s) else [])]
     var = "${" + CONTAINER_MEMORY_VAR + "}"
     return pre, [f"--memory={var}", f"--memory-swap={var}"]
 
@@ -124,7 +108,8 @@ def unit_text(s: Settings) -> str:
         profile=s.profile_name, model=model, current_dir=layout.current, docker_unit=DOCKER_UNIT,
         container_name=systemd_word(s.service_name), image=systemd_word(s.image),
         drop_caches=systemd_args(pre), cap_env=layout.container_memory,
-        docker_args=" ".join([*cap, systemd_args(docker_run_args(s))]), command=systemd_args(container_command(s)),
+        docker_args=" ".join([*cap, systemd_args(docker_run_args(s))]),
+        command=" ".join(filter(None, [systemd_args(container_command(s)), memory_flag(s)])), server=s.engine.server,
         start_limit_interval_sec=s.start_limit_interval_sec, start_limit_burst=s.start_limit_burst,
         restart_sec=s.restart_sec, stop_timeout_sec=s.stop_timeout_sec,
         stop_timeout_sec_plus=s.stop_timeout_sec + 30,

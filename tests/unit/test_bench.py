@@ -31,15 +31,27 @@ def test_variant_grammar():
     vs = bench.parse_variants(["baseline eagle3:max_draft_len=1,2,3", "draft_target:max_draft_len=2,4"])
     assert [v.name for v in vs] == ["baseline", "eagle3:max_draft_len=1", "eagle3:max_draft_len=2",
                                     "eagle3:max_draft_len=3", "draft_target:max_draft_len=2", "draft_target:max_draft_len=4"]
-    assert vs[2].options == {"speculative_config": {"max_draft_len": 2}} and vs[2].max_draft_len == 2
-    assert vs[0].options == {} and vs[0].max_draft_len == 0
-    assert bench.parse_variants(["eagle3"])[0].max_draft_len == 5  # the profile's own
+    assert vs[2].options == {"speculative_config": {"max_draft_len": 2}} and vs[2].draft_len == 2
+    assert vs[0].options == {} and vs[0].draft_len == 0
+    assert bench.parse_variants(["eagle3"])[0].draft_len == 5  # the profile's own
+
+
+def test_variants_across_engines_sweep_each_engines_own_key():
+    vs = bench.parse_variants(["eagle3 vllm_eagle3:num_speculative_tokens=3,5,7 ngram vllm_ngram baseline vllm_baseline"])
+    assert [(v.name, v.engine, v.options_var, v.draft_len) for v in vs] == [
+        ("eagle3", "trtllm", "extra_llm_api_options", 5),
+        ("vllm_eagle3:num_speculative_tokens=3", "vllm", "vllm_options", 3),
+        ("vllm_eagle3:num_speculative_tokens=5", "vllm", "vllm_options", 5),
+        ("vllm_eagle3:num_speculative_tokens=7", "vllm", "vllm_options", 7),
+        ("ngram", "trtllm", "extra_llm_api_options", 4), ("vllm_ngram", "vllm", "vllm_options", 5),
+        ("baseline", "trtllm", "extra_llm_api_options", 0), ("vllm_baseline", "vllm", "vllm_options", 0)]
+    assert vs[1].options == {"speculative_config": {"num_speculative_tokens": 3}}
 
 
 @pytest.mark.parametrize("spec, needle", [
     ("", "give at least one variant"),
-    ("eagle4", "unknown profile 'eagle4' (allowed: baseline, draft_target, eagle3)"),
-    ("qwen3_eagle3_pair", "a two-Spark profile 'qwen3_eagle3_pair' (allowed: baseline, draft_target, eagle3)"),
+    ("eagle4", "unknown profile 'eagle4' (allowed: baseline, draft_target, eagle3, ngram, vllm_baseline, "),
+    ("qwen3_eagle3_pair", "a two-Spark profile 'qwen3_eagle3_pair' (allowed: baseline, draft_target, eagle3, ngram, "),
     ("eagle3:", "nothing after ':'"),
     ("eagle3:max_draft_len", "expected PROFILE:KEY=V1,V2"),
     ("eagle3:draft_len=2", "unknown key 'draft_len' (allowed: max_draft_len)"),
@@ -47,6 +59,8 @@ def test_variant_grammar():
     ("eagle3:max_draft_len=1,,2", "value '' is not an integer"),
     ("eagle3:max_draft_len=x", "value 'x'"),
     ("baseline:max_draft_len=2", "profile baseline has no speculation"),
+    ("vllm_eagle3:max_draft_len=2", "unknown key 'max_draft_len' (allowed: num_speculative_tokens)"),
+    ("vllm_baseline:num_speculative_tokens=2", "profile vllm_baseline has no speculation"),
     ("eagle3:max_draft_len=2 eagle3:max_draft_len=2", "'eagle3:max_draft_len=2' is given twice"),
 ])
 def test_variant_grammar_errors(spec, needle):
@@ -93,9 +107,10 @@ def test_summary_speedup_and_best():
         return {"requests": [{"ttft_s": 0.1, "e2e_s": 1.0, "itl_s": [0.1] * 9, "output_tokens": 10}] * 2,
                 "wall_s": tps_wall, "iterations": [], "mem_peak": {"host_bytes": 5}}
     results = []
-    for name, profile, wall in (("baseline", "baseline", 2.0), ("eagle3:max_draft_len=2", "eagle3", 1.0)):
-        results.append({"variant": name, "host": "h", "profile": profile, "host_class": "x86_64/no GPU", "max_draft_len": 0,
-                        "buckets": {"short": bench.summarize_bucket(raw(wall))}, "overrides": {}})
+    for name, profile, wall, k in (("baseline", "baseline", 2.0, 0), ("eagle3:max_draft_len=2", "eagle3", 1.0, 2)):
+        results.append({"variant": name, "host": "h", "profile": profile, "engine": "trtllm", "draft_len": k,
+                        "host_class": "x86_64/no GPU", "buckets": {"short": bench.summarize_bucket(raw(wall))},
+                        "overrides": {}})
     bench.add_speedups(results)
     assert results[0]["buckets"]["short"]["tokens_per_s"] == 10.0 and results[1]["buckets"]["short"]["speedup"] == 2.0
     assert results[1]["buckets"]["short"]["tpot_s"]["mean"] == pytest.approx(0.1)
@@ -326,7 +341,7 @@ def test_bench_apply_writes_group_vars(fleet_file, monkeypatch, tmp_path):
     r = _bench(tmp_path, "--variants", "baseline eagle3:max_draft_len=1,3", "--apply", "bench", "--yes")
     import yaml
     vars_ = yaml.safe_load(path.read_text())["all"]["children"]["bench"]["vars"]
-    assert vars_ == {"extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}}
+    assert vars_ == {"serves": "eagle3", "extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}}
     fleet_file(BENCH_FLEET)
     r = _bench(tmp_path, "--variants", "baseline", "--apply", "nosuchgroup")
     assert r.exit_code == 2 and "no such group" in r.output

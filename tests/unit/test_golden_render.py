@@ -74,8 +74,11 @@ all:
       hosts:
         gw-1: {ansible_host: 10.1.0.2}
 """
+# Both engines behind one gateway: one model over a TensorRT-LLM and a vLLM backend.
+MIXED = GATEWAY.replace("spark-02: {ansible_host: 10.1.0.12, serves: eagle3}",
+                        "spark-02: {ansible_host: 10.1.0.12, serves: vllm_eagle3}")
 GATEWAY_KEYS = {"golden": "sk-specfleet-golden-0123456789"}
-FLEETS = {"lab": LAB, "pair": PAIR, "gateway": GATEWAY}
+FLEETS = {"lab": LAB, "pair": PAIR, "gateway": GATEWAY, "mixed": MIXED}
 
 
 def _fleet_file(tmp: Path, fleet: str, version: str) -> Path:
@@ -93,7 +96,8 @@ def _fleet_file(tmp: Path, fleet: str, version: str) -> Path:
 def rendered(tmp: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for fleet, versions, profiles in (("example", IMAGES, SINGLE), ("lab", IMAGES, SINGLE),
-                                      ("pair", ["1.3.0rc12"], PAIRED), ("gateway", ["1.3.0rc12"], [None])):
+                                      ("pair", ["1.3.0rc12"], PAIRED), ("gateway", ["1.3.0rc12"], [None]),
+                                      ("mixed", ["1.3.0rc12"], [None])):
         for version in versions:
             inventory = load_inventory(_fleet_file(tmp, fleet, version))
             for profile in profiles:

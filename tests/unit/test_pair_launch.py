@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
+from specfleet.engines.command import serve_args
 from specfleet.host.layout import PAIR_AGENT
 from specfleet.pair.host.pair_gate import launch_argv
 from specfleet.pair.launch import RANK_COMMAND, mpirun_argv
-from specfleet.serving.render import serve_args
 from tests.unit.test_pair_trust import _plans
 
 

@@ -11,9 +11,10 @@ import subprocess
 
 import pytest
 
+from specfleet.engines.command import serve_args
 from specfleet.host.layout import PAIR_AGENT
 from specfleet.pair.launch import RANK_COMMAND
-from specfleet.serving.render import serve_args, unit_text
+from specfleet.serving.render import unit_text
 from tests.unit.test_pair_trust import _plans
 from tests.unit.test_quoting import exec_line
 

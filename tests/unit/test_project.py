@@ -15,7 +15,8 @@ from specfleet.plan import build_plans, pyinfra_groups
 from tests.unit.fakehost import write_fake_lock
 
 ROOT = Path(__file__).resolve().parents[2]
-DEPLOYS = ("eagle3", "draft_target", "baseline", "qwen3_eagle3_pair", "gateway", "hub_mirror", "cleanup", "rollback")
+DEPLOYS = ("eagle3", "draft_target", "baseline", "ngram", "qwen3_eagle3_pair", "vllm_eagle3", "vllm_draft_target", "vllm_ngram",
+           "vllm_baseline", "gateway", "hub_mirror", "cleanup", "rollback")
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "specfleet" / "scaffold" / "README.md"]
 
 

@@ -14,10 +14,11 @@ import subprocess
 
 import pytest
 
+from specfleet.engines.command import serve_args
 from specfleet.fleet.settings import build_settings
 from specfleet.fleet.steps.tools import tools
-from specfleet.host.layout import CONTAINER_MEMORY_VAR
-from specfleet.serving.render import docker_run_args, memory_cap_args, serve_args, systemd_word, unit_text
+from specfleet.host.layout import CONTAINER_MEMORY_VAR, GPU_MEMORY_VAR
+from specfleet.serving.render import docker_run_args, memory_cap_args, systemd_word, unit_text
 from specfleet.serving.steps.encodings import encodings
 from tests.unit.fakehost import executed, make_plans, run_deploy
 
@@ -27,8 +28,10 @@ _C_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "
               "f": "\f", "v": "\v", "s": " ", " ": " "}
 
 
-MEANT = "${" + CONTAINER_MEMORY_VAR + "}"  # the one variable specfleet means: drop-caches' cap (render.memory_cap_args)
-EXPANDED = "<expanded by systemd>"  # what the parser returns for it, so a test sees which words systemd expands
+MEANT = "${" + CONTAINER_MEMORY_VAR + "}"  # the variable specfleet means: drop-caches' cap (render.memory_cap_args)
+MEANT_SHARE = "${" + GPU_MEMORY_VAR + "}"  # and its share of MemTotal, for an engine told it (engines/command.py)
+EXPANDED = "<expanded by systemd>"  # what the parser returns for MEANT, so a test sees which words systemd expands
+EXPANDED_SHARE = "<share expanded by systemd>"
 
 
 def _expand(word: str) -> str:
@@ -40,6 +43,9 @@ def _expand(word: str) -> str:
         if word.startswith(MEANT, i):
             out.append(EXPANDED)
             i += len(MEANT)
+        elif word.startswith(MEANT_SHARE, i):
+            out.append(EXPANDED_SHARE)
+            i += len(MEANT_SHARE)
         elif c in "%$":
             if word[i + 1:i + 2] != c:
                 raise ValueError(f"unescaped {c!r} in {word!r} would be expanded by systemd")

@@ -25,7 +25,7 @@ IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:{}"
 # Every profile on every version that can run it (the two-Spark profile needs 1.3.0rc12: older ones are refused,
 # tests/unit/test_pair_fleet.py); the golden release ids cover the single-Spark profiles (a pair is not rendered
 # as such yet: its head renders here only for the config's contract).
-CASES = [(v, p) for v in table.versions() for p in PROFILES
+CASES = [(v, p) for v in table.versions() for p in PROFILES if "llm_api_options" in PROFILES[p]
          if Version(v) >= Version(PROFILES[p].get("min_trtllm", "0"))]
 SINGLE_CASES = [(v, p) for v, p in CASES if nodes(p) == 1]
 
@@ -157,6 +157,8 @@ GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag)
     ("1.3.0rc12", "eagle3"): ("r-322e51ba73f9", "Eagle3", "speculative_model", "--config"),  # was r-2cb21a5d9ef9
     ("1.3.0rc12", "draft_target"): ("r-32d090b8a208", "Draft_Target", "speculative_model", "--config"),  # was r-8667cbe31d19
     ("1.3.0rc12", "baseline"): ("r-653895f1f17b", None, None, "--config"),  # was r-fbcdb6f3ffb0
+    ("1.2.0rc6", "ngram"): ("r-08195d8934fe", "NGram", None, "--extra_llm_api_options"),
+    ("1.3.0rc12", "ngram"): ("r-219128421463", "NGram", None, "--config"),
 }
 
 

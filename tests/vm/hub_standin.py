@@ -142,6 +142,18 @@ REPOS: dict[str, dict] = {
         ],
         "weights": {"model.safetensors": [1024 * KiB, 1152 * KiB]},  # per version
     },
+    # vLLM's EAGLE-3 head for gpt-oss-120b (vllm-project/recipes, GPT-OSS): the vllm_eagle3 profile's draft
+    "nvidia/gpt-oss-120b-Eagle3-v3": {
+        "gated": False,
+        "commits": [
+            {
+                "title": "Upload Eagle3 v3 draft model (stand-in)",
+                "date": "2026-04-28T08:41:09.000Z",
+                "add": ["README.md", "config.json", "model.safetensors"],
+            },
+        ],
+        "weights": {"model.safetensors": 1088 * KiB},
+    },
     "nvidia/Llama-3.3-70B-Instruct-FP4": {
         "gated": "auto",
         "commits": [
@@ -404,6 +416,9 @@ _CONFIGS = {
         "transformers_version": "4.51.0",
     },
 }
+# vLLM's EAGLE-3 head for gpt-oss-120b: the long-context head's shape under vLLM's architecture name
+_CONFIGS["nvidia/gpt-oss-120b-Eagle3-v3"] = {**_CONFIGS["nvidia/gpt-oss-120b-Eagle3-long-context"],
+                                             "architectures": ["Eagle3LlamaForCausalLM"], "transformers_version": "4.57.0"}
 
 _LICENSE_TEXT = (
     "STAND-IN LICENSE FILE (synthetic test fixture, not the real license text).\n\n"

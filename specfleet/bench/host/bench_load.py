@@ -6,9 +6,14 @@ the host). Reads one JSON spec on stdin, prints one JSON result on stdout:
 
   spec:   {"url": "http://127.0.0.1:8000", "model": "...", "buckets": {"short": [prompt, ...], ...},
            "requests": N, "concurrency": C, "warmup": W, "max_tokens": M, "temperature": T,
-           "metrics": true, "poll_s": 0.5, "timeout_s": 600}
+           "metrics": true, "counters": {"format", "path", "names"}, "poll_s": 0.5, "timeout_s": 600}
   result: {"env": {...}, "buckets": {"short": {"requests": [{"ttft_s", "e2e_s", "itl_s": [...],
-           "output_tokens", "prompt_tokens", "error"}], "wall_s", "iterations": [...], "mem_peak": {...}}}}
+           "output_tokens", "prompt_tokens", "error"}], "wall_s", "iterations": [...], "mem_peak": {...},
+           "counters": {"names", "before", "after"}}}}
+
+An engine that counts acceptance in Prometheus counters (`counters.format` "prometheus": vLLM) is read once before the
+measured requests and once after them: the lines of the named counters, as the server exposed them (the controller
+sums and subtracts them, overview/host/overview.py); nothing is drained. Otherwise /metrics is drained as below.
 
 Per bucket: W warm-up requests (not measured), then /metrics is drained (and discarded: those iterations belong
 to the warm-up), then N requests run with C in flight while a thread drains /metrics every poll_s seconds (the
@@ -104,6 +109,23 @@ def drain_metrics(url: str, timeout: float = 10.0) -> list:
         conn.close()
 
 
+def counter_lines(url: str, path: str, names: list, timeout: float = 10.0) -> list:
+    """The exposition lines of the named counters (a read that consumes nothing); [] when unreadable."""
+    conn, base = _conn(url, timeout)
+    try:
+        conn.request("GET", base + path)
+        resp = conn.getresponse()
+        payload = resp.read()
+        if resp.status != 200:
+            return []
+        return [line for line in payload.decode("utf-8", "replace").splitlines()
+                if line.split("{", 1)[0].split(" ", 1)[0] in names]
+    except (OSError, http.client.HTTPException):
+        return []
+    finally:
+        conn.close()
+
+
 def memory_in_use() -> dict:
     """{"gpu_bytes": ... (nvidia-smi, when present), "host_bytes": MemTotal - MemAvailable}."""
     out: dict = {}
@@ -174,9 +196,12 @@ def run_bucket(spec: dict, prompts: list[str]) -> dict:
                          float(spec.get("timeout_s", 600)))
     for i in range(int(spec.get("warmup", 1))):
         stream_completion(url, model, prompts[i % len(prompts)], mt, temp, timeout)
-    metrics = bool(spec.get("metrics", True))
+    counters = spec.get("counters") or {}
+    prometheus = counters.get("format") == "prometheus"
+    metrics = bool(spec.get("metrics", True)) and not prometheus
     if metrics:
         drain_metrics(url)  # the warm-up's iterations are not measured
+    before = counter_lines(url, counters["path"], counters["names"]) if prometheus else None
     poller = Poller(url, float(spec.get("poll_s", 0.5)), metrics)
     poller.sample()
     poller.start()
@@ -186,7 +211,11 @@ def run_bucket(spec: dict, prompts: list[str]) -> dict:
                                 range(n)))
     wall = time.perf_counter() - start
     poller.stop()
-    return {"requests": results, "wall_s": wall, "iterations": poller.iterations, "mem_peak": poller.mem_peak}
+    out = {"requests": results, "wall_s": wall, "iterations": poller.iterations, "mem_peak": poller.mem_peak}
+    if prometheus:
+        out["counters"] = {"names": counters["names"], "before": before,
+                           "after": counter_lines(url, counters["path"], counters["names"])}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,9 +73,10 @@ def _read_status(plan: HostPlan, on: Host) -> HostStatus:
 
 def needs_validation(plan: HostPlan) -> bool:
     """Whether the release step must validate the config in the image (validate_in_image): no cached OK verdict for
-    (config hash, image id) in the one status read. An image still to pull has no id yet: validated after the pull."""
+    (config hash, image id) in the one status read. An image still to pull has no id yet: validated after the pull.
+    An engine whose options are not checked in its image (engines/catalog.py) never needs it."""
     s, st = plan.settings, host_status(plan).release
-    if s.profile is None:
+    if s.profile is None or not s.engine.validates_in_image:
         return False
     return not st.image_id or f"{config_key(plan.rendered.config)}-{image_key(st.image_id)}" not in st.validated
 

@@ -7,14 +7,17 @@
 #    `docker run --memory=`. The container's cgroup then holds its use to the cap, and when the server outgrows it the
 #    kernel kills it inside that cgroup, before the rest of the box runs short (README, "Unified memory"). A cap that
 #    cannot be computed or written fails the start: the container never runs uncapped by accident.
+#    With UTIL_NAME, the same share as a fraction of MemTotal (4 decimals, rounded down) is written as UTIL_NAME=<f>,
+#    for an engine that sizes its memory from a fraction of the total (vLLM's --gpu-memory-utilization).
 # 2. The clean pool: on a GB10 the page cache shares the one memory pool with the GPU, and TensorRT-LLM sizes its KV
 #    cache from what is free at load time; NVIDIA's playbook says to flush it before loading (`sync; echo 3 >
 #    /proc/sys/vm/drop_caches`). This does that, says so in the unit's journal, and records MemAvailable before and
 #    after in RECORD_FILE (JSON) for the readiness gate's result. A kernel that refuses the drop is said, never a
 #    failed start.
 #
-# Usage: drop-caches RECORD_FILE [RESERVE_KB CAP_FILE NAME]  (a release rendered before the cap passes the first only)
-out=${1:?usage: drop-caches RECORD_FILE [RESERVE_KB CAP_FILE NAME]}
+# Usage: drop-caches RECORD_FILE [RESERVE_KB CAP_FILE NAME [UTIL_NAME]]  (a release rendered before the cap passes the
+# first only)
+out=${1:?usage: drop-caches RECORD_FILE [RESERVE_KB CAP_FILE NAME [UTIL_NAME]]}
 meminfo() { awk -v k="$1:" '$1 == k {print $2}' /proc/meminfo; }
 if [ $# -ge 4 ]; then
   reserve=$2 cap_file=$3 name=$4
@@ -30,7 +33,10 @@ if [ $# -ge 4 ]; then
     echo "drop-caches: no container cap: MemTotal $total kB less the reserve $reserve kB leaves under 64 MiB" >&2
     exit 1
   fi
-  printf '%s=%sk\n' "$name" "$cap" > "$cap_file.tmp" && mv -f "$cap_file.tmp" "$cap_file" || exit 1
+  {
+    printf '%s=%sk\n' "$name" "$cap"
+    [ -z "$5" ] || awk -v n="$5" -v c="$cap" -v t="$total" 'BEGIN { printf "%s=%.4f\n", n, int(c * 10000 / t) / 10000 }'
+  } > "$cap_file.tmp" && mv -f "$cap_file.tmp" "$cap_file" || exit 1
   echo "drop-caches: the container's memory cap: $((cap / 1024)) MiB (MemTotal $((total / 1024)) MiB less the" \
        "reserve $((reserve / 1024)) MiB)"
 fi

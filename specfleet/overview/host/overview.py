@@ -4,8 +4,10 @@ iteration figures (/metrics, only when asked), memory and free disk.
 Shipped as `python3 -c <release_state.py> PATHS | python3 -c <this file's text> DATA_DIR SERVICE METRICS(0|1)
 RELEASES CONFIG_FILE` (paths and names from host/layout.py): the release state (current release, its record, gate,
 lock) comes on stdin from THE reader, host/release_state.py. Stdlib only, read-only except for /metrics,
-which it reads (and so drains) only when asked and no bench holds the host's lock. `acceptance` is THE
-acceptance arithmetic: `specfleet bench` imports it.
+which it reads (and so drains) only when asked and no bench holds the host's lock. An engine that counts acceptance in
+Prometheus counters (the release record's `counters`: vLLM) is read every time: reading them consumes nothing.
+`acceptance` (iteration stats) and `acceptance_from_counters` (counter deltas) are THE acceptance arithmetic:
+`specfleet bench` imports them.
 """
 
 import calendar
@@ -38,6 +40,37 @@ def acceptance(iterations):
         "acceptance_rate": accepted / drafted if drafted else None,
         "gpu_mem_peak_bytes": gpu_peak or None,
     }
+
+
+# One sample line of the Prometheus text exposition format: name, optional {labels} (quoted values may hold any
+# character, escaped), value, optional timestamp.
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?[ \t]+(\S+)(?:[ \t]+\S+)?$')
+
+
+def counter_sums(text, names):
+    """Each counter of `names` summed over its label sets (vLLM labels them per model and engine core), from a
+    Prometheus text exposition; a counter the text lacks counts 0."""
+    sums = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if m and m.group(1) in sums and re.fullmatch(r"[-+]?[0-9.eE+-]+", m.group(2)):
+            sums[m.group(1)] += float(m.group(2))
+    return sums
+
+
+def acceptance_from_counters(before, after, names, seconds=None):
+    """Acceptance over a window from the deltas of (drafts, draft tokens, accepted tokens) counters: rate = accepted
+    / draft tokens, mean acceptance length = 1 + accepted / drafts (vLLM's own definition, v1/spec_decode/metrics.py),
+    drafts per second over `seconds`. A counter that went down (the server restarted) makes the window unusable."""
+    drafts_n, tokens_n, accepted_n = names
+    d = {n: after.get(n, 0) - before.get(n, 0) for n in names}
+    if min(d.values()) < 0:
+        return {"error": "a counter went down during the window (the server restarted)"}
+    drafts, tokens, accepted = d[drafts_n], d[tokens_n], d[accepted_n]
+    return {"drafts": int(drafts), "draft_tokens": int(tokens), "accepted_tokens": int(accepted),
+            "acceptance_length": 1 + accepted / drafts if drafts else None,
+            "acceptance_rate": accepted / tokens if tokens else None,
+            "drafts_per_s": drafts / seconds if drafts and seconds else None}
 
 
 def iteration_figures(its):
@@ -86,8 +119,18 @@ def health(url):
         return "%s" % (getattr(e, "reason", None) or e)
 
 
-def metrics(out, url, want):
-    """/metrics figures, when asked, enabled in the release's config, healthy, and no bench reads them."""
+def metrics(out, url, want, counters=None):
+    """Prometheus counters (`counters`: the record's) since the server started, whenever it is healthy; else /metrics
+    iteration figures, when asked, enabled in the release's config, healthy, and no bench reads them."""
+    if counters and counters.get("format") == "prometheus":
+        if out["health"] != 200:
+            return None
+        try:
+            sums = counter_sums(get(url, counters["path"], 10)[1].decode("utf-8", "replace"), counters["names"])
+        except Exception as e:
+            return {"error": str(e)}
+        since = acceptance_from_counters({}, sums, counters["names"], out.get("uptime_s"))
+        return {**since, "source": "the server's counters since it started"}
     if not (want and out["iter_stats"] and out["health"] == 200):
         return None
     if (out["lock"] or "").startswith("bench "):
@@ -136,7 +179,7 @@ def overview(state, data, svc, want_metrics, releases, config_file):
             out["iter_stats"] = re.search(r"^enable_iter_perf_stats:\s*true\s*$", fh.read(), re.M) is not None
     except OSError:
         out["iter_stats"] = False
-    out["metrics"] = metrics(out, rec.get("url"), want_metrics)
+    out["metrics"] = metrics(out, rec.get("url"), want_metrics, rec.get("counters"))
     out["memory"] = memory()
     d = data
     while not os.path.isdir(d):

@@ -1,0 +1,54 @@
+"""`specfleet bench --apply GROUP`: the fleet file with GROUP set to serve the best variant (pure; the command, which
+shows the diff first and writes on a yes, is cli/bench.py)."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..engines.catalog import engine_of
+from ..serving.options import deep_merge
+from ..serving.profiles import PROFILES
+from .rules import best_variant
+
+
+def with_best_variant(results: list[dict[str, Any]], fleet_path: Path,
+                      group: str) -> tuple[dict[str, Any] | None, str, str | None]:
+    """(best variant, the fleet file's text, its text with GROUP's vars set to serve it: `serves` its profile, and its
+    overrides deep-merged into its engine's options var); no best variant: (None, "", None); no such group in the
+    file: (best, text, None)."""
+    best = best_variant(results)
+    if not best:
+        return None, "", None
+    var = engine_of(PROFILES[best["profile"]]).options_var
+    options = (best.get("overrides") or {}).get(var) or {}
+    old_text = Path(fleet_path).read_text()
+    doc = yaml.safe_load(old_text)
+    node = doc["all"] if group == "all" else _find_group(doc["all"], group)
+    if node is None:
+        return best, old_text, None
+    node.setdefault("vars", {}) if node.get("vars") is not None else node.__setitem__("vars", {})
+    node["vars"]["serves"] = best["profile"]
+    if options:
+        node["vars"][var] = deep_merge(node["vars"].get(var) or {}, options)
+    return best, old_text, yaml.safe_dump(doc, sort_keys=False)
+
+
+def fleet_diff(fleet_path: Path, old_text: str, new_text: str, variant: str) -> str:
+    return "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True),
+                                        str(fleet_path), str(fleet_path) + " (with " + variant + ")"))
+
+
+def _find_group(node: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for child_name, child in (node.get("children") or {}).items():
+        child = child if child is not None else {}
+        if child_name == name:
+            node["children"][child_name] = child
+            return child
+        found = _find_group(child, name)
+        if found is not None:
+            return found
+    return None

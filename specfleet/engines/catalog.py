@@ -1,0 +1,105 @@
+"""The serving engines as data: what each one is called, which vars hold its image and options, how its server is
+reached and what it counts.
+
+A profile names its engine (serving/profiles.py, `engine`); everything else asks the host's `Engine` here instead of
+comparing names, so that a second engine is a new entry, not a new branch in every feature
+(tests/unit/test_engine_branches.py keeps engine names and `engine ==` inside this package). The argv each engine's
+container runs is rendered in engines/command.py; vLLM's options are checked in engines/vllm_options.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..serving.options import SCHEMAS
+from . import vllm_options
+from .vllm_contract import COUNTERS as VLLM_COUNTERS
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Where a server counts speculative decoding, and what: THE acceptance arithmetic
+    (overview/host/overview.py `acceptance_from_counters`) takes deltas of these over a window.
+
+    `format`: "prometheus" (a text exposition that a read does not consume) or "iterations" (trtllm-serve's JSON
+    iteration stats, which a read removes from the server's queue). `drafts`, `draft_tokens`, `accepted`: the
+    counter names (prometheus only)."""
+
+    format: str
+    path: str
+    drafts: str = ""
+    draft_tokens: str = ""
+    accepted: str = ""
+
+    def record(self) -> dict[str, Any]:
+        """As the release record and the bench's load client carry them: {format, path, names}."""
+        names = [self.drafts, self.draft_tokens, self.accepted] if self.format == "prometheus" else []
+        return {"format": self.format, "path": self.path, "names": names}
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    server: str  # what the unit's description and messages call the server process
+    image_var: str  # the var holding the image that runs it
+    options_var: str  # the var users override its options with (a mapping, validated per engine)
+    pairs: bool  # whether it can serve a two-Spark pair (pair/launch.py's mpirun is TensorRT-LLM's)
+    validates_in_image: bool  # whether the release step checks the rendered options with the image's own classes
+    mounts_config: bool  # whether the release's options file is mounted into the container (read by the server)
+    # the flag given the container's share of the unified memory (MemTotal less memory_reserve_gb, as a fraction of
+    # MemTotal, computed on the host by drop-caches before every start); "" when the engine sizes from what is free
+    memory_fraction_flag: str
+    counters: Counters
+    # where the draft is mounted in the container, read from a host's settings (its options name it)
+    draft_dir: Callable[[Any], str | None]
+    profile_options: str  # the profile's key of its options (serving/profiles.py)
+    draft_len: str  # the speculative_config key of the tokens drafted per step (a bench sweeps it)
+    # what every bench variant adds to the options: the counters' source on, prefix caching off (a bench replays its
+    # prompts; served profiles keep their caching)
+    bench_options: dict[str, Any]
+    # the stand-in's image names contain this (bench and status label stand-in figures as synthetic)
+    standin_marker: str = "standin"
+
+
+TRTLLM = Engine(
+    name="trtllm", server="trtllm-serve", image_var="image", options_var="extra_llm_api_options", pairs=True,
+    validates_in_image=True, mounts_config=True, memory_fraction_flag="",
+    # 1.2.0rc6 and 1.3.0rc12 count acceptance in the JSON iteration stats only (docs/engines.md, "Acceptance")
+    counters=Counters("iterations", "/metrics"),
+    draft_dir=lambda s: SCHEMAS[s.trtllm_version].draft_path(s.llm_api_options),
+    profile_options="llm_api_options", draft_len="max_draft_len",
+    bench_options={"enable_iter_perf_stats": True, "kv_cache_config": {"enable_block_reuse": False}},
+)
+VLLM = Engine(
+    name="vllm", server="vllm serve", image_var="vllm_image", options_var="vllm_options", pairs=False,
+    validates_in_image=False, mounts_config=False, memory_fraction_flag="--gpu-memory-utilization",
+    counters=Counters("prometheus", "/metrics", *VLLM_COUNTERS),
+    draft_dir=lambda s: vllm_options.draft_path(s.vllm_options),
+    profile_options="vllm_options", draft_len="num_speculative_tokens",
+    bench_options={"enable_prefix_caching": False},
+)
+ENGINES: dict[str, Engine] = {e.name: e for e in (TRTLLM, VLLM)}
+DEFAULT = TRTLLM  # a profile that names no engine (the profiles written before there were two)
+
+
+def engine_of(profile: dict[str, Any] | None) -> Engine:
+    """The engine a profile runs on (a profile-less host: the default, whose image var is `image`)."""
+    return ENGINES[profile["engine"]] if profile and "engine" in profile else DEFAULT
+
+
+def option_vars() -> tuple[str, ...]:
+    """Every engine's options var (settings reads each as a mapping layer)."""
+    return tuple(e.options_var for e in ENGINES.values())
+
+
+def speculative(profile: dict[str, Any]) -> dict[str, Any]:
+    """A profile's speculative config ({}: it does not speculate)."""
+    return profile.get(engine_of(profile).profile_options, {}).get("speculative_config") or {}
+
+
+def draft_len(profile: dict[str, Any]) -> int:
+    """Tokens the profile drafts per step (0: no speculation)."""
+    spec = speculative(profile)
+    return int(spec.get(engine_of(profile).draft_len) or 0) if spec else 0

@@ -1,0 +1,110 @@
+"""vLLM's contract for `vllm serve` and `--speculative-config`, for the pinned image, as data with provenance.
+
+The image: `nvcr.io/nvidia/vllm:26.05.post1-py3`, the tag NVIDIA's DGX Spark vLLM playbook runs on one Spark
+(NVIDIA/dgx-spark-playbooks@0db7c141, nvidia/vllm/README.md:141-151). NVIDIA's release notes for vLLM Release 26.05 list
+vLLM 0.20.1 (https://docs.nvidia.com/deeplearning/frameworks/vllm-release-notes/rel-26-05.html). No notes are published
+for `.post1`: that it carries the same 0.20.1 is a GUESS (a re-spin), and the contract is 0.20.1's.
+
+The source: vllm-project/vllm v0.20.1 (commit f98b2747f, the sdist's vllm/_version.py), read as the PyPI sdist
+vllm-0.20.1.tar.gz. Line numbers below are that tree's.
+- `vllm/config/speculative.py` (SpeculativeConfig, a pydantic dataclass with extra="forbid",
+  vllm/config/utils.py:68-69): fields :73-204, methods :34-65, which need a model :461-486, num_speculative_tokens
+  :76 and :862-881, ngram's prompt lookup :491-517 and :132-135.
+- `vllm/engine/arg_utils.py` (EngineArgs, flags from the config dataclasses by get_kwargs, :320-385: a bool is
+  argparse.BooleanOptionalAction, so --x / --no-x) and `vllm/entrypoints/openai/cli_args.py` (--host, --port, the
+  positional model).
+- `vllm/v1/spec_decode/metrics.py` (SpecDecodingProm, :144-197): the counters, exposed with `_total`.
+
+Where the source leaves room, the stricter reading is taken (marked "stricter"): `method` and `num_speculative_tokens`
+are required (vLLM infers the method from the model's name or config, and the token count from a draft's n_predict).
+Only the engine arguments below are modelled; extend the table, with its source line, when a genuine one is missing.
+
+Specs: (kind, constraints): kind "bool", "int", "float", "str", or a tuple of allowed values; constraints gt/ge/le/lt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Spec = tuple[str | tuple[str, ...], dict[str, float]]
+
+_POS: Spec = ("int", {"gt": 0})
+_GE1: Spec = ("int", {"ge": 1})
+_BOOL: Spec = ("bool", {})
+_STR: Spec = ("str", {})
+
+# speculative.py:57-65 (SpeculativeMethod), :54-56 (EagleModelTypes), :52 (ngram_gpu); the MTP kinds other than `mtp`
+# are rewritten to `mtp` with a deprecation warning (:455-459), so only `mtp` is accepted here (stricter).
+METHODS = ("ngram", "ngram_gpu", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "dflash",
+           "mtp", "extract_hidden_states")
+# :461-486: without a model, mtp uses the target, ngram/ngram_gpu/suffix/extract_hidden_states a placeholder; every
+# other method raises "num_speculative_tokens was provided but without speculative model".
+NEEDS_MODEL = ("eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash")
+
+SPECULATIVE: dict[str, Spec] = {
+    "method": (METHODS, {}),  # :82
+    "model": _STR,  # :79; a path in the container here (specfleet mounts the pinned draft there)
+    "num_speculative_tokens": _POS,  # :76 Field(gt=0)
+    "draft_tensor_parallel_size": _GE1,  # :90 Field(ge=1); 1 or the target's TP (:813-820), which is 1 on one Spark
+    "max_model_len": _GE1,  # :107 Field(ge=1)
+    "enforce_eager": _BOOL,  # :73
+    "disable_padded_drafter_batch": _BOOL,  # :120
+    "prompt_lookup_max": _GE1,  # :132 Field(ge=1)
+    "prompt_lookup_min": _GE1,  # :135 Field(ge=1)
+    "parallel_drafting": _BOOL,  # :143
+    "rejection_sample_method": (("strict", "probabilistic"), {}),  # :186; "synthetic" is a test mode, left out
+}
+# Not modelled (refused as unknown, stricter): revision/code_revision (the draft is mounted from the lock's pin),
+# quantization (auto-detected from the draft's checkpoint, model.py:932-1004), tensor_parallel_size (refused upstream
+# too, :864-868), the suffix_decoding_* and synthetic_* fields, speculative_token_tree, draft_load_config, moe_backend.
+
+ENGINE: dict[str, Spec] = {
+    "max_model_len": _POS,  # arg_utils.py:767 (ModelConfig, model.py:184; "auto"/-1 and "32k" forms not modelled)
+    "max_num_seqs": _GE1,  # arg_utils.py:1290-1296, scheduler.py:63 ge=1
+    "max_num_batched_tokens": _GE1,  # arg_utils.py:1283-1289, scheduler.py:49 ge=1
+    "enable_prefix_caching": _BOOL,  # arg_utils.py:1072-1078, BooleanOptionalAction
+    "enable_chunked_prefill": _BOOL,  # arg_utils.py:1313-1319
+    "async_scheduling": _BOOL,  # arg_utils.py:1334-1336
+    "enforce_eager": _BOOL,  # arg_utils.py:773
+    "trust_remote_code": _BOOL,  # arg_utils.py:750-752
+    "kv_cache_dtype": (("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"), {}),  # cache.py:18-34
+    "dtype": (("auto", "half", "float16", "bfloat16", "float", "float32"), {}),  # model.py:87 (ModelDType)
+    "max_cudagraph_capture_size": _GE1,  # arg_utils.py:1351
+    "stream_interval": _GE1,  # arg_utils.py:1338
+    "enable_log_requests": _BOOL,  # arg_utils.py:2428-2437 (--disable-log-requests does not exist in 0.20.1)
+}
+
+# What specfleet renders itself, and why (engines/command.py)
+RESERVED = {
+    "host": "from serve_host", "port": "from serve_port",
+    "model": "the profile's target, mounted from the lock's pin",
+    "served_model_name": "the target's repo id, the name every engine serves it under (with HF_HUB_OFFLINE vLLM "
+                         "would otherwise name it by its snapshot path)",
+    "gpu_memory_utilization": "from memory_reserve_gb: MemTotal less the reserve, as a fraction, computed on the host "
+                              "before every start",
+    "tensor_parallel_size": "one Spark has one GPU; the two-Spark pair runs on TensorRT-LLM only",
+    "download_dir": "the models come from the host's Hub cache, mounted read-only",
+    "api_key": "the fleet's gateways check the API keys",
+}
+
+# SpecDecodingProm (v1/spec_decode/metrics.py:155, :164, :173), Counters exposed with prometheus_client's `_total`;
+# labels model_name and engine (v1/metrics/loggers.py:429-435). The series exist only with a speculative config.
+COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+            "vllm:spec_decode_num_accepted_tokens_total")
+
+
+@dataclass(frozen=True)
+class Contract:
+    version: str
+    image: str
+    source: str
+    methods: tuple[str, ...]
+    needs_model: tuple[str, ...]
+    speculative: dict[str, Spec]
+    engine: dict[str, Spec]
+    reserved: dict[str, str]
+
+
+CONTRACT = Contract(version="0.20.1", image="nvcr.io/nvidia/vllm:26.05.post1-py3",
+                    source="vllm-project/vllm v0.20.1 (f98b2747f)", methods=METHODS, needs_model=NEEDS_MODEL,
+                    speculative=SPECULATIVE, engine=ENGINE, reserved=RESERVED)

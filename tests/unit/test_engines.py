@@ -1,0 +1,183 @@
+"""The engine as data: the vLLM profiles, `vllm_options` checked against the pinned vLLM's contract and rendered as
+argv, the memory share vLLM is told, and the acceptance read from the servers' counters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from specfleet.cli import main
+from specfleet.engines import vllm_options
+from specfleet.engines.catalog import ENGINES, engine_of
+from specfleet.engines.command import container_command
+from specfleet.engines.vllm_contract import CONTRACT, COUNTERS
+from specfleet.host.layout import GPU_MEMORY_VAR
+from specfleet.overview.host.overview import acceptance_from_counters, counter_sums
+from specfleet.serving.profiles import PROFILES, nodes
+from specfleet.serving.render import docker_run_args, unit_text
+from tests.unit.test_quoting import EXPANDED_SHARE, _settings, exec_line
+
+VLLM_PROFILES = sorted(p for p in PROFILES if engine_of(PROFILES[p]).name == "vllm")
+
+
+def test_every_profile_names_its_engine_and_the_vllm_profiles_are_there():
+    assert all(PROFILES[p]["engine"] in ENGINES for p in PROFILES)
+    assert VLLM_PROFILES == ["vllm_baseline", "vllm_draft_target", "vllm_eagle3", "vllm_ngram"]
+    assert PROFILES["ngram"]["engine"] == "trtllm"
+    assert PROFILES["ngram"]["llm_api_options"]["speculative_config"]["decoding_type"] == "NGram"
+    # a two-Spark profile runs on an engine that pairs (pair/launch.py is TensorRT-LLM's MPI launch)
+    assert all(engine_of(PROFILES[p]).pairs for p in PROFILES if nodes(p) > 1)
+
+
+@pytest.mark.parametrize("profile", VLLM_PROFILES)
+def test_each_vllm_profile_is_valid_and_serves_the_target_under_its_repo_id(profile):
+    s = _settings(profile)
+    assert vllm_options.problems(s.vllm_options, bool(PROFILES[profile]["draft"])) == []
+    argv = exec_line(unit_text(s), "ExecStart")
+    model = PROFILES[profile]["target"]["repo"]
+    start = argv.index(s.image)
+    # the NGC image's entrypoint runs its command: `vllm serve MODEL` (dgx-spark-playbooks, nvidia/vllm/README.md)
+    assert argv[start + 1:start + 6] == ["vllm", "serve", model, "--served-model-name", model]
+    assert argv[-1] == f"--gpu-memory-utilization={EXPANDED_SHARE}"  # systemd expands it; nothing else is
+    assert s.image == CONTRACT.image == "nvcr.io/nvidia/vllm:26.05.post1-py3"
+    run = docker_run_args(s)
+    assert not any(a.endswith("extra-llm-api-config.yml:ro") for a in run), "vLLM reads no options file"
+    if PROFILES[profile]["draft"]:
+        spec = json.loads(argv[argv.index("--speculative-config") + 1])
+        assert f"{s.data_dir}/current/draft:{spec['model'].rstrip('/')}:ro" in run
+
+
+def test_the_unit_gives_drop_caches_the_share_var_and_the_trtllm_unit_does_not():
+    vllm, trt = _settings("vllm_eagle3"), _settings("eagle3")
+    assert exec_line(unit_text(vllm), "ExecStartPre", 0)[-1] == GPU_MEMORY_VAR
+    assert GPU_MEMORY_VAR not in unit_text(trt) and "--gpu-memory-utilization" not in unit_text(trt)
+
+
+def test_options_render_as_one_argument_per_value():
+    argv = vllm_options.argv({"max_num_seqs": 4, "enable_prefix_caching": False, "enforce_eager": True,
+                              "speculative_config": {"num_speculative_tokens": 3, "method": "ngram"}})
+    assert argv == ["--max-num-seqs", "4", "--no-enable-prefix-caching", "--enforce-eager",
+                    "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']
+
+
+def test_a_users_options_merge_over_the_profiles_and_reach_the_argv():
+    s = _settings("vllm_eagle3", vllm_options={"max_model_len": 32768,
+                                               "speculative_config": {"num_speculative_tokens": 3}})
+    spec = s.vllm_options["speculative_config"]
+    assert spec["num_speculative_tokens"] == 3 and spec["method"] == "eagle3"  # deep-merged over the profile's
+    cmd = container_command(s)
+    assert cmd[cmd.index("--max-model-len") + 1] == "32768"
+
+
+def _check(fleet_file, host_vars: str, deploy: str = "deploys/vllm_eagle3.py"):
+    fleet_file(f"all:\n  hosts:\n    s1: {host_vars}\n")
+    return CliRunner().invoke(main, ["check", "inventory.py", deploy])
+
+
+@pytest.mark.parametrize("options, line", [
+    ("{speculative_config: {method: eagle4}}",
+     "s1: vllm_options.speculative_config.method: 'eagle4' is not accepted (allowed: ngram, ngram_gpu, "),
+    ("{speculative_config: {num_speculative_tokens: -2}}",
+     "s1: vllm_options.speculative_config.num_speculative_tokens: -2 is out of range (allowed: an integer > 0)"),
+    ("{speculative_config: {method: draft_model, model: null}}",
+     "s1: vllm_options.speculative_config.model: None is not a non-empty string"),
+    ("{speculative_config: {tensor_parallel_size: 2}}",
+     "s1: vllm_options.speculative_config.tensor_parallel_size: unknown field (vLLM 0.20.1's SpeculativeConfig"),
+    ("{speculative_config: {model: '/opt/x y/'}}",
+     "s1: vllm_options.speculative_config.model: '/opt/x y/' has characters that are not allowed: ' '"),
+    ("{max_num_seqs: 'all'}", "s1: vllm_options.max_num_seqs: 'all' is not an integer"),
+    ("{enable_prefix_caching: 1}", "s1: vllm_options.enable_prefix_caching: 1 is not true or false"),
+    ("{gpu_memory_utilization: 0.95}", "s1: vllm_options.gpu_memory_utilization: is set by specfleet (from "
+                                       "memory_reserve_gb"),
+    ("{disable_log_requests: true}", "s1: vllm_options.disable_log_requests: unknown option (vLLM 0.20.1's "),
+    ("{kv_cache_dtype: fp9}", "s1: vllm_options.kv_cache_dtype: 'fp9' is not accepted (allowed: auto, "),
+    ("[max_num_seqs]", "s1: vllm_options: must be a mapping of vLLM engine arguments, got list"),
+])
+def test_check_refuses_bad_vllm_options_in_one_line(fleet_file, options, line):
+    result = _check(fleet_file, f"{{vllm_options: {options}}}")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(line) and len(result.output.strip().splitlines()) == 1, result.output
+
+
+@pytest.mark.parametrize("deploy, options, line", [
+    ("deploys/vllm_draft_target.py", "{speculative_config: {method: ngram, model: null}}",
+     "s1: vllm_options.speculative_config.model: None is not a non-empty string"),
+    ("deploys/vllm_ngram.py", "{speculative_config: {method: draft_model}}",
+     "s1: vllm_options.speculative_config.model: is required for method draft_model"),
+    ("deploys/vllm_ngram.py", "{speculative_config: {prompt_lookup_min: 5}}",
+     "s1: vllm_options.speculative_config.prompt_lookup_min: 5 is above prompt_lookup_max 4 (allowed: min <= max)"),
+    ("deploys/vllm_eagle3.py", "{speculative_config: {method: ngram, model: null}}",
+     "s1: vllm_options.speculative_config.model: None is not a non-empty string"),
+    ("deploys/vllm_baseline.py", "{speculative_config: {method: eagle3, model: /opt/h/, num_speculative_tokens: 3}}",
+     "s1: vllm_options.speculative_config.method: eagle3 needs a draft model, and the profile has none"),
+])
+def test_check_refuses_a_method_that_does_not_fit_the_profile(fleet_file, deploy, options, line):
+    result = _check(fleet_file, f"{{vllm_options: {options}}}", deploy)
+    assert result.exit_code == 2 and result.output.startswith(line), result.output
+
+
+def test_a_draft_model_without_a_model_is_refused():
+    assert vllm_options.problems({"speculative_config": {"method": "draft_model", "num_speculative_tokens": 4}},
+                                 True) == [("vllm_options.speculative_config.model",
+                                            "is required for method draft_model (the draft's directory in the "
+                                            "container)")]
+
+
+def test_a_vllm_profile_on_a_pair_group_is_refused(fleet_file):
+    fleet_file("all:\n  children:\n    pair_a:\n      hosts:\n"
+               "        spark-1: {pair_role: head, ssh_hostname: 10.0.0.11}\n"
+               "        spark-2: {pair_role: worker, ssh_hostname: 10.0.0.12}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/vllm_eagle3.py"])
+    assert result.exit_code == 2 and "spark-1: profile: vllm_eagle3 runs on one Spark; spark-1 is half of pair_a" \
+        in result.output, result.output
+
+
+# ---- acceptance from the counters --------------------------------------------------------------------------------
+EXPOSITION = """\
+# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="openai/gpt-oss-120b"} 10.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="a } b"} 5.0 1700000000000
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="openai/gpt-oss-120b"} 105.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="openai/gpt-oss-120b"} 42
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="x",position="0"} 12
+vllm:spec_decode_num_drafts_created 1.7e9
+"""
+
+
+def test_counters_are_summed_over_label_sets_and_only_the_named_ones():
+    assert counter_sums(EXPOSITION, COUNTERS) == {COUNTERS[0]: 15.0, COUNTERS[1]: 105.0, COUNTERS[2]: 42.0}
+
+
+def test_acceptance_is_read_as_deltas_over_the_window():
+    before = {COUNTERS[0]: 15.0, COUNTERS[1]: 105.0, COUNTERS[2]: 42.0}
+    after = {COUNTERS[0]: 25.0, COUNTERS[1]: 175.0, COUNTERS[2]: 77.0}
+    acc = acceptance_from_counters(before, after, COUNTERS, 5.0)
+    assert acc == {"drafts": 10, "draft_tokens": 70, "accepted_tokens": 35, "acceptance_length": 4.5,
+                   "acceptance_rate": 0.5, "drafts_per_s": 2.0}
+    assert "error" in acceptance_from_counters(after, before, COUNTERS)  # a restart during the window
+
+
+def test_bench_summary_takes_acceptance_from_the_counters_and_speedup_from_its_engines_baseline():
+    from specfleet.bench import rules as bench
+
+    def raw(wall, counters=None):
+        out = {"requests": [{"ttft_s": 0.1, "e2e_s": 1.0, "itl_s": [0.1] * 9, "output_tokens": 10}] * 2,
+               "wall_s": wall, "iterations": [], "mem_peak": {}}
+        if counters:
+            out["counters"] = {"names": list(COUNTERS), "before": [], "after": counters}
+        return out
+
+    lines = [f'{COUNTERS[0]}{{engine="0"}} 8', f'{COUNTERS[1]}{{engine="0"}} 40', f'{COUNTERS[2]}{{engine="0"}} 20']
+    results = [{"variant": v, "host": "h", "profile": v.split(":")[0], "engine": e, "draft_len": k,
+                "host_class": "x", "overrides": {}, "buckets": {"short": bench.summarize_bucket(raw(w, c))}}
+               for v, e, k, w, c in (("baseline", "trtllm", 0, 4.0, None), ("vllm_baseline", "vllm", 0, 2.0, None),
+                                     ("vllm_eagle3", "vllm", 7, 1.0, lines))]
+    bench.add_speedups(results)
+    fig = results[2]["buckets"]["short"]
+    assert (fig["acceptance_length"], fig["acceptance_rate"], fig["spec"]["source"]) == (3.5, 0.5, "counters")
+    assert fig["speedup"] == 2.0, "against vllm_baseline (10 tok/s), not baseline (5 tok/s)"
+    assert results[1]["buckets"]["short"]["speedup"] == 1.0
+
