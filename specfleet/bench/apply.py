@@ -1,16 +1,19 @@
 """`specfleet bench --apply GROUP`: the fleet file with GROUP set to serve the best variant (pure; the command, which
-shows the diff first and writes on a yes, is cli/bench.py)."""
+shows the diff first and writes on a yes, is cli/bench.py).
+
+The file is edited with ruamel.yaml's round trip, so its comments, key order, quoting and flow style stay as the
+operator wrote them and the diff shows only what --apply sets (PyYAML would rewrite the whole file)."""
 
 from __future__ import annotations
 
 import difflib
+import io
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ruamel.yaml import YAML
 
 from ..engines.catalog import engine_of
-from ..serving.options import deep_merge
 from ..serving.profiles import PROFILES
 from .rules import best_variant
 
@@ -26,15 +29,31 @@ def with_best_variant(results: list[dict[str, Any]], fleet_path: Path,
     var = engine_of(PROFILES[best["profile"]]).options_var
     options = (best.get("overrides") or {}).get(var) or {}
     old_text = Path(fleet_path).read_text()
-    doc = yaml.safe_load(old_text)
+    rt = YAML()
+    rt.preserve_quotes = True
+    doc = rt.load(old_text)
     node = doc["all"] if group == "all" else _find_group(doc["all"], group)
     if node is None:
         return best, old_text, None
-    node.setdefault("vars", {}) if node.get("vars") is not None else node.__setitem__("vars", {})
+    if node.get("vars") is None:
+        node["vars"] = {}
     node["vars"]["serves"] = best["profile"]
     if options:
-        node["vars"][var] = deep_merge(node["vars"].get(var) or {}, options)
-    return best, old_text, yaml.safe_dump(doc, sort_keys=False)
+        if not isinstance(node["vars"].get(var), dict):
+            node["vars"][var] = {}
+        _merge_into(node["vars"][var], options)
+    out = io.StringIO()
+    rt.dump(doc, out)
+    return best, old_text, out.getvalue()
+
+
+def _merge_into(node: Any, options: dict[str, Any]) -> None:
+    """Deep-merge `options` into the loaded mapping in place (what is there keeps its comments and style)."""
+    for key, value in options.items():
+        if isinstance(value, dict) and isinstance(node.get(key), dict):
+            _merge_into(node[key], value)
+        else:
+            node[key] = value
 
 
 def fleet_diff(fleet_path: Path, old_text: str, new_text: str, variant: str) -> str:

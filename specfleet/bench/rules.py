@@ -178,9 +178,9 @@ def summarize_bucket(raw: dict[str, Any]) -> dict[str, Any]:
     return {
         "requests": len(reqs), "errors": errors, "output_tokens": out_tokens, "wall_s": wall,
         "tokens_per_s": out_tokens / wall if wall > 0 and reqs else None,  # output throughput of the bucket
-        "ttft_s": {"mean": _mean([r["ttft_s"] for r in reqs]), "p50": percentile([r["ttft_s"] for r in reqs], 50),
-                   "p90": percentile([r["ttft_s"] for r in reqs], 90)},
-        "itl_s": {"mean": _mean(itl), "p50": percentile(itl, 50), "p90": percentile(itl, 90)},
+        "ttft_s": {"mean": _mean([r["ttft_s"] for r in reqs]),
+                   **{f"p{q}": percentile([r["ttft_s"] for r in reqs], q) for q in (50, 90, 99)}},
+        "itl_s": {"mean": _mean(itl), **{f"p{q}": percentile(itl, q) for q in (50, 90, 99)}},
         "tpot_s": {"mean": _mean(tpot)},
         "latency_s": {"p50": percentile([r["e2e_s"] for r in reqs], 50),
                       "p90": percentile([r["e2e_s"] for r in reqs], 90)},
@@ -244,17 +244,20 @@ def _f(x: float | None, fmt: str = "{:.2f}", none: str = "-") -> str:
 
 
 def table(results: list[dict[str, Any]]) -> list[str]:
-    rows = [("variant", "host", "bucket", "tokens/s", "speedup", "acc.len", "acc.rate", "TTFT p50", "ITL mean",
-             "lat p50", "lat p90")]
+    """One row per variant x host x bucket: throughput, speed-up against its engine's baseline, the servers'
+    acceptance, TTFT and ITL (p50 and p99) and latency."""
+    rows = [("variant", "engine", "host", "bucket", "tokens/s", "speedup", "acc.len", "acc.rate", "TTFT p50",
+             "TTFT p99", "ITL p50", "ITL p99", "lat p50", "lat p90")]
     for r in results:
         if r.get("error") or not r.get("buckets"):
-            rows.append((r["variant"], r["host"], "-", "-", "-", "-", "-", "-", "-", "-", r.get("error") or "no data"))
+            rows.append((r["variant"], r.get("engine", "-"), r["host"], *["-"] * 10, r.get("error") or "no data"))
             continue
         for b, f in r["buckets"].items():
-            rows.append((r["variant"], r["host"], b, _f(f["tokens_per_s"], "{:.1f}"), _f(f.get("speedup"), "{:.2f}x"),
-                         _f(f["acceptance_length"]), _f(f["acceptance_rate"]), _f(f["ttft_s"]["p50"], "{:.3f}s"),
-                         _f(f["itl_s"]["mean"], "{:.4f}s"), _f(f["latency_s"]["p50"], "{:.2f}s"),
-                         _f(f["latency_s"]["p90"], "{:.2f}s")))
+            rows.append((r["variant"], r.get("engine", "-"), r["host"], b, _f(f["tokens_per_s"], "{:.1f}"),
+                         _f(f.get("speedup"), "{:.2f}x"), _f(f["acceptance_length"]), _f(f["acceptance_rate"]),
+                         _f(f["ttft_s"]["p50"], "{:.3f}s"), _f(f["ttft_s"].get("p99"), "{:.3f}s"),
+                         _f(f["itl_s"]["p50"], "{:.4f}s"), _f(f["itl_s"].get("p99"), "{:.4f}s"),
+                         _f(f["latency_s"]["p50"], "{:.2f}s"), _f(f["latency_s"]["p90"], "{:.2f}s")))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 

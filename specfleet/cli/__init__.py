@@ -2,8 +2,9 @@
 
 This module holds the `main` group, the commands that touch no host (check, render), and registers every command
 family, one thin module each: rollout and releases (rollout.py), status and logs (status.py), bench (bench.py),
-mirror status (mirror.py), lock and plan (lock.py), init and vars (project.py). A command validates its input
-(invalid.py: one line per problem, exit 2), calls the layers below it, and prints."""
+mirror status (mirror.py), the fleet's metrics for Prometheus and Grafana (metrics.py), lock and plan (lock.py), init
+and vars (project.py). A command validates its input (invalid.py: one line per problem, exit 2), calls the layers
+below it, and prints."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..pins.lockfile import LOCK_COMMAND, lock_path, shown
 from ..plan import HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail, role_problems
 from . import bench as _bench
 from . import lock as _lock
+from . import metrics as _metrics
 from . import mirror as _mirror
 from . import project as _project
 from . import rollout as _rollout
@@ -101,5 +103,6 @@ main.add_command(_bench.bench, "bench")
 main.add_command(_status.status, "status")
 main.add_command(_status.logs, "logs")
 main.add_command(_mirror.cli, "mirror")
+main.add_command(_metrics.cli, "metrics")
 main.add_command(_project.init, "init")
 main.add_command(_project.vars_, "vars")

@@ -26,6 +26,7 @@ from ..bench.rules import (
 from ..fleet.project import use_project
 from ..fleet.selection import select
 from ..plan import PlanError, build_plans, load_inventory_or_fail
+from ..serving.profiles import PROFILES
 from .invalid import invalid_input
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -101,11 +102,13 @@ def _report(json_path: Path, png: Path, standin: bool, results: list[dict]) -> N
     click.echo("\n".join(table(results)))
     click.echo(f"\nwrote {json_path} and {png}")
     if standin:
-        click.echo("NOTE: this bench ran against the trtllm-serve STAND-IN (image name contains 'standin'): "
-                   "the figures come from its SYNTHETIC speculative-decoding model, not from TensorRT-LLM on a GPU.")
-    if any(r["profile"] == "draft_target" for r in results):
-        click.echo("note: draft_target serves another target model (Llama-3.3-70B) than baseline (gpt-oss-120b): "
-                   "its speed-up compares different models.")
+        click.echo("NOTE: this bench ran against a STAND-IN server (image name contains 'standin'): the figures come "
+                   "from its SYNTHETIC speculative-decoding model, not from an engine on a GPU.")
+    targets = {r["profile"]: PROFILES[r["profile"]]["target"]["repo"] for r in results}
+    if len(set(targets.values())) > 1:
+        click.echo("note: the variants serve different target models ("
+                   + ", ".join(f"{p}: {m}" for p, m in sorted(targets.items())) + "): a speed-up is against its "
+                   "engine's baseline, which serves gpt-oss-120b, and compares different models for the others.")
 
 
 def apply_best(results: list[dict], fleet_path: Path, group: str, yes: bool) -> bool:
@@ -119,11 +122,10 @@ def apply_best(results: list[dict], fleet_path: Path, group: str, yes: bool) -> 
         return False
     click.echo(f"--apply: best variant {best['variant']}; diff of {fleet_path}:\n"
                f"{fleet_diff(fleet_path, old_text, new_text, best['variant'])}")
-    click.echo("(note: the rewrite drops YAML comments)" if "#" in old_text else "", nl="#" in old_text)
     if not yes and not click.confirm("write it?", default=False):
         click.echo("not written")
         return False
     Path(fleet_path).write_text(new_text)
-    click.echo(f"wrote {fleet_path}; roll it out with specfleet rollout inventory.py deploys/{best['profile']}.py "
-               f"(these options apply to every profile deployed to {group}: baseline has no speculative_config)")
+    click.echo(f"wrote {fleet_path}; {group} now serves {best['profile']}: roll it out with "
+               f"specfleet rollout inventory.py deploys/{best['profile']}.py")
     return True

@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..fleet.programs import program_text
 from ..fleet.settings import Settings
@@ -28,6 +29,7 @@ class Server:
     name: str  # the Spark's inventory name (HAProxy's server name)
     address: str  # host:port the gateways reach its filtering socket at
     agent_port: int  # the port of its readiness agent (on the same address)
+    metrics_path: str = ""  # its engine's metrics, relayed at /sparks/<name>/metrics on the metrics port ("": none)
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,12 @@ def server_name(spark: str) -> str:
     return _SAFE_NAME.sub("_", spark)
 
 
-def backends(sparks: dict[str, tuple[str, str, int]]) -> list[Backend]:
-    """Spark name -> (model, host:port, agent port) as one backend per model, in the order models first appear."""
+def backends(sparks: dict[str, Any]) -> list[Backend]:
+    """Spark name -> (model, host:port, agent port[, metrics path]) as one backend per model, in the order models
+    first appear."""
     by_model: dict[str, list[Server]] = {}
-    for name, (model, address, agent_port) in sparks.items():
-        by_model.setdefault(model, []).append(Server(server_name(name), address, int(agent_port)))
+    for name, (model, address, agent_port, *metrics) in sparks.items():
+        by_model.setdefault(model, []).append(Server(server_name(name), address, int(agent_port), *metrics))
     return [Backend(model, f"model_{i}_{_SAFE_NAME.sub('_', model)}", tuple(servers))
             for i, (model, servers) in enumerate(by_model.items(), 1)]
 
@@ -104,7 +107,8 @@ def haproxy_cfg(o: GatewayOptions, bes: list[Backend], layout: GatewayLayout = G
         timeout=f"{o.timeout_sec}s", queue_timeout=f"{o.queue_timeout_sec}s", listen=o.listen,
         tls=f" ssl crt {layout.tls_pem}" if o.tls else "", health_path=o.health_path, backends=bes,
         inter=f"{o.check_inter_ms}ms", fall=o.check_fall, rise=o.check_rise,
-        maxconn=o.maxconn, metrics_listen=o.metrics_listen)
+        maxconn=o.maxconn, metrics_listen=o.metrics_listen,
+        relayed=[s for be in bes for s in be.servers if s.metrics_path])
 
 
 def gateway_files(o: GatewayOptions, bes: list[Backend], keys: dict[str, str],

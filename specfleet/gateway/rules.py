@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..engines.catalog import engine_of
 from ..fleet.model import GATEWAY_GROUP, MIRROR_GROUP, Fleet, fleet_address, is_ipv4
 from ..fleet.problems import Problem
 from ..serving.options import show
@@ -120,6 +121,13 @@ def _port_problems(host: str, values: dict[str, Any], pairs: tuple[tuple[str, st
             for a, b in pairs if values.get(a) == values.get(b)]
 
 
+def relayed_metrics_path(profile: dict[str, Any]) -> str:
+    """The path of a Spark's engine metrics its gateways relay to Prometheus: only counters a read does not consume
+    (a scrape of trtllm-serve's JSON iteration stats would take them from `status` and `bench`); "" for none."""
+    counters = engine_of(profile).counters
+    return counters.path if counters.format == "prometheus" else ""
+
+
 def gateway_fleet(fleet: Fleet, values: dict[str, dict[str, Any]],
                   pair_workers: frozenset[str] = frozenset()) -> GatewayFleet | None:
     """The fleet's gateway roles, once `problems` found none; None without a gateway group. A pair's worker is no
@@ -129,8 +137,11 @@ def gateway_fleet(fleet: Fleet, values: dict[str, dict[str, Any]],
         return None
     sparks = [h for h in fleet.sparks if h not in pair_workers]
     addresses = {h: fleet_address(values[h], fleet.hosts[h].connection, h) for h in gateways + sparks}
+    # model, the filtering socket, the agent's port, and the engine's metrics path the gateways relay ("": none, as
+    # for an engine whose metrics a read consumes; gateway/render.py)
     backends = {h: [PROFILES[values[h]["serves"]]["target"]["repo"],
-                    f"{addresses[h]}:{values[h]['gateway_backend_port']}", values[h]["gateway_agent_port"]]
+                    f"{addresses[h]}:{values[h]['gateway_backend_port']}", values[h]["gateway_agent_port"],
+                    relayed_metrics_path(PROFILES[values[h]["serves"]])]
                 for h in sparks}
     return GatewayFleet(tuple(gateways), {h: values[h]["serves"] for h in sparks}, addresses,
                         {"gateways": [addresses[g] for g in gateways],

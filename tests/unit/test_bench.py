@@ -116,7 +116,8 @@ def test_summary_speedup_and_best():
     assert results[1]["buckets"]["short"]["tpot_s"]["mean"] == pytest.approx(0.1)
     assert bench.best_variant(results)["variant"] == "eagle3:max_draft_len=2"
     lines = bench.table(results)
-    assert lines[0].split()[:5] == ["variant", "host", "bucket", "tokens/s", "speedup"] and "2.00x" in lines[2]
+    assert lines[0].split()[:6] == ["variant", "engine", "host", "bucket", "tokens/s", "speedup"] and "2.00x" in lines[2]
+    assert lines[0].split()[8:12] == ["TTFT", "p50", "TTFT", "p99"]
 
 
 # ---- the measurement path against the stand-in -----------------------------------------------------------
@@ -318,7 +319,7 @@ def test_bench_flow_rounds_restore_and_outputs(fleet_file, monkeypatch, tmp_path
     assert by["eagle3:max_draft_len=4"]["buckets"]["short"]["acceptance_length"] == pytest.approx(3.0)
     assert (tmp_path / "out" / "bench.png").read_bytes()[:4] == b"\x89PNG"
     row = [line for line in r.output.splitlines() if line.startswith("eagle3:max_draft_len=2 ")]
-    assert row and row[0].split()[1] == "spark-01" and row[0].endswith("failed its gate (rolled back)")
+    assert row and row[0].split()[1:3] == ["trtllm", "spark-01"] and row[0].endswith("failed its gate (rolled back)")
     assert "STAND-IN" not in r.output  # the fleet's image is the real one
 
 
@@ -329,6 +330,42 @@ def test_bench_ctrl_c_returns_hosts(fleet_file, monkeypatch, tmp_path):
     assert r.exit_code == 130, r.output
     assert fake.cur["spark-01"] == "r-before1" and fake.cur["spark-02"] == "r-before2"
     assert [c[0] for c in fake.calls][-3:] == ["RESTORE", "unlock", "read_statuses"] or fake.calls[-1][0] == "unlock"
+
+
+COMMENTED_FLEET = """\
+# the lab's fleet: two bench Sparks
+all:
+  vars: {keep_releases: 4}  # kept short: the bench hosts are small
+  hosts:
+    spark-09: {}
+  children:
+    bench:
+      vars:
+        # the bench group's own options
+        extra_llm_api_options: {kv_cache_config: {enable_block_reuse: false}}
+      hosts:
+        spark-01: {}   # rack 1
+        spark-02: {}
+"""
+
+
+def test_bench_apply_keeps_the_fleet_files_comments_and_layout(fleet_file, monkeypatch, tmp_path):
+    path = fleet_file(COMMENTED_FLEET)
+    FakeFleet(monkeypatch)
+    r = _bench(tmp_path, "--variants", "baseline vllm_baseline eagle3:max_draft_len=1,3", "--apply", "bench", "--yes")
+    assert r.exit_code == 0, r.output
+    added = [line for line in r.output.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    removed = [line for line in r.output.splitlines() if line.startswith("-") and not line.startswith(("---", "--apply"))]
+    text = path.read_text()
+    for line in COMMENTED_FLEET.splitlines():
+        if "#" in line or "{" in line and "extra_llm_api_options" not in line:
+            assert line in text, f"--apply lost {line!r}"
+    import yaml
+    vars_ = yaml.safe_load(text)["all"]["children"]["bench"]["vars"]
+    assert vars_ == {"extra_llm_api_options": {"kv_cache_config": {"enable_block_reuse": False},
+                                               "speculative_config": {"max_draft_len": 3}}, "serves": "eagle3"}
+    assert len(removed) == 1 and "extra_llm_api_options" in removed[0], r.output  # only the line it extends
+    assert any("serves: eagle3" in line for line in added), r.output
 
 
 def test_bench_apply_writes_group_vars(fleet_file, monkeypatch, tmp_path):
@@ -343,6 +380,8 @@ def test_bench_apply_writes_group_vars(fleet_file, monkeypatch, tmp_path):
     vars_ = yaml.safe_load(path.read_text())["all"]["children"]["bench"]["vars"]
     assert vars_ == {"serves": "eagle3", "extra_llm_api_options": {"speculative_config": {"max_draft_len": 3}}}
     fleet_file(BENCH_FLEET)
+    r = _bench(tmp_path, "--variants", "baseline eagle3:max_draft_len=1,3", "--apply", "all", "--yes")
+    assert r.exit_code == 0, r.output
     r = _bench(tmp_path, "--variants", "baseline", "--apply", "nosuchgroup")
     assert r.exit_code == 2 and "no such group" in r.output
 

@@ -23,6 +23,7 @@ from specfleet.gateway.render import GatewayOptions, backends, gateway_files, ke
 from specfleet.host.layout import GatewayLayout
 from tests.unit.installed import installed
 from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
+from tests.unit.test_fleet_metrics import dashboard_metrics
 from tests.vm.trtllm_standin.trtllm_serve import CREDENTIALS_SEEN
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -493,3 +494,70 @@ def test_the_credential_rules_reach_a_running_gateway_as_a_reload(tmp_path, stan
     print(f"\n  gateway reload: {answered} connections answered during it; credentials seen before it on {seen}, "
           f"none on the {chats} requests after it; the running stream finished whole ({len(events) - 1} events)")
     assert seen == {"POST /v1/completions"} and chats == 3, (seen, chats)
+
+
+def test_the_metrics_port_relays_a_sparks_engine_metrics_and_nothing_else(tmp_path):
+    """GET /sparks/<name>/metrics on the metrics port reaches that Spark's engine metrics path (the gateways are the
+    only clients its filtering socket admits); any other method or path, or a Spark whose metrics a read would
+    consume (none relayed), reaches no Spark."""
+    import http.server
+
+    seen: list[tuple[str, str]] = []
+
+    class Spark(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self):
+            seen.append((self.command, self.path))
+            body = b'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 3.0\n'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+    spark = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Spark)
+    threading.Thread(target=spark.serve_forever, daemon=True).start()
+    api, metrics, agent_port = free_port(), free_port(), free_port()
+    lay = GatewayLayout(str(tmp_path), admin_socket=str(tmp_path / "admin.sock"), state_file=str(tmp_path / "state"))
+    address = f"127.0.0.1:{spark.server_address[1]}"
+    bes = backends({"spark-01": (EAGLE_MODEL, address, agent_port, "/metrics"),
+                    "spark-02": (EAGLE_MODEL, address, agent_port, "")})
+    for path, text in gateway_files(_options(api, metrics, agent_port), bes, {"ci": KEY}, lay).items():
+        Path(path).write_text(text)
+    assert subprocess.run([HAPROXY, "-c", "-q", "-f", lay.config], timeout=60).returncode == 0
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", lay.config], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{metrics}"
+
+    def status(path: str, method: str = "GET") -> int:
+        try:
+            return urllib.request.urlopen(urllib.request.Request(base + path, method=method, data=b"{}" if method ==
+                                                                 "POST" else None), timeout=10).status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                body = urllib.request.urlopen(base + "/sparks/spark-01/metrics?x=1", timeout=5).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the gateway never relayed"
+                time.sleep(0.1)
+        relayed = lambda: [r for r in seen if r != ("GET", "/health")]  # noqa: E731 (the pool's checks are the API's)
+        assert b"vllm:spec_decode_num_drafts_total" in body and relayed() == [("GET", "/metrics")]
+        for path, method in (("/sparks/spark-01/metrics", "POST"), ("/sparks/spark-01/v1/completions", "POST"),
+                             ("/sparks/spark-01/v1/models", "GET"), ("/sparks/spark-02/metrics", "GET")):
+            assert status(path, method) == 503, (path, method)
+        assert relayed() == [("GET", "/metrics")], "a request other than GET of a relayed Spark's metrics reached it"
+        # the dashboard's HAProxy series are ones this HAProxy's exporter serves
+        exported = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+        for name in dashboard_metrics("haproxy_"):
+            assert f"\n{name}{{" in exported, name
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        spark.shutdown()

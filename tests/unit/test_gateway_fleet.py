@@ -114,9 +114,9 @@ def test_without_gateways_a_spark_gets_none_of_it():
 def test_a_gateway_knows_every_spark_its_model_and_its_filtering_socket():
     fleet = {**FLEET, "spark-c": {"ssh_hostname": "10.0.0.4", "serves": "eagle3", "gateway_backend_port": 9001}}
     gw = make_plans(fleet, "eagle3", groups={"gateway": ["gw-1"]})["gw-1"].settings
-    assert gw.gateway_backends == {"spark-a": ["openai/gpt-oss-120b", "10.0.0.2:8001", 8002],
-                                   "spark-b": ["nvidia/Llama-3.3-70B-Instruct-FP4", "10.0.0.3:8001", 8002],
-                                   "spark-c": ["openai/gpt-oss-120b", "10.0.0.4:9001", 8002]}
+    assert gw.gateway_backends == {"spark-a": ["openai/gpt-oss-120b", "10.0.0.2:8001", 8002, ""],
+                                   "spark-b": ["nvidia/Llama-3.3-70B-Instruct-FP4", "10.0.0.3:8001", 8002, ""],
+                                   "spark-c": ["openai/gpt-oss-120b", "10.0.0.4:9001", 8002, ""]}
 
 
 def test_check_of_the_gateway_deploy_reads_the_keys_and_tls_files_and_shows_no_secret(fleet_file, monkeypatch, tmp_path):

@@ -36,7 +36,7 @@ def test_bench_three_variants_on_three_guests(vm_fleet, lab_inventory, hub, tmp_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the table: variant x bucket, with tokens/s, speed-up and acceptance
     lines = proc.stdout.splitlines()
-    assert lines[0].split()[:7] == ["variant", "host", "bucket", "tokens/s", "speedup", "acc.len", "acc.rate"]
+    assert lines[0].split()[:8] == ["variant", "engine", "host", "bucket", "tokens/s", "speedup", "acc.len", "acc.rate"]
     for variant in ("baseline", "eagle3:max_draft_len=1", "eagle3:max_draft_len=3"):
         assert sum(line.startswith(variant + " ") for line in lines) == 2, proc.stdout  # 2 buckets each
     assert "STAND-IN" in proc.stdout and "SYNTHETIC" in proc.stdout

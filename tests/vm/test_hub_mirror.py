@@ -29,7 +29,7 @@ from tests.vm.conftest import cache_dir, figure
 from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 from tests.vm.registry_standin import RegistryStandin
 
-pytestmark = pytest.mark.vm  # the first test in CI (the mirror smoke); its faults, filters and images in --full
+pytestmark = pytest.mark.vm  # all in --full: CI keeps the mirror's unit tests (tests/unit/test_mirror*.py)
 
 TARGET = "openai/gpt-oss-120b"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-long-context"
@@ -114,6 +114,7 @@ def _needed(commits: dict[str, str], skip: set[tuple[str, str]] = frozenset()) -
     return total
 
 
+@pytest.mark.full  # 80 s, which CI's 20 minutes have no room for (docs/dev/ci.md)
 def test_one_upstream_download_for_the_whole_fleet(vm_fleet, lab_inventory, hub: HubStandin, mirror_guest, olah_index,
                                                   tmp_path):
     sparks = vm_fleet.guests
