@@ -18,7 +18,8 @@ def _run(profile, responses, **vars):
     return plans["spark-01"], state, executed(state)["spark-01"]
 
 
-@pytest.mark.parametrize("profile", ["eagle3", "draft_target", "baseline"])
+@pytest.mark.parametrize("profile", ["eagle3", "draft_target", "baseline", "ngram", "vllm_eagle3", "vllm_draft_target",
+                                     "vllm_ngram", "vllm_baseline"])
 def test_converged_host_changes_nothing(profile):
     plan, state, cmds = _run(profile, converged_responses)
     assert changed_ops(state)["spark-01"] == []
@@ -44,6 +45,17 @@ def test_fresh_host_gets_everything_in_order():
                        f"activate {plan.release_id}", "rm -rf /var/lib/specfleet/lock")
              if n != "Take the run lock"]
     assert order == sorted(order)
+
+
+def test_a_fresh_host_gets_a_vllm_release_in_the_same_steps_without_a_tensorrt_llm_check():
+    plan, state, cmds = _run("vllm_eagle3", lambda p: FRESH)
+    text = "\n".join(cmds)
+    for needle in ("docker pull nvcr.io/nvidia/vllm:26.05.post1-py3", "fetch-model --repo openai/gpt-oss-120b",
+                   "fetch-model --repo nvidia/gpt-oss-120b-Eagle3-v3", "o200k_base.tiktoken",
+                   f"activate {plan.release_id} --revert --prune 5"):
+        assert needle in text, needle
+    assert "tensorrt_llm" not in text and "validate_config" not in text  # vLLM's arguments are checked on the controller
+    assert not state.failed_hosts
 
 
 def test_token_never_on_a_command_line():

@@ -181,3 +181,25 @@ def test_bench_summary_takes_acceptance_from_the_counters_and_speedup_from_its_e
     assert fig["speedup"] == 2.0, "against vllm_baseline (10 tok/s), not baseline (5 tok/s)"
     assert results[1]["buckets"]["short"]["speedup"] == 1.0
 
+
+
+def test_status_reads_a_vllm_hosts_acceptance_from_its_counters_without_being_asked(monkeypatch):
+    from specfleet.overview.host import overview
+
+    asked: list[str] = []
+
+    def get(url, path, timeout=5):
+        asked.append(url + path)
+        return 200, EXPOSITION.encode()
+
+    monkeypatch.setattr(overview, "get", get)
+    counters = ENGINES["vllm"].counters.record()
+    out = {"health": 200, "iter_stats": False, "lock": None, "uptime_s": 10}
+    got = overview.metrics(out, "http://127.0.0.1:8000", False, counters)
+    assert asked == ["http://127.0.0.1:8000/metrics"]
+    assert (got["acceptance_length"], got["acceptance_rate"], got["drafts_per_s"]) == (1 + 42 / 15, 42 / 105, 1.5)
+    assert got["source"] == "the server's counters since it started"
+    # TensorRT-LLM's iteration stats are drained by a read: read only when asked (--metrics)
+    assert overview.metrics(out, "http://127.0.0.1:8000", False, ENGINES["trtllm"].counters.record()) is None
+    assert asked == ["http://127.0.0.1:8000/metrics"]
+    assert overview.metrics({**out, "health": 503}, "http://x", True, counters) is None

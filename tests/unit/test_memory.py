@@ -67,12 +67,14 @@ def _converge(plan, mem: str):
     return state, executed(state)[plan.settings.host]
 
 
-def test_a_profile_that_does_not_fit_is_refused_before_any_download_or_restart():
-    plan = _big(make_plans({"spark-01": {}}, "eagle3")["spark-01"])
+@pytest.mark.parametrize("profile", ["eagle3", "vllm_eagle3"])  # an engine of either kind
+def test_a_profile_that_does_not_fit_is_refused_before_any_download_or_restart(profile):
+    plan = _big(make_plans({"spark-01": {}}, profile)["spark-01"])
     state, cmds = _converge(plan, _mem(80))
     assert [h.name for h in state.failed_hosts] == ["@fake/spark-01"]
     refusal = [c for c in cmds if c.startswith("echo ") and "exit 1" in c]
-    assert refusal == ["echo 'spark-01: memory: eagle3 needs ~75.3 GB, host has 80.0 GB (reserve 8 GB)' >&2; exit 1"]
+    assert refusal == [f"echo 'spark-01: memory: {profile} needs ~75.3 GB, host has 80.0 GB (reserve 8 GB)' >&2; "
+                       "exit 1"]
     after = cmds[cmds.index(refusal[0]) + 1:]  # facts are read while operations are prepared; nothing runs after
     assert not after, after  # no download, pull, stage, restart: the refusal is the first command that runs
 
