@@ -47,6 +47,7 @@ class Engine:
     options_var: str  # the var users override its options with (a mapping, validated per engine)
     pairs: bool  # whether it can serve a two-Spark pair (pair/launch.py's mpirun is TensorRT-LLM's)
     validates_in_image: bool  # whether the release step checks the rendered options with the image's own classes
+    checked_by: str  # what in the image checks them (engines/check.py)
     mounts_config: bool  # whether the release's options file is mounted into the container (read by the server)
     # the flag given the container's share of the unified memory (MemTotal less memory_reserve_gb, as a fraction of
     # MemTotal, computed on the host by drop-caches before every start); "" when the engine sizes from what is free
@@ -65,7 +66,7 @@ class Engine:
 
 TRTLLM = Engine(
     name="trtllm", server="trtllm-serve", image_var="image", options_var="extra_llm_api_options", pairs=True,
-    validates_in_image=True, mounts_config=True, memory_fraction_flag="",
+    validates_in_image=True, checked_by="TensorRT-LLM", mounts_config=True, memory_fraction_flag="",
     # 1.2.0rc6 and 1.3.0rc12 count acceptance in the JSON iteration stats only (docs/engines.md, "Acceptance")
     counters=Counters("iterations", "/metrics"),
     draft_dir=lambda s: SCHEMAS[s.trtllm_version].draft_path(s.llm_api_options),
@@ -74,7 +75,7 @@ TRTLLM = Engine(
 )
 VLLM = Engine(
     name="vllm", server="vllm serve", image_var="vllm_image", options_var="vllm_options", pairs=False,
-    validates_in_image=False, mounts_config=False, memory_fraction_flag="--gpu-memory-utilization",
+    validates_in_image=True, checked_by="vLLM", mounts_config=False, memory_fraction_flag="--gpu-memory-utilization",
     counters=Counters("prometheus", "/metrics", *VLLM_COUNTERS),
     draft_dir=lambda s: vllm_options.draft_path(s.vllm_options),
     profile_options="vllm_options", draft_len="num_speculative_tokens",

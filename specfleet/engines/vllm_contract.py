@@ -93,6 +93,14 @@ COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tok
             "vllm:spec_decode_num_accepted_tokens_total")
 
 
+# What the release step's in-image check imports (engines/host/validate_vllm_args.py): what `vllm serve` builds from its
+# arguments before loading anything (vllm/entrypoints/cli/serve.py:14, :125, :138; cli_args.py:317, :364;
+# utils/argparse_utils.py:113; engine/arg_utils.py:1452)
+VALIDATOR = ("vllm.entrypoints.openai.cli_args:make_arg_parser",
+             "vllm.entrypoints.openai.cli_args:validate_parsed_serve_args",
+             "vllm.engine.arg_utils:AsyncEngineArgs", "vllm.utils.argparse_utils:FlexibleArgumentParser")
+
+
 @dataclass(frozen=True)
 class Contract:
     version: str
@@ -103,8 +111,9 @@ class Contract:
     speculative: dict[str, Spec]
     engine: dict[str, Spec]
     reserved: dict[str, str]
+    validator: tuple[str, ...]
 
 
 CONTRACT = Contract(version="0.20.1", image="nvcr.io/nvidia/vllm:26.05.post1-py3",
                     source="vllm-project/vllm v0.20.1 (f98b2747f)", methods=METHODS, needs_model=NEEDS_MODEL,
-                    speculative=SPECULATIVE, engine=ENGINE, reserved=RESERVED)
+                    speculative=SPECULATIVE, engine=ENGINE, reserved=RESERVED, validator=VALIDATOR)

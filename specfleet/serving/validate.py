@@ -58,14 +58,20 @@ def verdict_name(config: str, image_id: str) -> str:
 
 
 def host_command(host_name: str, data_dir: str, config_path: str, config: str, image: str, gpus: bool, contract) -> str:
-    """The shell command the release step runs: resolve the image id on the host (it may have been pulled in this
-    run), skip when a verdict exists, else run the container, keep its last line and cache an OK."""
+    """The shell command the release step runs for a TensorRT-LLM release: SCRIPT in the image on the mounted config."""
+    return verdict_command(data_dir, config, image, gpus,
+                           ["-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image, *script_args(contract)],
+                           f"{host_name}: extra_llm_api_options: refused by {image}'s own TensorRT-LLM: ")
+
+
+def verdict_command(data_dir: str, config: str, image: str, gpus: bool, run: list[str], refused: str) -> str:
+    """THE in-image check on a host, for any engine: resolve the image id on the host (it may have been pulled in this
+    run), skip when a verdict for (config, image) exists, else run `docker run --rm --network none [--gpus=all]
+    --entrypoint python3 RUN...`, keep its last line and cache an OK; a refusal is `REFUSED<last line>` on stderr."""
     q = shlex.quote
     vdir = Layout(data_dir).validated
-    refused = f"{host_name}: extra_llm_api_options: refused by {image}'s own TensorRT-LLM: "
-    docker = (["docker", "run", "--rm", "--network", "none"] + (["--gpus=all"] if gpus else [])
-              + ["--entrypoint", "python3", "-v", f"{config_path}:{CONTAINER_CONFIG}:ro", image,
-                 *script_args(contract)])
+    docker = ["docker", "run", "--rm", "--network", "none"] + (["--gpus=all"] if gpus else []) + \
+        ["--entrypoint", "python3", *run]
     return (
         f"id=$(docker image inspect --format '{{{{.Id}}}}' {q(image)}) || exit 1; "
         f"v={q(vdir + '/' + config_key(config))}-$(printf '%s' \"${{id#sha256:}}\" | cut -c1-12); "

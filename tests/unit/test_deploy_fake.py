@@ -47,14 +47,18 @@ def test_fresh_host_gets_everything_in_order():
     assert order == sorted(order)
 
 
-def test_a_fresh_host_gets_a_vllm_release_in_the_same_steps_without_a_tensorrt_llm_check():
+def test_a_fresh_host_gets_a_vllm_release_in_the_same_steps_checked_by_the_images_own_vllm():
     plan, state, cmds = _run("vllm_eagle3", lambda p: FRESH)
     text = "\n".join(cmds)
     for needle in ("docker pull nvcr.io/nvidia/vllm:26.05.post1-py3", "fetch-model --repo openai/gpt-oss-120b",
                    "fetch-model --repo nvidia/gpt-oss-120b-Eagle3-v3", "o200k_base.tiktoken",
                    f"activate {plan.release_id} --revert --prune 5"):
         assert needle in text, needle
-    assert "tensorrt_llm" not in text and "validate_config" not in text  # vLLM's arguments are checked on the controller
+    # the image's own vLLM parses the unit's arguments before the switch (engines/check.py), TensorRT-LLM's is not run
+    check = next(c for c in cmds if "vllm.entrypoints.openai.cli_args:make_arg_parser" in c)
+    assert "--network none" in check and " -- openai/gpt-oss-120b --served-model-name openai/gpt-oss-120b " in check
+    assert cmds.index(check) < next(i for i, c in enumerate(cmds) if f"activate {plan.release_id}" in c)
+    assert "tensorrt_llm" not in text
     assert not state.failed_hosts
 
 

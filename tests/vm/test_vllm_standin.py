@@ -220,3 +220,31 @@ def test_it_serves_only_when_the_model_files_are_where_they_should_be(world, wha
     r = _run(world, argv)
     assert r.returncode == 1 and {"target": "no config.json and *.safetensors", "draft": "no config.json",
                                   "tiktoken": "HarmonyError"}[what] in r.stderr, r.stderr
+
+
+# ---- the in-image check of `vllm serve` arguments (specfleet/engines/host/validate_vllm_args.py) on the STAND-IN vllm
+# package the lab's image carries (tests/vm/vllm_standin/pylib)
+def _check(argv: list[str]) -> subprocess.CompletedProcess:
+    from specfleet.engines.check import VLLM_SCRIPT
+    from specfleet.engines.vllm_contract import CONTRACT
+
+    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent / "pylib"), "VLLM_STANDIN_SCRIPT": str(SCRIPT)}
+    return subprocess.run([sys.executable, "-c", VLLM_SCRIPT, *CONTRACT.validator, "--", *argv], env=env,
+                          capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("profile", sorted(p for p in PROFILES if p.startswith("vllm_")))
+def test_the_in_image_check_accepts_what_specfleet_renders(profile, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_standin_test_token")
+    r = _check(container_command(_settings(profile))[2:])
+    assert (r.returncode, r.stdout.splitlines()[-1:]) == (0, ["OK"]), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["m", "--disable-log-requests"], "ValueError: unrecognized arguments: --disable-log-requests"),
+    (["m", "--max-num-seqs", "four"], "ValueError: argument --max-num-seqs: invalid int value: 'four'"),
+    (["m", "--speculative-config", "{method: ngram}"], "ValueError: argument --speculative-config: invalid loads value"),
+])
+def test_the_in_image_check_refuses_in_one_line(argv, line):
+    r = _check(argv)
+    assert r.returncode == 1 and r.stdout.splitlines()[-1].startswith(line), r.stdout + r.stderr

@@ -2,9 +2,10 @@
 link, release.json) by one host tool command from one bundle (serving/host/release_stage.py: a new release appears
 whole). The id is a content hash, so an unchanged fleet stages nothing.
 
-Then the staged config is validated with the image's own TensorRT-LLM argument classes (validate_in_image:
-a short `docker run --rm --network none` on the host), only when the host has no cached OK verdict for
-(config hash, image id). A refusal fails the host here, before activate, so nothing that serves changes."""
+Then the staged options are checked with the image's own engine (engines/check.py: TensorRT-LLM's argument classes on
+the config, vLLM's serve parser on the unit's arguments; a short `docker run --rm --network none` on the host), only
+when the host has no cached OK verdict for (config hash, image id). A refusal fails the host here, before activate, so
+nothing that serves changes."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from ...engines.check import in_image_check
 from ...fleet.steps.state import current_plan, differs, needs_validation, wanted_files
 from ...host.layout import CONFIG_FILE, DRAFT_LINK, RECORD_FILE
-from ..validate import host_command
 
 
 @deploy("Release")
@@ -42,6 +43,5 @@ def release():
                      commands=[shlex.join(layout.stage_argv(rid, files, record, draft))])
     if needs_validation(plan):
         s = plan.settings
-        server.shell(name=f"Validate {rid}'s extra-llm-api-config.yml with {s.image}'s own TensorRT-LLM",
-                     commands=[host_command(host.name, s.data_dir, f"{rdir}/{CONFIG_FILE}",
-                                            plan.rendered.config, s.image, s.gpus, s.llm_schema.contract)])
+        what, command = in_image_check(s, host.name, f"{rdir}/{CONFIG_FILE}", plan.rendered.config)
+        server.shell(name=f"Validate {rid}'s {what} with {s.image}'s own {s.engine.checked_by}", commands=[command])

@@ -65,10 +65,8 @@ def log(msg: str) -> None:
     print(f"INFO {time.strftime('%m-%d %H:%M:%S')} [vllm-standin] {msg}", file=sys.stderr, flush=True)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vllm")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve")
+def add_serve_args(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`vllm serve`'s arguments (make_arg_parser's, vllm/entrypoints/openai/cli_args.py:317, for the flags modelled)."""
     s.add_argument("model_tag", nargs="?")
     s.add_argument("--model")
     s.add_argument("--host")
@@ -85,6 +83,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--kv-cache-dtype", choices=KV_DTYPES, default="auto")
     s.add_argument("--dtype", choices=("auto", "half", "float16", "bfloat16", "float", "float32"), default="auto")
     s.add_argument("--speculative-config", type=json.loads)
+    return s
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vllm")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_serve_args(sub.add_parser("serve"))
     return p
 
 
