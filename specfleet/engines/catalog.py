@@ -2,7 +2,7 @@
 reached and what it counts.
 
 A profile names its engine (serving/profiles.py, `engine`); everything else asks the host's `Engine` here instead of
-comparing names, so that a second engine is a new entry, not a new branch in every feature
+comparing names, so that another engine is a new entry, not a new branch in every feature
 (tests/unit/test_engine_branches.py keeps engine names and `engine ==` inside this package). The argv each engine's
 container runs is rendered in engines/command.py; vLLM's options are checked in engines/vllm_options.py.
 """
@@ -82,12 +82,12 @@ VLLM = Engine(
     bench_options={"enable_prefix_caching": False},
 )
 ENGINES: dict[str, Engine] = {e.name: e for e in (TRTLLM, VLLM)}
-DEFAULT = TRTLLM  # a profile that names no engine (the profiles written before there were two)
+DEFAULT = TRTLLM  # a host without a profile (a gateway, a mirror, a profile-less deploy): `image` is its image var
 
 
 def engine_of(profile: dict[str, Any] | None) -> Engine:
     """The engine a profile runs on (a profile-less host: the default, whose image var is `image`)."""
-    return ENGINES[profile["engine"]] if profile and "engine" in profile else DEFAULT
+    return ENGINES[profile["engine"]] if profile else DEFAULT
 
 
 def option_vars() -> tuple[str, ...]:
