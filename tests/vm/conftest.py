@@ -258,7 +258,7 @@ def pytest_collection_modifyitems(items):
     def vm_module(item) -> str | None:
         return item.path.name if item.path.resolve().parent == here else None
 
-    order = {"test_vm_fleet.py": 0, "test_bench.py": 2, "test_pair_link.py": 3, "test_pair.py": 3, "test_memory_oom.py": 3}
+    order = {"test_vm_fleet.py": 0, "test_bench.py": 2, "test_engines_lab.py": 2, "test_pair_link.py": 3, "test_pair.py": 3, "test_memory_oom.py": 3}
     items.sort(key=lambda item: order.get(vm_module(item), 1) + (10 if vm_module(item) in ARCH_MODULES else 0))
 
 

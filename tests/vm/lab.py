@@ -28,6 +28,10 @@ from tests.vm.trtllm_standin import image as standin_image
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN_REPO = "specfleet-standin/trtllm-serve"
 STANDIN_TAG = f"{STANDIN_REPO}:1.2.0rc6-standin"
+#: The vLLM STAND-IN image (`vllm serve` of vLLM 0.20.1 stood in by tests/vm/vllm_standin/vllm_serve.py), derived in
+#: the guests from the trtllm-serve stand-in image (make_vllm_standin_in_guests); a test sets it as `vllm_image`.
+VLLM_STANDIN_TAG = "specfleet-standin/vllm:0.20.1-standin"
+VLLM_STANDIN_SCRIPT = Path(__file__).with_name("vllm_standin") / "vllm_serve.py"
 
 
 def ci_vars(hub_port: int, controller: str, image: str = STANDIN_TAG, bind: str = "127.0.0.1") -> dict:
@@ -270,6 +274,29 @@ def make_variant_in_guests(fleet, mode: str, tag: str, load_delay_s: float = 4.0
 
     with ThreadPoolExecutor(len(fleet.guests)) as pool:  # the guests at once (each its own emulated CPU)
         list(pool.map(one, fleet.guests))  # list(): a guest's failure raises here
+
+
+def make_vllm_standin_in_guests(fleet, tag: str = VLLM_STANDIN_TAG, guests=None) -> dict[str, float]:
+    """The vLLM STAND-IN image in each guest (or `guests`), derived from the loaded trtllm-serve stand-in image (it
+    has python3; load_standin_image first) with docker create/cp/commit: the stand-in script as /usr/local/bin/vllm,
+    0755, so that the unit's `docker run IMAGE vllm serve ...` runs it. Seconds per guest."""
+    script = VLLM_STANDIN_SCRIPT.read_bytes()
+
+    def one(g) -> float:
+        start = time.monotonic()
+        g.ssh(f"set -e; docker rm -f sf-vllm-standin >/dev/null 2>&1 || true; d=$(mktemp -d); cat > $d/vllm; "
+              f"chmod 0755 $d/vllm; docker create --name sf-vllm-standin {STANDIN_TAG} true >/dev/null; "
+              f"docker cp $d/vllm sf-vllm-standin:/usr/local/bin/vllm; "
+              f"docker commit --change 'LABEL org.opencontainers.image.description=\"vllm serve 0.20.1 STAND-IN "
+              f"(tests/vm/vllm_standin)\"' sf-vllm-standin {tag} >/dev/null; "
+              f"docker rm sf-vllm-standin >/dev/null; rm -rf $d; "
+              f"docker run --rm --entrypoint sh {tag} -c 'test -x /usr/local/bin/vllm && "
+              f"vllm serve --help >/dev/null'", input=script)
+        return time.monotonic() - start
+
+    guests = list(fleet.guests if guests is None else guests)
+    with ThreadPoolExecutor(len(guests)) as pool:  # the guests at once
+        return dict(zip((g.name for g in guests), pool.map(one, guests), strict=True))
 
 
 def with_vars(inventory: Path, out: Path, **vars) -> Path:
