@@ -6,6 +6,7 @@ docs/dev/ci.md); everything else is what `specfleet-lab up` writes (connection v
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -13,6 +14,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -276,22 +278,40 @@ def make_variant_in_guests(fleet, mode: str, tag: str, load_delay_s: float = 4.0
         list(pool.map(one, fleet.guests))  # list(): a guest's failure raises here
 
 
+def _vllm_standin_tar() -> bytes:
+    """What the vLLM STAND-IN image adds to the trtllm-serve stand-in's files, as a tar rooted at /: the stand-in script
+    as /usr/local/bin/vllm (0755) and its STAND-IN `vllm` package (tests/vm/vllm_standin/pylib: the names the release
+    step's in-image check imports, specfleet/engines/host/validate_vllm_args.py) on the image's python3 path."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(data: bytes, name: str, mode: int) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            tar.addfile(info, io.BytesIO(data))
+        add(VLLM_STANDIN_SCRIPT.read_bytes(), "usr/local/bin/vllm", 0o755)
+        pylib = VLLM_STANDIN_SCRIPT.parent / "pylib"
+        for path in sorted(pylib.rglob("*.py")):
+            add(path.read_bytes(), "usr/lib/python3/dist-packages/" + path.relative_to(pylib).as_posix(), 0o644)
+    return buf.getvalue()
+
+
 def make_vllm_standin_in_guests(fleet, tag: str = VLLM_STANDIN_TAG, guests=None) -> dict[str, float]:
     """The vLLM STAND-IN image in each guest (or `guests`), derived from the loaded trtllm-serve stand-in image (it
-    has python3; load_standin_image first) with docker create/cp/commit: the stand-in script as /usr/local/bin/vllm,
-    0755, so that the unit's `docker run IMAGE vllm serve ...` runs it. Seconds per guest."""
-    script = VLLM_STANDIN_SCRIPT.read_bytes()
+    has python3; load_standin_image first) with docker create/cp/commit (_vllm_standin_tar), so that the unit's
+    `docker run IMAGE vllm serve ...` runs the stand-in and the release step's check imports its package. Seconds per
+    guest."""
+    files = _vllm_standin_tar()
 
     def one(g) -> float:
         start = time.monotonic()
-        g.ssh(f"set -e; docker rm -f sf-vllm-standin >/dev/null 2>&1 || true; d=$(mktemp -d); cat > $d/vllm; "
-              f"chmod 0755 $d/vllm; docker create --name sf-vllm-standin {STANDIN_TAG} true >/dev/null; "
-              f"docker cp $d/vllm sf-vllm-standin:/usr/local/bin/vllm; "
+        g.ssh(f"set -e; docker rm -f sf-vllm-standin >/dev/null 2>&1 || true; "
+              f"docker create --name sf-vllm-standin {STANDIN_TAG} true >/dev/null; "
+              f"docker cp - sf-vllm-standin:/; "
               f"docker commit --change 'LABEL org.opencontainers.image.description=\"vllm serve 0.20.1 STAND-IN "
               f"(tests/vm/vllm_standin)\"' sf-vllm-standin {tag} >/dev/null; "
-              f"docker rm sf-vllm-standin >/dev/null; rm -rf $d; "
+              f"docker rm sf-vllm-standin >/dev/null; "
               f"docker run --rm --entrypoint sh {tag} -c 'test -x /usr/local/bin/vllm && "
-              f"vllm serve --help >/dev/null'", input=script)
+              f"vllm serve --help >/dev/null && python3 -c \"import vllm.entrypoints.openai.cli_args\"'", input=files)
         return time.monotonic() - start
 
     guests = list(fleet.guests if guests is None else guests)
