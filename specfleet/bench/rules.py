@@ -365,5 +365,6 @@ def write_outputs(out_path: Path, bench_id: str, settings: dict[str, Any], promp
            "settings": settings, "prompts": prompts, "results": results}
     out_path.mkdir(parents=True, exist_ok=True)
     (out_path / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
-    title = f"specfleet bench {bench_id}" + (" -- STAND-IN, SYNTHETIC figures (not an engine on a GPU)" if standin else "")
+    title = f"specfleet bench {bench_id}" + (" -- STAND-IN, SYNTHETIC figures (not an engine on a GPU)" if standin
+                                              else "")
     return out_path / "bench.json", plot(results, out_path / "bench.png", title), standin
