@@ -358,7 +358,7 @@ def parse_buckets(spec: str) -> list[str]:
 def write_outputs(out_path: Path, bench_id: str, settings: dict[str, Any], prompts: dict[str, Any],
                   results: list[dict[str, Any]]) -> tuple[Path, Path, bool]:
     """bench.json and bench.png in `out_path` (speed-ups added to `results`); returns their paths and whether the
-    figures come from the trtllm-serve stand-in (its image name contains 'standin')."""
+    figures come from a stand-in server (its image name contains 'standin')."""
     add_speedups(results)
     standin = any("standin" in (r.get("image") or "").lower() for r in results)
     doc = {"bench_id": bench_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "standin": standin,

@@ -553,6 +553,10 @@ def test_the_metrics_port_relays_a_sparks_engine_metrics_and_nothing_else(tmp_pa
                              ("/sparks/spark-01/v1/models", "GET"), ("/sparks/spark-02/metrics", "GET")):
             assert status(path, method) == 503, (path, method)
         assert relayed() == [("GET", "/metrics")], "a request other than GET of a relayed Spark's metrics reached it"
+        # the pool is the checked servers only: the relay is no pool member (status, drains and waits read the pool)
+        pool = _admin(tmp_path, "state")
+        assert {(r["backend"], r["server"]) for r in pool} == {
+            (bes[0].name, "spark-01"), (bes[0].name, "spark-02")}, pool
         # the dashboard's HAProxy series are ones this HAProxy's exporter serves
         exported = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
         for name in dashboard_metrics("haproxy_"):

@@ -42,12 +42,13 @@ def ask(sock_path: str, command: str) -> str:
 
 
 def servers(sock_path: str) -> list[dict]:
-    """`show stat` of every server (not the FRONTEND/BACKEND rows)."""
+    """`show stat` of every server of the pools (not the FRONTEND/BACKEND rows, and not a server HAProxy does not
+    check: the relay of a Spark's engine metrics, which is no pool member and takes no inference)."""
     text = ask(sock_path, "show stat").lstrip("# ")
     rows = csv.DictReader(io.StringIO(text))
     return [{"backend": r["pxname"], "server": r["svname"], "status": r["status"], "check": r["check_status"],
              "agent": r.get("agent_status", ""), "sessions": int(r["scur"] or 0), "queued": int(r["qcur"] or 0)}
-            for r in rows if r.get("svname") not in ("FRONTEND", "BACKEND", None)]
+            for r in rows if r.get("svname") not in ("FRONTEND", "BACKEND", None) and r.get("status") != "no check"]
 
 
 def set_state(sock_path: str, server: str, state: str) -> list[str]:
