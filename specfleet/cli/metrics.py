@@ -45,8 +45,8 @@ def scrape_config_cmd(inventory_file: str, out: str | None) -> None:
         exit_invalid(["the inventory has no gateway group: the Sparks' engine metrics are relayed by the gateways "
                       "(allowed: a fleet with a `gateway` group, docs/gateway.md)"])
     backends = plans[gateways[0].name].settings.gateway_backends
-    relayed = [Relayed(server_name(h), plans[h].settings.serves or "", engine_of(PROFILES.get(plans[h].settings.serves
-                                                                                                or "")).name)
+    serves = {h: plans[h].settings.serves or "" for h in backends}  # a gateway's backend always serves a profile
+    relayed = [Relayed(server_name(h), serves[h], engine_of(PROFILES[serves[h]]).name)
                for h, (_model, _address, _agent, *path) in backends.items() if path and path[0]]
     _write(scrape_config(gateways, relayed), out)
 

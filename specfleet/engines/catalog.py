@@ -33,9 +33,14 @@ class Counters:
     draft_tokens: str = ""
     accepted: str = ""
 
+    @property
+    def scrapable(self) -> bool:
+        """Whether a read leaves them as they are (so Prometheus may read them: gateway/rules.py relays them)."""
+        return self.format == "prometheus"
+
     def record(self) -> dict[str, Any]:
         """As the release record and the bench's load client carry them: {format, path, names}."""
-        names = [self.drafts, self.draft_tokens, self.accepted] if self.format == "prometheus" else []
+        names = [self.drafts, self.draft_tokens, self.accepted] if self.scrapable else []
         return {"format": self.format, "path": self.path, "names": names}
 
 
@@ -60,8 +65,6 @@ class Engine:
     # what every bench variant adds to the options: the counters' source on, prefix caching off (a bench replays its
     # prompts; served profiles keep their caching)
     bench_options: dict[str, Any]
-    # the stand-in's image names contain this (bench and status label stand-in figures as synthetic)
-    standin_marker: str = "standin"
 
 
 TRTLLM = Engine(
@@ -88,11 +91,6 @@ DEFAULT = TRTLLM  # a host without a profile (a gateway, a mirror, a profile-les
 def engine_of(profile: dict[str, Any] | None) -> Engine:
     """The engine a profile runs on (a profile-less host: the default, whose image var is `image`)."""
     return ENGINES[profile["engine"]] if profile else DEFAULT
-
-
-def option_vars() -> tuple[str, ...]:
-    """Every engine's options var (settings reads each as a mapping layer)."""
-    return tuple(e.options_var for e in ENGINES.values())
 
 
 def speculative(profile: dict[str, Any]) -> dict[str, Any]:

@@ -125,7 +125,7 @@ def relayed_metrics_path(profile: dict[str, Any]) -> str:
     """The path of a Spark's engine metrics its gateways relay to Prometheus: only counters a read does not consume
     (a scrape of trtllm-serve's JSON iteration stats would take them from `status` and `bench`); "" for none."""
     counters = engine_of(profile).counters
-    return counters.path if counters.format == "prometheus" else ""
+    return counters.path if counters.scrapable else ""
 
 
 def gateway_fleet(fleet: Fleet, values: dict[str, dict[str, Any]],

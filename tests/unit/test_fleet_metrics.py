@@ -78,3 +78,13 @@ def test_the_dashboard_queries_the_names_a_vllm_server_exposes(tmp_path):
     exposed = {line.split("{", 1)[0] for line in served.splitlines()}
     used = dashboard_metrics("vllm:")
     assert used and used <= exposed, used - exposed
+
+
+def test_the_gateway_page_names_every_metrics_command_and_its_refusal():
+    from pathlib import Path
+
+    from specfleet.cli.metrics import cli
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "gateway.md").read_text()
+    assert cli.commands and all(f"`specfleet metrics {name}" in page for name in cli.commands), sorted(cli.commands)
+    assert "`the inventory has no gateway group: ...`" in " ".join(page.split())  # the refusal tested above
