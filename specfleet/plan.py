@@ -19,7 +19,7 @@ from typing import cast
 from .constants import DEFAULT_INVENTORY, EXIT_INVALID
 from .fleet.inventory import Inventory, InventoryError, load_inventory
 from .fleet.model import Fleet, read_fleet
-from .fleet.problems import Problem
+from .fleet.problems import Problem, grouped_lines
 from .fleet.project import project_dir, use_project
 from .fleet.settings import Settings, build_fleet
 from .gateway import rules as gateway_fleet
@@ -222,7 +222,7 @@ def build_plans(inventory: Inventory, profile: str | None, resolve: bool = True,
     fleet = read_fleet(inventory, overrides)
     settings, problems = build_fleet(fleet, profile, deploying=deploying)
     if problems:
-        raise PlanError([str(problem) for problem in problems])
+        raise PlanError(grouped_lines(problems, fleet.groups))
     skips = gateway_fleet.skips(fleet, {h: s.serves for h, s in settings.items()}, profile)
     plans = {h: HostPlan(settings=s, connection=dict(fleet.hosts[h].connection), is_mirror=h in fleet.mirrors,
                          is_gateway=h in fleet.gateways, skip=skips[h])

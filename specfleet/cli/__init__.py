@@ -13,6 +13,7 @@ import sys
 import click
 
 from ..constants import EXIT_INVALID
+from ..deploy_scope import scope
 from ..fleet.inventory import Inventory
 from ..pins.lock_images import image_size_line
 from ..pins.lockfile import LOCK_COMMAND, lock_path, shown
@@ -57,7 +58,12 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
     with invalid_input():
         inventory, plans = _plans(inventory_file, deploy_file, hub)
     profile = deploy_profile(deploy_file) or "(no profile)"
-    click.echo(f"{len(plans)} host(s) valid for {deploy_file} [{profile}]: {', '.join(plans)}")
+    acted, skipped = scope(plans, deploy_file)
+    click.echo(f"{len(acted)} host(s) valid for {deploy_file} [{profile}]: {', '.join(acted) or 'none'}")
+    if skipped:  # valid too, but this deploy leaves them alone
+        click.echo(f"{len(skipped)} host(s) valid and skipped by {deploy_file}:")
+        for host, why in skipped.items():
+            click.echo(f"  {host}: {why}")
     for host, plan in plans.items():
         for role, pin in plan.pins.items():
             click.echo(f"  {host}: {role} {pin.repo}@{pin.commit[:12]} "

@@ -7,6 +7,7 @@ input. Pydantic's validation errors, of the settings and of the TensorRT-LLM opt
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pydantic_core import ErrorDetails
@@ -24,6 +25,27 @@ class Problem:
     def __str__(self) -> str:
         # One line, whatever the input held: control characters (e.g. in a misspelled key) are shown escaped.
         return "".join(c if c.isprintable() else repr(c)[1:-1] for c in f"{self.host}: {self.key}: {self.message}")
+
+
+def grouped_lines(problems: list[Problem], groups: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """The problems as lines, each (key, message) once: a problem several hosts share (a bad value set for a group, or
+    for `all`) is one line naming the smallest group that holds exactly those hosts, `GROUP (H1, H2): KEY: ...`, else
+    `H1, H2: KEY: ...`; a host's own problem stays `HOST: KEY: ...`. In the order each first appears."""
+    hosts: dict[tuple[str, str], list[str]] = {}
+    for p in problems:
+        seen = hosts.setdefault((p.key, p.message), [])
+        if p.host not in seen:
+            seen.append(p.host)
+    out = []
+    for (key, message), names in hosts.items():
+        if len(names) == 1:
+            out.append(str(Problem(names[0], key, message)))
+            continue
+        exact = sorted((g for g, members in groups.items() if set(members) == set(names)),
+                       key=lambda g: (g == "all", g))
+        who = f"{exact[0]} ({', '.join(names)})" if exact else ", ".join(names)
+        out.append(str(Problem(who, key, message)))
+    return out
 
 
 def error_key(loc: tuple) -> str:

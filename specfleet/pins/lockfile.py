@@ -20,7 +20,7 @@ import yaml
 
 from ..fleet.inventory import Inventory
 from ..fleet.model import Fleet, read_fleet
-from ..fleet.problems import Problem
+from ..fleet.problems import Problem, grouped_lines
 from ..fleet.settings import Settings, build_fleet
 from ..serving.profiles import PROFILES, nodes
 from . import images as registry
@@ -203,22 +203,22 @@ def fleets_to_lock(inventory: Inventory,
     for some profiles only is a note per profile (not locked for it)."""
     parsed = read_fleet(inventory)
     fleets: dict[str, dict[str, Settings]] = {}
-    problems: dict[str, dict[str, list[str]]] = {}
+    problems: dict[str, dict[str, list[Problem]]] = {}
     for name in ([profile] if profile else profiles_to_lock(parsed)):
         fleet, probs = build_fleet(parsed, name)
         bad = {p.host for p in probs}
         fleets[name] = {h: s for h, s in fleet.items() if h not in bad}
         for p in probs:
-            problems.setdefault(p.host, {}).setdefault(name, []).append(str(p))
-    errors: list[str] = []
+            problems.setdefault(p.host, {}).setdefault(name, []).append(p)
+    invalid: list[Problem] = []
     notes: list[str] = []
     for h, per_profile in problems.items():
         if len(per_profile) == len(fleets):  # valid for no profile: a real error
-            errors += list(dict.fromkeys(line for probs in per_profile.values() for line in probs))
+            invalid += [p for probs in per_profile.values() for p in probs]
         else:
-            notes += [f"{h}: not valid for profile {name}, not locked for it ({probs[0].split(': ', 1)[1]})"
+            notes += [f"{h}: not valid for profile {name}, not locked for it ({str(probs[0]).split(': ', 1)[1]})"
                       for name, probs in per_profile.items()]
-    return fleets, errors, notes
+    return fleets, grouped_lines(invalid, parsed.groups), notes
 
 
 def update_lock(fleets: dict[str, dict[str, Settings]], fleet_file: Path, upgrade: bool = False,

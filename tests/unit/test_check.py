@@ -4,6 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from specfleet.cli import main
+from tests.unit import fakefleet
 
 BAD = [
     # (what, host vars (YAML flow mapping), expected key in the error)
@@ -195,8 +196,45 @@ def test_all_problems_reported_at_once(fleet_file):
     result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
-    assert "a: serve_port: input should be greater than or equal to 1" in lines
-    assert any(line.startswith("b: gpus: ") for line in lines) and any(line.startswith("b: serve_port: ") for line in lines)
+    assert "all (a, b): serve_port: input should be greater than or equal to 1" in lines, lines
+    assert any(line.startswith("b: gpus: ") for line in lines) and len(lines) == 2, lines
+
+
+def test_a_problem_of_a_group_is_one_line_naming_the_group_and_its_hosts(fleet_file):
+    """A bad value set once for a group is said once, with the group's hosts; the same problem on hosts that make no
+    group lists them; a host's own problem stays its own line."""
+    fleet_file("all:\n  children:\n"
+               "    sparks:\n      vars: {keep_releases: 1}\n      hosts: {s1: , s2: , s3: }\n"
+               "    others:\n      hosts: {o1: {serve_port: 0}, o2: {serve_port: 0}, o3: {gpus: 3}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == "sparks (s1, s2, s3): keep_releases: input should be greater than or equal to 2", lines
+    assert lines[1] == "o1, o2: serve_port: input should be greater than or equal to 1", lines
+    assert lines[2].startswith("o3: gpus: ") and len(lines) == 3, lines
+
+
+def test_check_lists_the_hosts_a_deploy_skips_and_why(fleet_file, monkeypatch):
+    """The count of valid hosts is of the hosts the deploy acts on; a gateway and a Spark that serves another profile
+    are listed apart, each with its reason, and so are the hosts a gateway deploy leaves alone."""
+    fleet_file("all:\n  hosts:\n    spark-1: {ssh_hostname: 10.0.0.11, serves: eagle3}\n"
+               "    spark-2: {ssh_hostname: 10.0.0.12, serves: eagle3}\n"
+               "    spark-3: {ssh_hostname: 10.0.0.13, serves: vllm_eagle3}\n"
+               "  children:\n    gateway: {hosts: {gw-1: {ssh_hostname: 10.0.0.1}}}\n")
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/eagle3.py"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "2 host(s) valid for deploys/eagle3.py [eagle3]: spark-1, spark-2", lines
+    assert lines[1:4] == ["2 host(s) valid and skipped by deploys/eagle3.py:",
+                          "  spark-3: serves vllm_eagle3: deploys/vllm_eagle3.py converges it",
+                          "  gw-1: a gateway host: deploys/gateway.py converges it"], lines
+    monkeypatch.setenv("SPECFLEET_API_KEYS", fakefleet.API_KEYS)
+    result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/gateway.py"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "1 host(s) valid for deploys/gateway.py [(no profile)]: gw-1", lines
+    assert lines[1] == "3 host(s) valid and skipped by deploys/gateway.py:", lines
+    assert lines[2] == "  spark-1: not a gateway host: deploys/gateway.py converges the gateways only", lines
 
 
 def test_valid_fleet_passes(fleet_file):
