@@ -8,35 +8,21 @@ below it, and prints."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from ..constants import EXIT_INVALID
 from ..deploy_scope import scope
-from ..fleet.inventory import Inventory
 from ..pins.lock_images import image_size_line
 from ..pins.lockfile import LOCK_COMMAND, lock_path, shown
-from ..plan import HostPlan, PlanError, build_plans, deploy_profile, load_inventory_or_fail, role_problems
+from ..plan import deploy_profile
 from . import bench as _bench
 from . import lock as _lock
 from . import metrics as _metrics
 from . import mirror as _mirror
 from . import project as _project
+from . import render as _render
 from . import rollout as _rollout
 from . import status as _status
-from .invalid import invalid_input, use_inventory_py
-
-
-def _plans(inventory_file: str, deploy_file: str, hub: bool) -> tuple[Inventory, dict[str, HostPlan]]:
-    use_inventory_py(inventory_file)  # its directory is the project (fleet file default, group_data/all.py)
-    profile = deploy_profile(deploy_file)
-    inventory = load_inventory_or_fail()
-    plans = build_plans(inventory, profile, live=hub)  # pins: the lock file, or the Hub with --hub
-    problems = role_problems(plans, [deploy_file])
-    if problems:
-        raise PlanError(problems)
-    return inventory, plans
+from .invalid import deploy_plans, invalid_input
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,7 +42,7 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
     Exit 0 when all hosts are valid; exit 2 with one line per problem (HOST: KEY: what is wrong).
     """
     with invalid_input():
-        inventory, plans = _plans(inventory_file, deploy_file, hub)
+        inventory, plans = deploy_plans(inventory_file, deploy_file, hub)
     profile = deploy_profile(deploy_file) or "(no profile)"
     acted, skipped = scope(plans, deploy_file)
     click.echo(f"{len(acted)} host(s) valid for {deploy_file} [{profile}]: {', '.join(acted) or 'none'}")
@@ -79,28 +65,7 @@ def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
             click.echo(f"  {note}")
 
 
-@main.command()
-@click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
-@click.argument("deploy_file", type=click.Path(exists=True, dir_okay=False))
-@click.argument("host")
-def render(inventory_file: str, deploy_file: str, host: str) -> None:
-    """Print every file DEPLOY_FILE would write on HOST (the token redacted); contacts nothing."""
-    with invalid_input():
-        _, plans = _plans(inventory_file, deploy_file, hub=False)
-    if host not in plans:
-        click.echo(f"{host}: not in the inventory (hosts: {', '.join(plans)})", err=True)
-        sys.exit(EXIT_INVALID)
-    if plans[host].skip:
-        click.echo(f"{host}: {deploy_file} writes nothing there ({plans[host].skip})", err=True)
-        sys.exit(EXIT_INVALID)
-    if plans[host].settings.profile is None:
-        click.echo(f"{deploy_file}: this deploy writes no files (it has no PROFILE)", err=True)
-        sys.exit(EXIT_INVALID)
-    for path, content in plans[host].files(redact=True).items():
-        click.echo(f"# ==> {path} <==")
-        click.echo(content, nl=not content.endswith("\n"))
-
-
+main.add_command(_render.render, "render")
 main.add_command(_rollout.rollout, "rollout")
 main.add_command(_rollout.releases, "releases")
 main.add_command(_lock.lock, "lock")

@@ -14,7 +14,7 @@ import click
 from ..constants import EXIT_INVALID
 from ..fleet.inventory import Inventory
 from ..fleet.project import use_project
-from ..plan import HostPlan, PlanError, fleet_plans
+from ..plan import HostPlan, PlanError, build_plans, deploy_profile, fleet_plans, load_inventory_or_fail, role_problems
 
 
 def exit_invalid(lines: list[str]) -> NoReturn:
@@ -45,3 +45,15 @@ def fleet_plans_or_exit(inventory_file: str) -> tuple[Inventory, dict[str, HostP
     """plan.fleet_plans for a command: the project of `inventory_file`, its fleet and one plan per host."""
     with invalid_input():
         return fleet_plans(inventory_file)
+
+
+def deploy_plans(inventory_file: str, deploy_file: str, hub: bool) -> tuple[Inventory, dict[str, HostPlan]]:
+    """The plans `check` and `render` read: the project of `inventory_file`, every host validated for DEPLOY_FILE (its
+    profile), pinned from the lock (or, with `hub`, the Hub), and what the deploy's role needs on the controller."""
+    use_inventory_py(inventory_file)  # its directory is the project (fleet file default, group_data/all.py)
+    inventory = load_inventory_or_fail()
+    plans = build_plans(inventory, deploy_profile(deploy_file), live=hub)
+    problems = role_problems(plans, [deploy_file])
+    if problems:
+        raise PlanError(problems)
+    return inventory, plans

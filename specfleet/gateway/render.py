@@ -18,6 +18,7 @@ from ..fleet.programs import program_text
 from ..fleet.settings import Settings
 from ..fleet.templating import ENV, systemd_args, systemd_word
 from ..host.layout import UNIT_DIR, GatewayLayout, Layout
+from .keys import gateway_secrets
 
 HARD_STOP_MARGIN_SEC = 60  # beyond gateway_timeout_sec, before an old worker's connections are cut after a reload
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -117,6 +118,23 @@ def gateway_files(o: GatewayOptions, bes: list[Backend], keys: dict[str, str],
     return {layout.config: haproxy_cfg(o, bes, layout), layout.models_map: models_map(bes),
             layout.paths_map: paths_map(bes),
             layout.keys_map: keys_map(keys), layout.models_lua: MODELS_LUA}
+
+
+def secret_paths(layout: GatewayLayout) -> frozenset[str]:
+    """The gateway files only root may read (0600): the API-key map and the TLS pair."""
+    return frozenset({layout.keys_map, layout.tls_pem})
+
+
+def gateway_host_files(s: Settings, layout: GatewayLayout) -> tuple[dict[str, str], int, list[str]]:
+    """(path -> content of every file of a gateway host, number of keys, problems), from its settings and the keys and
+    TLS pair read on the controller (keys.gateway_secrets; a problem names the source, never a key)."""
+    keys, pem, problems = gateway_secrets(s)
+    if problems:
+        return {}, 0, problems
+    files = gateway_files(gateway_options(s), backends(s.gateway_backends), keys, layout)
+    if pem is not None:
+        files[layout.tls_pem] = pem
+    return files, len(keys), []
 
 
 def gateway_options(s: Settings) -> GatewayOptions:

@@ -137,3 +137,79 @@ def test_render_command_redacts_the_token(fleet_file):
     assert "# ==> /var/lib/specfleet/current/extra-llm-api-config.yml <==" in result.output
     assert "# ==> /etc/specfleet/hf_token <==" in result.output and "<redacted" in result.output
     assert TOKEN not in result.output
+
+
+# ---- `specfleet render`: every file each deploy writes, on every role --------------------------------------------
+def _render(deploy: str, host: str) -> tuple[int, dict[str, str], dict[str, str], str]:
+    """(exit code, path -> content shown, path -> why not shown, output) of `specfleet render`."""
+    result = CliRunner().invoke(main, ["render", "inventory.py", deploy, host])
+    shown: dict[str, str] = {}
+    named: dict[str, str] = {}
+    path, listing = None, False
+    for line in result.output.splitlines(keepends=True):
+        if line.startswith("# not shown (their content is not known on the controller):"):
+            listing = True
+        elif listing:
+            where, why = line[4:].rstrip("\n").split(": ", 1)
+            named[where] = why
+        elif line.startswith("# ==> ") and line.rstrip().endswith(" <=="):
+            path = line[len("# ==> "):-len(" <==\n")]
+            shown[path] = ""
+        elif path is not None:
+            shown[path] += line
+    return result.exit_code, shown, named, result.output
+
+
+def _plans_of(fleet_path, profile):
+    from specfleet.fleet.inventory import load_inventory
+    from specfleet.plan import build_plans
+    return build_plans(load_inventory(fleet_path), profile)
+
+
+def test_render_shows_or_names_every_file_the_converge_manages_on_each_role(fleet_file, monkeypatch):
+    """For a fleet with every role, each host's render of its deploy covers every file the converge's one status read
+    wants there (fleet/steps/state.wanted_files): shown with its exact content, or named, itself or its directory.
+    A Hub mirror host gets its mirror's files and no serving unit; a gateway's key map and TLS pair are not shown."""
+    from specfleet.fleet.status import sha256
+    from specfleet.fleet.steps.state import wanted_files
+    from tests.unit import fakefleet
+    monkeypatch.setenv("SPECFLEET_API_KEYS", fakefleet.API_KEYS)
+    path = fleet_file(fakefleet.FLEET)
+    for deploy, profile, hosts in (("deploys/eagle3.py", "eagle3", ("spark-01", "spark-02", "mirror-01")),
+                                   ("deploys/qwen3_eagle3_pair.py", "qwen3_eagle3_pair", ("spark-03", "spark-04"))):
+        plans = _plans_of(path, profile)
+        for host in hosts:
+            code, shown, named, out = _render(deploy, host)
+            assert code == 0, out
+            assert TOKEN not in out
+            if plans[host].is_mirror:  # its converge is the mirror's (mirror/steps/hub.py), read by its own status
+                from specfleet.mirror.render import mirror_files
+                from specfleet.mirror.steps.hub import host_files
+                assert set(mirror_files(plans[host].settings, plans[host].connection)) <= set(shown), sorted(shown)
+                assert all(path.rsplit("/", 1)[0] in named for path in host_files(plans[host])), sorted(named)
+                continue
+            rdir = plans[host].paths.release_dir(plans[host].release_id) if plans[host].settings.profile else None
+            for want_path, want in wanted_files(plans[host]).items():
+                if want.kind != "file":
+                    continue
+                if rdir and want_path.startswith(rdir + "/") and not want_path.endswith("/release.json"):
+                    want_path = plans[host].paths.current_file(want_path[len(rdir) + 1:])  # shown through `current`
+                if want_path in shown and want.sha256 is not None and not want_path.endswith("hf_token"):
+                    assert want.sha256 == sha256(shown[want_path]), (host, want_path)
+                    continue
+                covered = want_path in shown or any(want_path == n or want_path.startswith(n.rstrip("/") + "/")
+                                                    for n in named)
+                assert covered, (deploy, host, want_path, sorted(shown), sorted(named))
+    code, shown, named, out = _render("deploys/eagle3.py", "mirror-01")
+    assert not any(p.endswith(".service") and "specfleet-trtllm" in p for p in shown), sorted(shown)
+    assert any("hub-mirror" in p for p in shown), sorted(shown)
+    code, shown, named, out = _render("deploys/gateway.py", "gw-1")
+    assert code == 0 and any(p.endswith("haproxy.cfg") for p in shown), out
+    assert fakefleet.GATEWAY_KEY not in out and all(shown[p].strip() == "<root-only: not shown>"
+                                                   for p in shown if p.endswith(("keys.map", ".pem"))), out
+    code, shown, named, out = _render("deploys/hub_mirror.py", "mirror-01")
+    assert code == 0 and any("hub-mirror" in p for p in shown), out
+    code, _, _, out = _render("deploys/cleanup.py", "spark-01")
+    assert code == 0 and out.startswith("# deploys/cleanup.py writes no file on spark-01"), out
+    code, _, _, out = _render("deploys/gateway.py", "spark-01")
+    assert code == 2 and "spark-01: deploys/gateway.py writes nothing there (not a gateway host" in out, out

@@ -22,31 +22,19 @@ from ...fleet.status import sha256
 from ...fleet.steps.jobs import write_root_file
 from ...fleet.steps.state import current_plan, refuse
 from ...host.layout import GatewayLayout
-from ..keys import gateway_secrets
-from ..render import backends, check_config, gateway_files, gateway_options
+from ..render import check_config, gateway_host_files, secret_paths
 from ..status import GatewayStatus, admin_command
 
 LAYOUT = GatewayLayout()
 NEW, CHECK = ".specfleet-new", ".specfleet-check"  # a file before it is proven; the config that proves them
 MIN_HAPROXY = (2, 6)  # http_auth_bearer (2.5) and versioned maps, `prepare map`/`commit map` (2.4); Debian 12: 2.6
-SECRET = {LAYOUT.keys_map, LAYOUT.tls_pem}  # root-only (0600)
+SECRET = secret_paths(LAYOUT)  # root-only (0600)
 RELOAD = {LAYOUT.config, LAYOUT.models_map, LAYOUT.paths_map, LAYOUT.models_lua, LAYOUT.tls_pem}  # read at (re)load
 
 
 def _version(text: str) -> tuple[int, ...]:
     """HAProxy's version string (`2.8.5-1ubuntu3`) as a comparable tuple."""
     return tuple(int(x) for x in re.findall(r"\d+", text.split("-")[0])[:2]) or (0,)
-
-
-def _wanted(s) -> tuple[dict[str, str], int, list[str]]:
-    """(path -> content of every gateway file, number of keys, problems) from a gateway host's settings."""
-    keys, pem, problems = gateway_secrets(s)
-    if problems:
-        return {}, 0, problems
-    wanted = gateway_files(gateway_options(s), backends(s.gateway_backends), keys, LAYOUT)
-    if pem is not None:
-        wanted[LAYOUT.tls_pem] = pem
-    return wanted, len(keys), []
 
 
 def loaded_stamp(wanted: dict[str, str]) -> str:
@@ -85,7 +73,7 @@ def gateway():
         logger.info(f"    [{host.name}] not a gateway host: nothing to do")
         return
     s = plan.settings
-    wanted, n_keys, problems = _wanted(s)
+    wanted, n_keys, problems = gateway_host_files(s, LAYOUT)
     if problems:
         refuse(name="Gateway preflight", message="; ".join(f"{host.name}: {p}" for p in problems))
         return
@@ -152,7 +140,7 @@ def _write_checked(changed: list[str], wanted: dict[str, str], action: str | Non
 def gateway_plan(out: dict):
     """What deploys/gateway.py would do here, or the problems that refuse it (`specfleet plan`)."""
     plan = current_plan()
-    wanted, _, problems = _wanted(plan.settings)
+    wanted, _, problems = gateway_host_files(plan.settings, LAYOUT)
     if problems:
         out[host.name] = [f"refused: {p}" for p in problems]
         return
