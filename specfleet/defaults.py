@@ -18,7 +18,8 @@ serve_host = "127.0.0.1"  # noqa: E501  # address trtllm-serve binds; it has no 
 serve_port = 8000  # TCP port trtllm-serve listens on
 extra_llm_api_options = {}  # noqa: E501  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated for the image's TensorRT-LLM version)
 vllm_image = "nvcr.io/nvidia/vllm:26.05.post1-py3"  # noqa: E501  # container image that runs `vllm serve` for the vllm_* profiles (NVIDIA's single-Spark vLLM playbook image)
-vllm_options = {}  # noqa: E501  # vLLM engine arguments (snake_case, e.g. max_model_len, speculative_config) deep-merged over a vllm_* profile's; validated against the pinned vLLM's EngineArgs and SpeculativeConfig, rendered as argv
+vllm_gpu_memory_utilization = 0.8  # noqa: E501  # the share of the memory vLLM takes for weights, activations and KV cache (--gpu-memory-utilization): NVIDIA's Spark recipes' 0.8; at start vLLM refuses a share above what is free (MemAvailable / total on a GB10), and the preflight one that would not leave memory_reserve_gb
+vllm_options = {}  # noqa: E501  # vLLM engine arguments (snake_case, e.g. max_model_len, speculative_config) deep-merged over a vllm_* profile's; validated, on every host that sets them, against the EngineArgs and SpeculativeConfig of the vLLM that vllm_image carries; rendered as argv
 
 # --- models --------------------------------------------------------------------------------------
 target_revision = "main"  # branch, tag or commit of the target model; resolved once to a commit on the controller
@@ -99,7 +100,7 @@ earlyoom_available_gb = None  # noqa: E501  # MemAvailable (GB) below which earl
 memory_overhead_fraction = 0.15  # noqa: E501  # memory a server needs beyond its weights, as a fraction of them (CUDA context, runtime, CUDA graphs, activations, a minimal KV cache): an estimate, not an upstream figure
 
 # --- systemd service -----------------------------------------------------------------------------
-service_name = "specfleet-trtllm"  # systemd unit (and docker container) name
+service_name = None  # noqa: E501  # the serving unit's and container's name (and the base of a Spark's gateway-facing units); None: the engine's own, specfleet-trtllm or specfleet-vllm, with the gateway-facing units named specfleet-trtllm-* on either engine (so that they stay up while a host switches engines)
 restart_sec = 30  # systemd RestartSec: pause before restarting a crashed server
 start_limit_burst = 3  # systemd StartLimitBurst: starts allowed within start_limit_interval_sec before giving up
 start_limit_interval_sec = 3600  # noqa: E501  # systemd StartLimitIntervalSec: window for start_limit_burst (> burst x (restart_sec + load time))

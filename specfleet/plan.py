@@ -114,7 +114,7 @@ class HostPlan:
             "created": created,
             "profile": s.profile_name,
             "image": s.image,
-            "service": s.service_name,
+            "service": s.serving_unit,
             "models": {role: {"repo": p.repo, "revision": p.revision, "commit": p.commit,
                               "files": len(p.files), "bytes": p.size}
                        for role, p in sorted(self.pins.items())},
@@ -126,7 +126,7 @@ class HostPlan:
             "rendering": RENDERING,
             "trtllm_version": s.trtllm_version,
             # the engine and where its server counts acceptance (overview/host/overview.py reads them there)
-            "engine": s.engine.name, "counters": s.engine.counters.record(),
+            "engine": s.engine.name, "counters": s.engine.counters.record(), "options_file": s.engine.options_file,
             **({"pair": pair_record(s, self.pair_worker.release_id if self.pair_worker else None)} if s.pair else {}),
         }
 

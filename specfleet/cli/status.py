@@ -64,13 +64,13 @@ def status(inventory_file: str, limit: str | None, as_json: bool, metrics: bool)
 @click.option("-f", "--follow", is_flag=True, help="Follow the journal until Ctrl-C.")
 @click.option("-n", "--lines", type=click.IntRange(0, 1_000_000), default=100, show_default=True)
 def logs(host_name: str, inventory_file: str, follow: bool, lines: int) -> None:
-    """Print (or follow) the serving unit's journal on HOST (journalctl -u <service_name>) over SSH."""
+    """Print (or follow) the serving unit's journal on HOST (journalctl -u <the serving unit>) over SSH."""
     with invalid_input():
         inventory, plans = fleet_plans(inventory_file)
         if host_name not in plans:
             raise PlanError([f"{host_name}: not in the inventory (hosts: {', '.join(plans)})"])
         plan = plans[host_name]
-        remote = (f"journalctl -u {shlex.quote(plan.settings.service_name)} -n {lines} --no-pager"
+        remote = (f"journalctl -u {shlex.quote(plan.settings.serving_unit)} -n {lines} --no-pager"
                   + (" -f" if follow else ""))
         argv = ssh_argv(host_name, plan.connection, remote)
     sys.exit(follow_journal(argv))

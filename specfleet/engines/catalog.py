@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..host.layout import CONFIG_FILE
 from ..serving.options import SCHEMAS
 from . import vllm_options
 from .vllm_contract import COUNTERS as VLLM_COUNTERS
@@ -48,15 +49,18 @@ class Counters:
 class Engine:
     name: str
     server: str  # what the unit's description and messages call the server process
+    unit: str  # the serving unit's and container's name when service_name is not set
+    options_file: str  # the release's options file (engines/command.py options_file)
     image_var: str  # the var holding the image that runs it
     options_var: str  # the var users override its options with (a mapping, validated per engine)
     pairs: bool  # whether it can serve a two-Spark pair (pair/launch.py's mpirun is TensorRT-LLM's)
     validates_in_image: bool  # whether the release step checks the rendered options with the image's own classes
     checked_by: str  # what in the image checks them (engines/check.py)
     mounts_config: bool  # whether the release's options file is mounted into the container (read by the server)
-    # the flag given the container's share of the unified memory (MemTotal less memory_reserve_gb, as a fraction of
-    # MemTotal, computed on the host by drop-caches before every start); "" when the engine sizes from what is free
+    # the flag given the engine's share of the unified memory, and the var that holds it ("": the engine sizes its
+    # memory from what is free at load, as TensorRT-LLM's free_gpu_memory_fraction does)
     memory_fraction_flag: str
+    memory_fraction_var: str
     counters: Counters
     # where the draft is mounted in the container, read from a host's settings (its options name it)
     draft_dir: Callable[[Any], str | None]
@@ -68,8 +72,10 @@ class Engine:
 
 
 TRTLLM = Engine(
-    name="trtllm", server="trtllm-serve", image_var="image", options_var="extra_llm_api_options", pairs=True,
+    name="trtllm", server="trtllm-serve", unit="specfleet-trtllm", options_file=CONFIG_FILE, image_var="image",
+    options_var="extra_llm_api_options", pairs=True,
     validates_in_image=True, checked_by="TensorRT-LLM", mounts_config=True, memory_fraction_flag="",
+    memory_fraction_var="",
     # 1.2.0rc6 and 1.3.0rc12 count acceptance in the JSON iteration stats only (docs/engines.md, "Acceptance")
     counters=Counters("iterations", "/metrics"),
     draft_dir=lambda s: SCHEMAS[s.trtllm_version].draft_path(s.llm_api_options),
@@ -77,8 +83,10 @@ TRTLLM = Engine(
     bench_options={"enable_iter_perf_stats": True, "kv_cache_config": {"enable_block_reuse": False}},
 )
 VLLM = Engine(
-    name="vllm", server="vllm serve", image_var="vllm_image", options_var="vllm_options", pairs=False,
+    name="vllm", server="vllm serve", unit="specfleet-vllm", options_file="vllm-options.yml", image_var="vllm_image",
+    options_var="vllm_options", pairs=False,
     validates_in_image=True, checked_by="vLLM", mounts_config=False, memory_fraction_flag="--gpu-memory-utilization",
+    memory_fraction_var="vllm_gpu_memory_utilization",
     counters=Counters("prometheus", "/metrics", *VLLM_COUNTERS),
     draft_dir=lambda s: vllm_options.draft_path(s.vllm_options),
     profile_options="vllm_options", draft_len="num_speculative_tokens",
@@ -96,6 +104,12 @@ def engine_of(profile: dict[str, Any] | None) -> Engine:
 def speculative(profile: dict[str, Any]) -> dict[str, Any]:
     """A profile's speculative config ({}: it does not speculate)."""
     return profile.get(engine_of(profile).profile_options, {}).get("speculative_config") or {}
+
+
+def memory_fraction(s: Any) -> float | None:
+    """The share of the memory the host's engine is told it may take (None: its engine sizes from what is free)."""
+    var = s.engine.memory_fraction_var
+    return float(getattr(s, var)) if var else None
 
 
 def draft_len(profile: dict[str, Any]) -> int:

@@ -15,7 +15,6 @@ from ..fleet.programs import program_text
 from ..fleet.settings import Settings
 from ..serving.validate import host_command, verdict_command
 from .command import container_command
-from .vllm_contract import CONTRACT
 
 VLLM_SCRIPT = program_text("validate_vllm_args.py")
 
@@ -27,7 +26,7 @@ def _trtllm(s: Settings, host_name: str, config_path: str, config: str) -> str:
 def _vllm(s: Settings, host_name: str, config_path: str, config: str) -> str:
     argv = container_command(s)[2:]  # after `vllm serve`
     return verdict_command(s.data_dir, config, s.image, s.gpus,
-                           [s.image, "-c", VLLM_SCRIPT, *CONTRACT.validator, "--", *argv],
+                           [s.image, "-c", VLLM_SCRIPT, *s.vllm_contract.validator, "--", *argv],
                            f"{host_name}: vllm_options: refused by {s.image}'s own vLLM: ")
 
 

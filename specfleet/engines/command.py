@@ -4,10 +4,8 @@
   pair's head the MPI launch of it over both nodes (pair/launch.py), on a pair's worker a process that holds the
   container up for the head's launch.
 - vLLM: `vllm serve MODEL --served-model-name MODEL --host --port <vllm_options as argv>
-  --gpu-memory-utilization=${VAR}` (with HF_HUB_OFFLINE vLLM replaces MODEL by its snapshot path, which would
-  otherwise become the served name: vllm/engine/arg_utils.py:713-731 at v0.20.1). The utilization is
-  the container's share of the unified memory (MemTotal less memory_reserve_gb), which drop-caches computes on the host
-  before every start (memory/host/drop_caches.sh) and systemd expands from its environment file. The options are
+  --gpu-memory-utilization=<vllm_gpu_memory_utilization>` (with HF_HUB_OFFLINE vLLM replaces MODEL by its snapshot
+  path, which would otherwise become the served name: vllm/engine/arg_utils.py:713-731 at v0.20.1). The options are
   validated first (engines/vllm_options.py) and rendered one argument per value, never as a free string.
 """
 
@@ -18,9 +16,10 @@ from collections.abc import Callable
 import yaml
 
 from ..fleet.settings import Settings
-from ..host.layout import CONTAINER_CONFIG, GPU_MEMORY_VAR
+from ..host.layout import CONTAINER_CONFIG
 from ..pair.launch import mpirun_argv
 from . import vllm_options
+from .catalog import memory_fraction
 
 
 def serve_args(s: Settings) -> list[str]:
@@ -54,10 +53,11 @@ def container_command(s: Settings) -> list[str]:
 
 
 def memory_flag(s: Settings) -> str:
-    """The engine's memory share flag as the unit's ExecStart ends with it (systemd expands ${VAR} from the environment
-    file drop-caches writes; so it is rendered as it is, not by systemd_word, which would escape it); "" if none."""
-    flag = s.engine.memory_fraction_flag
-    return f"{flag}=${{{GPU_MEMORY_VAR}}}" if flag else ""
+    """The engine's memory share flag as the unit's ExecStart ends with it, `--gpu-memory-utilization=0.8`: the
+    share is a setting, shown by `render` and `plan` (memory/rules.py checks it against the host's MemTotal);
+    "" for an engine that sizes from what is free."""
+    share = memory_fraction(s)
+    return f"{s.engine.memory_fraction_flag}={share:g}" if share is not None else ""
 
 
 def _trtllm_options(s: Settings) -> str:

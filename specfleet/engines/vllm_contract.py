@@ -1,9 +1,10 @@
-"""vLLM's contract for `vllm serve` and `--speculative-config`, for the pinned image, as data with provenance.
+"""vLLM's contract for `vllm serve` and `--speculative-config`, per vLLM version, as data with provenance; and which
+vLLM an image carries (engines/vllm_images.py): a `vllm_image` of a version with no contract here is refused.
 
-The image: `nvcr.io/nvidia/vllm:26.05.post1-py3`, the tag NVIDIA's DGX Spark vLLM playbook runs on one Spark
-(NVIDIA/dgx-spark-playbooks@0db7c141, nvidia/vllm/README.md:141-151). NVIDIA's release notes for vLLM Release 26.05 list
-vLLM 0.20.1 (https://docs.nvidia.com/deeplearning/frameworks/vllm-release-notes/rel-26-05.html). No notes are published
-for `.post1`: that it carries the same 0.20.1 is a GUESS (a re-spin), and the contract is 0.20.1's.
+The packaged image: `nvcr.io/nvidia/vllm:26.05.post1-py3`, the tag NVIDIA's DGX Spark vLLM playbook runs on one Spark
+(NVIDIA/dgx-spark-playbooks@0db7c141, nvidia/vllm/README.md:141-151). NVIDIA's release notes for vLLM Release 26.05
+list vLLM 0.20.1 (https://docs.nvidia.com/deeplearning/frameworks/vllm-release-notes/rel-26-05.html). No notes are
+published for `.post1`: that it carries the same 0.20.1 is a GUESS (a re-spin), and the contract is 0.20.1's.
 
 The source: vllm-project/vllm v0.20.1 (commit f98b2747f, the sdist's vllm/_version.py), read as the PyPI sdist
 vllm-0.20.1.tar.gz. Line numbers below are that tree's.
@@ -54,6 +55,15 @@ SPECULATIVE: dict[str, Spec] = {
     "parallel_drafting": _BOOL,  # :143
     "rejection_sample_method": (("strict", "probabilistic"), {}),  # :186; "synthetic" is a test mode, left out
 }
+# :813-820 (_verify_and_get_draft_tp): a draft TP given must be 1 or the target's TP, which specfleet sets to 1 on one
+# Spark (RESERVED's tensor_parallel_size): so 1 only
+DRAFT_TP = (1,)
+# :714-719: suffix decoding raises ImportError without the arctic_inference module (importlib find_spec)
+SUFFIX_NEEDS = "arctic_inference"
+# :580-622: for a method other than eagle/eagle3/dflash, vLLM re-reads the method from the draft's path, a
+# case-insensitive substring test of the model string as given (the mount point here): "eagle-" -> eagle, "eagle3" ->
+# eagle3, "dflash" -> dflash (then the draft's config is wrapped as an EAGLE head), also for method draft_model
+REDETECTED = (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"))
 # Not modelled (refused as unknown, stricter): revision/code_revision (the draft is mounted from the lock's pin),
 # quantization (auto-detected from the draft's checkpoint, model.py:932-1004), tensor_parallel_size (refused upstream
 # too, :864-868), the suffix_decoding_* and synthetic_* fields, speculative_token_tree, draft_load_config, moe_backend.
@@ -80,8 +90,8 @@ RESERVED = {
     "model": "the profile's target, mounted from the lock's pin",
     "served_model_name": "the target's repo id, the name every engine serves it under (with HF_HUB_OFFLINE vLLM "
                          "would otherwise name it by its snapshot path)",
-    "gpu_memory_utilization": "from memory_reserve_gb: MemTotal less the reserve, as a fraction, computed on the host "
-                              "before every start",
+    "gpu_memory_utilization": "from vllm_gpu_memory_utilization, which the preflight checks against the host's "
+                              "MemTotal and memory_reserve_gb",
     "tensor_parallel_size": "one Spark has one GPU; the two-Spark pair runs on TensorRT-LLM only",
     "download_dir": "the models come from the host's Hub cache, mounted read-only",
     "api_key": "the fleet's gateways check the API keys",
@@ -104,7 +114,7 @@ VALIDATOR = ("vllm.entrypoints.openai.cli_args:make_arg_parser",
 @dataclass(frozen=True)
 class Contract:
     version: str
-    image: str
+    image: str  # the image specfleet runs this version as by default
     source: str
     methods: tuple[str, ...]
     needs_model: tuple[str, ...]
@@ -112,8 +122,14 @@ class Contract:
     engine: dict[str, Spec]
     reserved: dict[str, str]
     validator: tuple[str, ...]
+    draft_tp: tuple[int, ...]  # the draft_tensor_parallel_size values it accepts on one Spark
+    suffix_needs: str  # the module suffix decoding imports
+    redetected: tuple[tuple[str, str], ...]  # (substring of a draft's path, the method vLLM then takes)
 
 
 CONTRACT = Contract(version="0.20.1", image="nvcr.io/nvidia/vllm:26.05.post1-py3",
                     source="vllm-project/vllm v0.20.1 (f98b2747f)", methods=METHODS, needs_model=NEEDS_MODEL,
-                    speculative=SPECULATIVE, engine=ENGINE, reserved=RESERVED, validator=VALIDATOR)
+                    speculative=SPECULATIVE, engine=ENGINE, reserved=RESERVED, validator=VALIDATOR,
+                    draft_tp=DRAFT_TP, suffix_needs=SUFFIX_NEEDS, redetected=REDETECTED)
+# vLLM version -> its contract: the versions specfleet can check options for
+CONTRACTS: dict[str, Contract] = {c.version: c for c in (CONTRACT,)}

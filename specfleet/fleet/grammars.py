@@ -299,7 +299,10 @@ def check_registry(value: str) -> str:
     return value
 
 
-def check_service_name(value: str) -> str:
+def check_service_name(value: str | None) -> str | None:
+    """A unit and container name (None stays None: the engine's own)."""
+    if value is None:
+        return None
     if value.endswith(".service"):
         raise ValueError(f"{show(value)} ends with .service, which specfleet appends ({SERVICE_RULE})")
     if not _SERVICE.fullmatch(value):

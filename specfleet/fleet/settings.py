@@ -11,20 +11,26 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, cast
 
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from ..engines import vllm_options
+from ..engines.catalog import DEFAULT as DEFAULT_ENGINE
 from ..engines.catalog import Engine, engine_of
+from ..engines.fit import checked_profile
+from ..engines.trtllm_fit import image_version_problem, trtllm_options
+from ..engines.vllm_contract import CONTRACTS as VLLM_CONTRACTS
+from ..engines.vllm_contract import Contract as VllmContract
+from ..engines.vllm_images import contract_of as vllm_contract_of
+from ..engines.vllm_images import image_problem as vllm_image_problem
 from ..gateway import rules as gateway_fleet
 from ..host.layout import RELEASE_ID
 from ..mirror import rules as mirror_fleet
 from ..pair import rules as pair_fleet
-from ..serving.options import DEFAULT_VERSION, SCHEMAS, Schema, deep_merge, image_version, schema_for_image, show
+from ..serving.options import DEFAULT_VERSION, SCHEMAS, Schema, show
 from ..serving.profiles import PROFILES
 from . import grammars, secrets
 from .model import Fleet
-from .problems import Problem, error_key, error_message, llm_error_message
+from .problems import Problem, error_key, error_message
 from .tunables import load_defaults, load_overrides, unknown_variable
 
 SECRET_ENV = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"}
@@ -80,6 +86,7 @@ class Settings(BaseModel):
     serve_port: Annotated[int, Field(ge=1, le=65535)]
     extra_llm_api_options: dict[str, Any]
     vllm_image: str
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
     vllm_options: dict[str, Any]  # after build_settings, on a host of a vLLM profile: the profile's merged with the var
     target_revision: str
     draft_revision: str
@@ -142,7 +149,7 @@ class Settings(BaseModel):
     memory_reserve_gb: Annotated[float, Field(ge=0, le=4096, allow_inf_nan=False)]
     memory_overhead_fraction: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]
     earlyoom_available_gb: Annotated[float, Field(ge=0, le=4096, allow_inf_nan=False)] | None
-    service_name: str
+    service_name: str | None  # the var: serving_unit and unit_base derive the names from it
     restart_sec: PosInt
     start_limit_burst: PosInt
     start_limit_interval_sec: PosInt
@@ -157,6 +164,7 @@ class Settings(BaseModel):
     # Derived from the above: the merged TRT-LLM options (profile deep-merged with the var).
     llm_api_options: dict[str, Any]
     trtllm_version: str = DEFAULT_VERSION  # the contract the options were validated against (the image tag's version)
+    vllm_version: str | None = None  # the vLLM vllm_image carries, whose contract vllm_options were checked against
     hf_token: SecretStr | None = Field(default=None, repr=False)
     ngc_api_key: SecretStr | None = Field(default=None, repr=False)  # a hub_mirror host's, read from ngc_api_key_file
     gateways: list[str] = Field(default_factory=list)  # a Spark behind gateways: their addresses (the gateway group)
@@ -233,6 +241,26 @@ class Settings(BaseModel):
         return engine_of(self.profile)
 
     @property
+    def serving_unit(self) -> str:
+        """The serving unit's and its container's name: service_name, else the engine's own (specfleet-trtllm,
+        specfleet-vllm), so that `systemctl status`, `journalctl -u` and `docker ps` name the engine that serves."""
+        return self.service_name or self.engine.unit
+
+    @property
+    def unit_base(self) -> str:
+        """The base name of a Spark's gateway-facing units (-gateway.socket, -agent.service, ...): service_name, else
+        the default engine's unit name, whatever this host's engine, so that they stay up while the host switches
+        engines behind its gateways."""
+        return self.service_name or DEFAULT_ENGINE.unit
+
+    @property
+    def vllm_contract(self) -> VllmContract:
+        """The contract of the vLLM this host's vllm_image carries (kept from validation: a pinned image names no
+        tag)."""
+        assert self.vllm_version is not None, self.host
+        return VLLM_CONTRACTS[self.vllm_version]
+
+    @property
     def llm_schema(self) -> Schema:
         """The TensorRT-LLM contract of this host's image (kept from validation: a pinned image names no tag)."""
         return SCHEMAS[self.trtllm_version]
@@ -258,84 +286,40 @@ def build_settings(host: str, deploy_vars: dict[str, Any], profile_name: str | N
 
     values = {**defaults, **{k: v for k, v in deploy_vars.items() if k in defaults}}
     profile = PROFILES.get(profile_name) if profile_name else None
-    options = _llm_options(host, values.get("image"), defaults, deploy_vars, profile_name, problems)
+    checked = checked_profile(profile_name, values.get("serves"))  # what its engine options are fitted to
+    options = trtllm_options(host, values.get("image"), defaults, deploy_vars, profile_name, checked, problems)
     if options is None:
         return None, problems
     schema, merged = options
-    vllm = vllm_options.merged(host, defaults, deploy_vars, profile, problems)
+    vllm_contract = _vllm_contract(host, values.get("vllm_image"), problems)
+    vllm = vllm_options.merged(host, defaults, deploy_vars, profile, PROFILES.get(checked) if checked else None,
+                               vllm_contract, problems)
     if vllm is None:
         return None, problems
-    if profile_name is not None:
-        _check_image_version(host, values.get("image"), profile_name, problems)
+    if profile_name is not None and (old := image_version_problem(host, values.get("image"), profile_name)):
+        problems.append(old)
     token = secrets.hf_token(host, values, profile is not None or mirror, problems)
     fields = {k: v for k, v in values.items() if k in Settings.model_fields}
     return _validated(host, problems, {
         **fields, "host": host, "profile_name": profile_name, "profile": profile,
         "image": values.get(engine_of(profile).image_var), "vllm_options": vllm,
         "llm_api_options": merged, "trtllm_version": schema.version, "hf_token": SecretStr(token) if token else None,
+        "vllm_version": vllm_contract[0].version if vllm_contract else None,
     })
 
 
-def _llm_options(host: str, image: Any, defaults: dict[str, Any], deploy_vars: dict[str, Any],
-                 profile_name: str | None, problems: list[Problem]) -> tuple[Schema, dict[str, Any]] | None:
-    """The image version's schema and the merged TRT-LLM options, lowest first: the defaults' (packaged {} +
-    group_data/all.py), the profile's, the inventory's; checked when a profile serves. None: a layer is no mapping."""
-    base_extra = defaults.get("extra_llm_api_options", {})
-    extra = deploy_vars.get("extra_llm_api_options", {})
-    for layer in (base_extra, extra):
-        if not isinstance(layer, dict):
-            problems.append(Problem(host, "extra_llm_api_options",
-                                    f"must be a mapping of TRT-LLM options, got {type(layer).__name__}"))
-            return None
-    # Profiles are written in 1.2.0rc6's names: renamed to the image version's; a user's alias of the draft key is
-    # spelled with the version's own name, so the rendered file has one spelling.
-    schema = schema_for_image(image)
-    base_extra, extra = schema.canonical_aliases(base_extra), schema.canonical_aliases(extra)
-    profile = PROFILES.get(profile_name) if profile_name else None
-    mine = profile.get("llm_api_options") if profile else None
-    below = deep_merge(base_extra, schema.for_version(mine)) if mine is not None else base_extra
-    merged = deep_merge(below, extra)
-    if profile_name and mine is not None:
-        _check_llm_options(host, merged, schema, profile_name, problems)
-    return schema, merged
-
-
-def _check_image_version(host: str, image: Any, profile_name: str, problems: list[Problem]) -> None:
-    """A profile with a minimum TensorRT-LLM version (min_trtllm) needs an image whose tag names that version or a
-    newer one: a tag that names none cannot show it (the stricter reading)."""
-    need = PROFILES[profile_name].get("min_trtllm")
-    if need is None or not isinstance(image, str):
-        return
-    have = image_version(image)
+def _vllm_contract(host: str, image: Any, problems: list[Problem]) -> tuple[VllmContract, str] | None:
+    """(the contract of the vLLM `vllm_image` carries, the image); None, with its problem, when specfleet cannot tell
+    its version or has no contract for it (an image that is no reference at all is the field's own problem)."""
     try:
-        too_old = have is None or Version(have) < Version(need)
-    except InvalidVersion:
-        too_old = True
-    if too_old:
-        what = f"is TensorRT-LLM {have}" if have else "names no TensorRT-LLM version in its tag"
-        problems.append(Problem(host, "image", f"{show(image)} {what}; profile {profile_name} needs {need} or newer "
-                                               f"(allowed: an image tagged {need} or later, e.g. "
-                                               f"nvcr.io/nvidia/tensorrt-llm/release:{need})"))
-
-
-def _check_llm_options(host: str, merged: dict[str, Any], schema: Schema, profile_name: str,
-                       problems: list[Problem]) -> None:
-    """The merged options against the schema, and the draft model against the profile (if all else is valid)."""
-    profile = PROFILES[profile_name]
-    try:
-        schema.options.model_validate(merged)
-    except ValidationError as exc:
-        for err in exc.errors():
-            problems.append(Problem(host, "extra_llm_api_options." + error_key(err["loc"]),
-                                    llm_error_message(err, schema)))
-    if not problems and profile.get("draft") and not schema.draft_path(merged):
-        problems.append(Problem(host, "extra_llm_api_options.speculative_config",
-                                f"profile {profile_name} serves a draft model: speculative_config with "
-                                f"{schema.contract.draft_field} is required"))
-    if not problems and not profile.get("draft") and schema.needs_draft(merged):
-        problems.append(Problem(host, "extra_llm_api_options.speculative_config",
-                                f"profile {profile_name} has no draft model; "
-                                f"{merged['speculative_config']['decoding_type']} needs one"))
+        grammars.check_image(image)
+    except (ValueError, TypeError):
+        return None
+    problem = vllm_image_problem(image)
+    if problem is not None:
+        problems.append(Problem(host, "vllm_image", problem))
+        return None
+    return vllm_contract_of(image), image
 
 
 def _validated(host: str, problems: list[Problem], fields: dict[str, Any]) -> tuple[Settings | None, list[Problem]]:

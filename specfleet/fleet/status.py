@@ -200,7 +200,7 @@ def status_env(plan: HostPlan, wanted: Iterable[str]) -> tuple[tuple[str, str], 
     """The environment of the one status read of `plan`'s host: DATA and SVC, which any fragment may read, then
     each part's variables (a variable belongs to one part), then the file checks' (`wanted`: the managed paths)."""
     s = plan.settings
-    env = {"DATA": s.data_dir, "SVC": s.service_name}
+    env = {"DATA": s.data_dir, "SVC": s.serving_unit}
     for part in parts():
         for var, value in part.env(plan).items():
             if var in env or var in _FILE_VARS or var == "FILE_STATUS":

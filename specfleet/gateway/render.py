@@ -154,7 +154,7 @@ def _listen(address: str, port: int) -> str:
 def spark_paths(s: Settings) -> tuple[str, ...]:
     """Where spark_files writes, with or without gateways (what a cleanup or a fleet that dropped its gateway
     group removes): the four units, the start-marker drop-in, then gateways.json."""
-    service, layout = s.service_name, Layout.of(s)
+    service, layout = s.unit_base, Layout.of(s)
     return (*(f"{UNIT_DIR}/{service}-{kind}" for kind in ("gateway.socket", "gateway.service", "agent.socket",
                                                            "agent.service")),
             layout.start_marker_dropin, layout.gateways_file)
@@ -163,7 +163,7 @@ def spark_paths(s: Settings) -> tuple[str, ...]:
 def spark_listens(s: Settings) -> dict[str, str]:
     """Each gateway-facing socket unit of a Spark and the address it listens on, as `systemctl show -p Listen`
     prints it: a changed socket unit restarts only when this changed (gateway/steps/behind.py)."""
-    return {f"{s.service_name}-{kind}.socket": f"{_listen('0.0.0.0', port)} (Stream)"
+    return {f"{s.unit_base}-{kind}.socket": f"{_listen('0.0.0.0', port)} (Stream)"
             for kind, port in (("gateway", s.gateway_backend_port), ("agent", s.gateway_agent_port))}
 
 
@@ -175,7 +175,7 @@ def spark_files(s: Settings) -> dict[str, str]:
     if not s.gateways:
         return {}
     layout, allowed = Layout.of(s), " ".join(s.gateways)
-    service, backend, agent = s.service_name, s.gateway_backend_port, s.gateway_agent_port
+    service, backend, agent = s.unit_base, s.gateway_backend_port, s.gateway_agent_port
     return {
         f"{UNIT_DIR}/{service}-gateway.socket": ENV.get_template("spark-gateway.socket.j2").render(
             port=backend, listen=_listen("0.0.0.0", backend), gateways=allowed),
@@ -187,7 +187,7 @@ def spark_files(s: Settings) -> dict[str, str]:
             name=service, agent_dir=systemd_word(layout.agent_dir),
             exec_start=systemd_args(["/usr/bin/python3", "-I", layout.agent_tool, "--data-dir", layout.data_dir])),
         layout.start_marker_dropin: ENV.get_template("spark-start-marker.conf.j2").render(
-            name=service, marker=systemd_word(layout.started_marker)),
+            name=s.serving_unit, marker=systemd_word(layout.started_marker)),
         layout.gateways_file: json.dumps({"gateways": s.gateways, "backend_port": backend,
                                           "check_inter_ms": s.gateway_check_inter_ms,
                                           "drain_timeout_sec": s.drain_timeout_sec}, indent=1) + "\n",

@@ -25,8 +25,6 @@ JOBS_FILE = "host_jobs.py"  # host jobs (work detached from the SSH session), in
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
 DROP_CACHES_TOOL = "drop-caches"  # the serving unit's ExecStartPre: sync + drop the page cache (host/drop_caches.sh)
 CONTAINER_MEMORY_VAR = "SPECFLEET_CONTAINER_MEMORY"  # drop-caches' cap for the container (docker run --memory=$VAR)
-# drop-caches' share of MemTotal the container may use, a fraction (for an engine that is told it: vLLM)
-GPU_MEMORY_VAR = "SPECFLEET_GPU_MEMORY_UTILIZATION"
 PAIR_LINK_TOOL = "pair-link"  # a pair host's link: netplan applied with confirm-or-revert (host/pair_link.py)
 PAIR_GATE_TOOL = "pair-gate"  # the worker's forced command for the head's MPI key (host/pair_gate.py)
 DOCKER_UNIT = "docker.service"  # docker's unit: dockerd is its main process (a snap's docker is not found: left alone)
@@ -109,7 +107,8 @@ def repo_of_cache_folder(name: str) -> str:
 
 @dataclass(frozen=True)
 class Layout:
-    """Every path of one host, derived from data_dir (and secrets_dir / service_name for the token and the unit)."""
+    """Every path of one host, derived from data_dir (and secrets_dir / service_name, the serving unit's name, for the
+    token and the unit)."""
 
     data_dir: str
     secrets_dir: str = ""
@@ -120,8 +119,8 @@ class Layout:
 
     @classmethod
     def of(cls, settings) -> "Layout":
-        """The layout of a host's validated settings (anything with data_dir, secrets_dir and service_name)."""
-        return cls(settings.data_dir, settings.secrets_dir, settings.service_name)
+        """The layout of a host's validated settings (anything with data_dir, secrets_dir and serving_unit)."""
+        return cls(settings.data_dir, settings.secrets_dir, settings.serving_unit)
 
     hf_home = property(lambda self: f"{self.data_dir}/hf")
     hub_cache = property(lambda self: f"{self.data_dir}/hf/hub")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..constants import GB
+from ..engines.catalog import memory_fraction
 from ..fleet.settings import Settings
 from ..pins.models import ModelPin
 
@@ -39,19 +40,40 @@ class Fit:
     weights: int  # bytes of this node's share of the weights
     reserve: int  # bytes that must stay available (memory_reserve_gb)
     pair: bool  # a pair node's share
+    # the share of MemTotal the engine is told it may take (vLLM's --gpu-memory-utilization, from
+    # vllm_gpu_memory_utilization; None: the engine sizes from what is free at load)
+    share: float | None = None
+    share_var: str = ""  # the var that sets it
 
     def problem(self, mem_total: int) -> str | None:
-        """THE memory refusal (`memory: ...`, after `HOST: `), or None when it fits. mem_total 0: not reported."""
-        if mem_total <= 0 or self.need <= mem_total - self.reserve:
+        """THE memory refusal (`memory: ...` or `<share var>: ...`, after `HOST: `), or None when it fits. mem_total 0:
+        not reported. With a share: the share must leave the reserve, and the weights must fit in it."""
+        if mem_total <= 0:
+            return None
+        if self.share is not None and self.share * mem_total > mem_total - self.reserve:
+            most = int((mem_total - self.reserve) / mem_total * 1000) / 1000
+            return (f"{self.share_var}: {self.share:g} of MemTotal {mem_total / GB:.1f} GB would leave "
+                    f"{(1 - self.share) * mem_total / GB:.1f} GB, under memory_reserve_gb {self.reserve / GB:g} "
+                    f"(allowed: at most {most:g} on this host)")
+        if self.need <= self.budget(mem_total):
             return None
         return f"memory: {self.line(mem_total)}"
 
+    def budget(self, mem_total: int) -> float:
+        """Bytes the server may take: MemTotal less the reserve, or its share of MemTotal when it is told one."""
+        return mem_total * self.share if self.share is not None else mem_total - self.reserve
+
     def line(self, mem_total: int) -> str:
-        """`<profile> needs ~X GB, host has Y GB (reserve Z GB)`: what `plan` shows and the refusal says."""
+        """`<profile> needs ~X GB, host has Y GB (reserve Z GB)` and, with a share, what the engine may take: what
+        `plan` shows and the refusal says."""
         share = " per node of the pair" if self.pair else ""
         has = f"{mem_total / GB:.1f} GB" if mem_total > 0 else "an unknown amount"
+        told = ""
+        if self.share is not None:
+            told = f", {self.share_var} {self.share:g}" + (
+                f" = {mem_total * self.share / GB:.1f} GB for the server" if mem_total > 0 else " of it for the server")
         return (f"{self.profile} needs ~{self.need / GB:.1f} GB{share}, host has {has} "
-                f"(reserve {self.reserve / GB:g} GB)")
+                f"(reserve {self.reserve / GB:g} GB{told})")
 
     def cap(self, mem_total: int) -> int:
         """The container's memory cap in bytes: MemTotal less the reserve, as the unit's drop-caches computes it in kB
@@ -75,7 +97,8 @@ def fit(settings: Settings, pins: dict[str, ModelPin]) -> Fit | None:
     pair = settings.pair_role is not None
     weights = (target + 1) // 2 + draft if pair else target + draft
     overhead = int(weights * settings.memory_overhead_fraction)
-    return Fit(settings.profile_name, weights + overhead, weights, int(settings.memory_reserve_gb * GB), pair)
+    return Fit(settings.profile_name, weights + overhead, weights, int(settings.memory_reserve_gb * GB), pair,
+               memory_fraction(settings), settings.engine.memory_fraction_var)
 
 
 CAP_SYS_RESOURCE = 24  # linux/capability.h: a score below 0 (OOMScoreAdjust=, /proc/PID/oom_score_adj) needs it

@@ -48,7 +48,7 @@ class HostOverview(FactBase):
 @deploy("Status (read only)")
 def collect(out: dict, metrics: bool):
     s = current_plan().settings
-    out[host.name] = host.get_fact(HostOverview, data_dir=s.data_dir, service=s.service_name, metrics=metrics)
+    out[host.name] = host.get_fact(HostOverview, data_dir=s.data_dir, service=s.serving_unit, metrics=metrics)
 
 
 def read_overviews(plans: dict[str, HostPlan], hosts: list[str], metrics: bool) -> dict[str, dict]:

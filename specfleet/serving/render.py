@@ -13,12 +13,10 @@ from ..engines.command import container_command, memory_flag, options_file
 from ..fleet.settings import Settings
 from ..fleet.templating import ENV, systemd_args, systemd_word
 from ..host.layout import (
-    CONFIG_FILE,
     CONTAINER_CONFIG,
     CONTAINER_MEMORY_VAR,
     DOCKER_UNIT,
     DRAFT_LINK,
-    GPU_MEMORY_VAR,
     PAIR_AGENT,
     PAIR_AGENT_ENV,
     PAIR_MOUNT,
@@ -53,7 +51,7 @@ def docker_run_args(s: Settings) -> list[str]:
     layout = Layout.of(s)
     # --oom-score-adj: under memory pressure the kernel kills the serving container first (its processes inherit it),
     # never sshd or dockerd; see docs/memory.md
-    args = ["--rm", "--name", s.service_name, "--init", f"--oom-score-adj={OOM_SCORE_ADJ}"]
+    args = ["--rm", "--name", s.serving_unit, "--init", f"--oom-score-adj={OOM_SCORE_ADJ}"]
     if s.gpus:
         args.append("--gpus=all")
     args += ["--ipc=host", "--network", "host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
@@ -67,7 +65,7 @@ def docker_run_args(s: Settings) -> list[str]:
     if s.draft_container_dir:
         args += ["-v", f"{layout.current_file(DRAFT_LINK)}:{s.draft_container_dir.rstrip('/')}:ro"]
     if s.engine.mounts_config:
-        args += ["-v", f"{layout.current_file(CONFIG_FILE)}:{CONTAINER_CONFIG}:ro"]
+        args += ["-v", f"{layout.current_file(s.engine.options_file)}:{CONTAINER_CONFIG}:ro"]
     if s.profile and s.profile["tiktoken"]:
         args += ["-v", f"{layout.tiktoken}:{CONTAINER_TIKTOKEN}:ro"]
     if s.pair_role == "worker":  # OpenMPI's orted checks that the rsh agent mpirun forwards exists, even without tree
@@ -87,8 +85,7 @@ def memory_cap_args(s: Settings) -> tuple[list[str], list[str]]:
     systemd expands the ${VAR} (so these are rendered as they are, not by systemd_word, which would escape it)."""
     layout = Layout.of(s)
     reserve = str(reserve_kb(int(s.memory_reserve_gb * GB)))  # bytes as memory.fit counts them, then THE kB
-    pre = [layout.drop_caches_tool, layout.mem_at_start, reserve, layout.container_memory, CONTAINER_MEMORY_VAR,
-           *([GPU_MEMORY_VAR] if memory_flag(s) else [])]
+    pre = [layout.drop_caches_tool, layout.mem_at_start, reserve, layout.container_memory, CONTAINER_MEMORY_VAR]
     var = "${" + CONTAINER_MEMORY_VAR + "}"
     return pre, [f"--memory={var}", f"--memory-swap={var}"]
 
@@ -106,7 +103,7 @@ def unit_text(s: Settings) -> str:
     model = profile_of(s)["target"]["repo"]
     return ENV.get_template("trtllm-serve.service.j2").render(
         profile=s.profile_name, model=model, current_dir=layout.current, docker_unit=DOCKER_UNIT,
-        container_name=systemd_word(s.service_name), image=systemd_word(s.image),
+        container_name=systemd_word(s.serving_unit), image=systemd_word(s.image),
         drop_caches=systemd_args(pre), cap_env=layout.container_memory,
         docker_args=" ".join([*cap, systemd_args(docker_run_args(s))]),
         command=" ".join(filter(None, [systemd_args(container_command(s)), memory_flag(s)])), server=s.engine.server,
@@ -154,8 +151,8 @@ def rendered_files(s: Settings, redact: bool = True, release: RenderedRelease | 
     files = {}
     if s.profile is not None:
         files = {
-            layout.current_file(CONFIG_FILE): release.config if release else config_yaml(s),
-            layout.current_file(f"{s.service_name}.service"): release.unit if release else unit_text(s),
+            layout.current_file(s.engine.options_file): release.config if release else config_yaml(s),
+            layout.current_file(f"{s.serving_unit}.service"): release.unit if release else unit_text(s),
             layout.current_file(SMOKE_FILE): release.smoke if release else smoke_request(s),
         }
     if s.hf_token is not None:

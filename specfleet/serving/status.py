@@ -74,6 +74,7 @@ def parse_platform(lines: Lines) -> Platform:
 
 @dataclass
 class Release:
+    serving_unit: str = ""  # the unit active/enabled/container_running describe: the current release's, else the plan's
     listeners: int = 0
     active: str = ""
     enabled: str = ""
@@ -100,7 +101,7 @@ class Release:
         return release_state.gate_holds({"current": release, "gate": self.gate, "started": self.started})
 
 
-_RELEASE_TEXT = {"active", "enabled", "unit_sha256", "hub_client"}
+_RELEASE_TEXT = {"serving_unit", "active", "enabled", "unit_sha256", "hub_client"}
 
 
 def parse_release(lines: Lines) -> Release:
@@ -202,7 +203,7 @@ PLATFORM = register(StatusPart(
                            "gpu_hook", "apparmor", "dpkg_busy", "free"}),
     parse_platform, script=program_text("platform_status.sh")))
 RELEASE = register(StatusPart(
-    "release", frozenset({"listen", "active", "enabled", "unit_sha256", "container", "image", "release_state",
-                          "validated", "hub_client"}),
+    "release", frozenset({"serving_unit", "listen", "active", "enabled", "unit_sha256", "container", "image",
+                          "release_state", "validated", "hub_client"}),
     parse_release, script=program_text("release_status.sh"), env=_release_env,
     reads=_release_reads, wanted=_release_wanted))

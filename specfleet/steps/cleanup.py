@@ -10,6 +10,8 @@ units and configs (mirror/steps/registry.py); its store only with purge_models."
 
 from __future__ import annotations
 
+import shlex
+
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
@@ -33,11 +35,11 @@ def cleanup():
     s, layout = plan.settings, plan.paths
     st = host_status(plan)
     remove_spark_side(plan)
+    unit = st.release.serving_unit or s.serving_unit  # what serves: the current release's unit (any engine's)
     if st.release.active not in ("inactive", "unknown", "") or st.release.enabled == "enabled":
-        systemd.service(name=f"Stop and disable {s.service_name}", service=f"{s.service_name}.service",
-                        running=False, enabled=False)
+        systemd.service(name=f"Stop and disable {unit}", service=f"{unit}.service", running=False, enabled=False)
     if st.release.container_running:
-        server.shell(name=f"Remove container {s.service_name}", commands=[f"docker rm -f {s.service_name}"])
+        server.shell(name=f"Remove container {unit}", commands=[f"docker rm -f {shlex.quote(unit)}"])
     remove_pair_trust(plan)  # a pair host's MPI key, login and host key pin
     remove_pair_link(plan)  # then its link: netplan file, link addresses, pair directory
     if layout.dockerd_oom_dropin in st.files.found:  # the running dockerd keeps its figure until its next start

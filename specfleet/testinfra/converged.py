@@ -11,7 +11,6 @@ import pytest
 from specfleet.constants import GB
 from specfleet.fleet.settings import TIKTOKEN_FILES
 from specfleet.host.layout import (
-    CONFIG_FILE,
     DOCKER_UNIT,
     DRAFT_LINK,
     EARLYOOM_BIN,
@@ -42,7 +41,7 @@ def test_operators_in_docker_group_and_can_use_docker(spark):
         with spark.host.sudo():
             cmd = spark.host.run(f"su - {user} -c 'docker ps --format {{{{.Names}}}}'")
         assert cmd.rc == 0, cmd.stderr
-        assert spark.s.service_name in cmd.stdout
+        assert spark.s.serving_unit in cmd.stdout
 
 
 def test_token_file_is_root_only(spark):
@@ -56,7 +55,7 @@ def test_token_not_in_container_env_nor_unit(spark):
     with spark.host.sudo():
         token = spark.host.file(spark.plan.paths.token_file).content_string.strip()
         env = json.loads(spark.host.check_output(
-            f"docker inspect --format '{{{{json .Config.Env}}}}' {spark.s.service_name}"))
+            f"docker inspect --format '{{{{json .Config.Env}}}}' {spark.s.serving_unit}"))
         unit = spark.host.file(spark.plan.paths.unit_file).content_string
     assert token and not [e for e in env if token in e or e.startswith(("HF_TOKEN=", "HUGGING_FACE_HUB_TOKEN="))]
     assert token not in unit and "HF_HUB_OFFLINE=1" in env
@@ -98,19 +97,19 @@ def test_hf_cache_ls_lists_the_models(spark):
 
 
 def test_config_file_equals_render_output(spark):
-    f = spark.host.file(spark.plan.paths.current_file(CONFIG_FILE))
+    f = spark.host.file(spark.plan.paths.current_file(spark.s.engine.options_file))
     assert f.content_string == config_yaml(spark.s)
 
 
 def test_unit_file_equals_render_output_enabled_and_active(spark):
     assert spark.host.file(spark.plan.paths.unit_file).content_string == unit_text(spark.s)
-    svc = spark.host.service(spark.s.service_name)
+    svc = spark.host.service(spark.s.serving_unit)
     assert svc.is_enabled and svc.is_running
 
 
 def test_container_runs_with_the_seed_flags(spark):
     with spark.host.sudo():
-        info = json.loads(spark.host.check_output(f"docker inspect {spark.s.service_name}"))[0]
+        info = json.loads(spark.host.check_output(f"docker inspect {spark.s.serving_unit}"))[0]
     hc = info["HostConfig"]
     assert info["State"]["Running"] and info["Config"]["Image"] == spark.s.image
     assert hc["IpcMode"] == "host" and hc["NetworkMode"] == "host" and hc["Init"] is True
@@ -139,7 +138,7 @@ def test_the_server_has_the_limits_it_asked_for(spark):
     nothing in it can raise that) cannot give it; the check is skipped there, saying so."""
     with spark.host.sudo():
         init = _limits(spark.host, "1")
-        pid = spark.host.check_output(f"docker inspect -f '{{{{.State.Pid}}}}' {spark.s.service_name}").strip()
+        pid = spark.host.check_output(f"docker inspect -f '{{{{.State.Pid}}}}' {spark.s.serving_unit}").strip()
         server = _limits(spark.host, pid)
     if init["Max locked memory"][1] != "unlimited":
         pytest.skip(f"{spark.name}: the host's own locked-memory limit is {init['Max locked memory'][1]} bytes "
@@ -165,7 +164,7 @@ def test_memory_protection_serving_host_keeps_the_reserve_and_its_daemons_come_l
     with spark.host.sudo():
         # every process in the container: its init and server, and on a pair's worker the MPI daemon and rank that
         # the head's launch runs in it with `docker exec` (the container's figure must reach those too)
-        served = spark.host.check_output(f"for p in $(docker top {spark.s.service_name} -eo pid | tail -n +2); do "
+        served = spark.host.check_output(f"for p in $(docker top {spark.s.serving_unit} -eo pid | tail -n +2); do "
                                          "echo $p $(cat /proc/$p/oom_score_adj 2>/dev/null); done").splitlines()
         # the sshd listener and dockerd: their units' main processes (sessions are sshd children that come and go)
         daemons = spark.host.check_output(

@@ -24,7 +24,7 @@ def gpu_spark(spark):
 
 def test_nvidia_smi_in_the_container(gpu_spark):
     with gpu_spark.host.sudo():
-        out = gpu_spark.host.check_output(f"docker exec {gpu_spark.s.service_name} nvidia-smi -L")
+        out = gpu_spark.host.check_output(f"docker exec {gpu_spark.s.serving_unit} nvidia-smi -L")
     assert "GPU 0" in out
 
 

@@ -81,7 +81,7 @@ def test_a_spark_behind_gateways_gets_its_socket_agent_and_drain_file_once():
     plan = make_plans(FLEET, "eagle3", groups={"gateway": ["gw-1"]})["spark-a"]
     files = spark_files(plan.settings)
     assert len(files) == 6
-    svc = plan.settings.service_name
+    svc = plan.settings.unit_base
     state = run_deploy({"spark-a": plan}, converge, "eagle3", responses=lambda p: converged_responses(
         p, files_missing=[*files, p.paths.agent_dir, p.paths.agent_tool]))  # joining: the agent's program is new too
     changed = [n.rsplit(" | ", 1)[-1] for n in changed_ops(state)["spark-a"]]
@@ -195,7 +195,7 @@ def test_a_fleet_that_dropped_its_gateway_group_removes_what_it_left_and_cleanup
     from specfleet.steps import cleanup
 
     plan = make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"]
-    svc = plan.settings.service_name
+    svc = plan.settings.unit_base
     left = spark_paths(plan.settings)
     leftovers = [f"file\tfile|644|root|root|{'0' * 64}\t{path}" for path in left]
 
@@ -238,7 +238,7 @@ def test_cleanup_of_a_gateway_host_that_served_as_a_spark_removes_what_it_left()
 
     plans = make_plans(FLEET, None, groups={"gateway": ["gw-1"]})
     gw = plans["gw-1"]
-    svc, dropin = gw.settings.service_name, gw.paths.dockerd_oom_dropin
+    svc, dropin = gw.settings.unit_base, gw.paths.dockerd_oom_dropin
     left = [f"file\tfile|644|root|root|{'0' * 64}\t{path}"
             for path in (*spark_paths(make_plans({"spark-a": FLEET["spark-a"]}, "eagle3")["spark-a"].settings),
                          dropin)]

@@ -197,6 +197,32 @@ def test_failed_restart_reverts_like_a_failed_gate(host):
     assert host.h.gate_state()["result"] == "passed" and host.h.gate_state()["release"] == "r-aaaaaaaaaaaa"
 
 
+def test_a_switch_to_a_release_of_another_unit_stops_the_one_that_served_and_a_revert_stops_the_new_one(host):
+    """A release of another engine runs as another unit (specfleet-trtllm -> specfleet-vllm): the switch drains and
+    stops the unit that served (the current release's, not the new one, which is not running), then starts the new
+    one; when the new one fails its gate, the revert stops it and starts the old one again."""
+    _complete_release(host.data, "r-cccccccccccc", "2026-01-03T00:00:00Z", service="vllm")
+    host.smoke_ok["r-cccccccccccc"] = True
+    host.h.activate("r-cccccccccccc", revert=True)
+    stop = ("systemctl", "disable", "--now", "svc.service")
+    assert stop in host.system.calls and ("docker", "rm", "-f", "svc") in host.system.calls
+    assert host.system.calls.index(stop) < host.system.calls.index(("systemctl", "restart", "vllm.service"))
+    assert ("systemctl", "is-active", "svc") in host.system.calls[:host.system.calls.index(stop)], \
+        "the drain asks about the unit that serves"
+    assert host.h.current() == "r-cccccccccccc" and host.h.status()["active"] == "active"
+    host.system.calls.clear()
+    host.smoke_ok["r-dddddddddddd"] = False
+    _complete_release(host.data, "r-dddddddddddd", "2026-01-04T00:00:00Z", service="svc")
+    with pytest.raises(sfh.Fail, match="rolled back to r-cccccccccccc"):
+        host.h.activate("r-dddddddddddd", revert=True)
+    calls = host.system.calls
+    assert calls.index(("systemctl", "disable", "--now", "vllm.service")) < calls.index(("systemctl", "restart",
+                                                                                          "svc.service"))
+    assert calls.index(("systemctl", "disable", "--now", "svc.service")) < len(calls) - 1 - calls[::-1].index(
+        ("systemctl", "restart", "vllm.service")), "the revert stops the failed unit before the old one starts"
+    assert host.h.current() == "r-cccccccccccc"
+
+
 def test_without_previous_a_failed_gate_is_recorded(host):
     host.smoke_ok["r-bbbbbbbbbbbb"] = False
     (host.data / "current").unlink()

@@ -62,7 +62,7 @@ def _problems(fleet_file, **kw):
     ({"mirror": ", image_store_budget_gb: -1"}, "mirror-01: image_store_budget_gb: input should be greater than or "
                                                 "equal to 0"),
     ({"mirror": ", ngc_registry: 'nvcr.io/x y'"}, "mirror-01: ngc_registry: 'nvcr.io/x y' is not a registry"),
-    ({"mirror": ", image_mirror: false"}, "spark-01: image_mirror: true, but mirror-01 (the hub_mirror host) runs no "
+    ({"mirror": ", image_mirror: false"}, "sparks (spark-01, spark-02): image_mirror: true, but mirror-01 (the hub_mirror host) runs no "
                                           "image registry: its image_mirror is false"),
     ({"spark": ", fleet_address: spark-01.lab"}, "spark-01: fleet_address: 'spark-01.lab' is not an IPv4 address "
                                                  "(with image_mirror the registry binds the mirror's fleet address"),

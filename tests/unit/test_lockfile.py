@@ -20,11 +20,12 @@ from tests.vm.hub_standin import STANDIN_TOKEN, HubStandin
 
 EAGLE = "nvidia/gpt-oss-120b-Eagle3-long-context"
 DIGEST = "sha256:" + "4f" * 32
+VLLM_TAG = "nvidia/vllm:26.05.post1-py3"  # a vLLM image specfleet has a contract for (vllm_images.py)
 
 
 @pytest.fixture(scope="module")
 def registry():
-    reg = FakeRegistry({"nvidia/tensorrt-llm/release:1.2.0rc6": DIGEST})
+    reg = FakeRegistry({"nvidia/tensorrt-llm/release:1.2.0rc6": DIGEST, VLLM_TAG: DIGEST})
     yield reg
     reg.close()
 
@@ -63,9 +64,15 @@ def test_registry_digest_through_the_anonymous_token_flow(registry):
 
 
 # ---- `specfleet lock` against the Hub stand-in -----------------------------------------------------------------
+def _vllm_image(image: str) -> str:
+    """The vLLM image of the registry `image` is in (the registry fixture has it, with the same digest)."""
+    return f"{image.split('/', 1)[0]}/{VLLM_TAG}"
+
+
 def _fleet(fleet_file, hub, image, vllm_image=None, **host_vars):
-    """A fleet whose two engines' images are `image` (one reference, so one pin) unless vllm_image is given."""
-    vars_ = {"hub_endpoint": hub.url, "image": image, "vllm_image": vllm_image or image}
+    """A fleet whose TensorRT-LLM image is `image` and whose vLLM image is vllm_image, else the same registry's
+    vLLM image (_vllm_image)."""
+    vars_ = {"hub_endpoint": hub.url, "image": image, "vllm_image": vllm_image or _vllm_image(image)}
     hosts = "\n".join(f"    {h}: {json.dumps(v)}" if v else f"    {h}:" for h, v in ({"s1": {}} | host_vars).items())
     return fleet_file(f"all:\n  vars: {json.dumps(vars_)}\n  hosts:\n{hosts}\n", lock=False)
 
@@ -96,7 +103,7 @@ def test_lock_writes_every_profile_with_files_blobs_and_the_image_digest(fleet_f
     assert "model-00000-of-00002.safetensors" in names and not [n for n in names if n.startswith(("original/", "metal/"))]
     blobs = {f["name"]: f["blob"] for f in target["files"]}
     assert len(blobs["model-00000-of-00002.safetensors"]) == 64 and len(blobs["config.json"]) == 40  # LFS sha256 / git blob
-    assert doc["images"] == {image: {"image_digest": DIGEST}}
+    assert doc["images"] == {image: {"image_digest": DIGEST}, _vllm_image(image): {"image_digest": DIGEST}}
     assert f"image {image}: pinned to {DIGEST}" in result.output
     # writing it again changes nothing (stable order, pins kept)
     assert _cli("lock", "inventory.py").exit_code == 0 and lock_file.read_text() == text
@@ -257,7 +264,7 @@ def _sized_registry(arm64_layers: list[int], amd64_layers: list[int]) -> tuple[F
     reg = FakeRegistry()
     arm, amd = reg.image(ARM64, arm64_layers), reg.image(AMD64, amd64_layers)
     index = reg.index([arm, amd])
-    reg.tags["nvidia/tensorrt-llm/release:1.2.0rc6"] = index
+    reg.tags["nvidia/tensorrt-llm/release:1.2.0rc6"] = reg.tags[VLLM_TAG] = index
     return reg, index, {"linux/amd64": {"digest": amd["digest"], "bytes": amd["config_size"] + sum(amd64_layers)},
                         "linux/arm64": {"digest": arm["digest"], "bytes": arm["config_size"] + sum(arm64_layers)}}
 
@@ -275,7 +282,7 @@ def test_lock_records_each_platforms_size(fleet_file, hub, sized, standin_token)
     path = _fleet(fleet_file, hub, image)
     result = _cli("lock", "inventory.py")
     assert result.exit_code == 0, result.output
-    assert yaml.safe_load(lock_path(path).read_text())["images"] == {image: {"image_digest": index, "platforms": sizes}}
+    assert yaml.safe_load(lock_path(path).read_text())["images"][image] == {"image_digest": index, "platforms": sizes}
     assert f"image {image}: pinned to {index} (linux/amd64 0.12 GB, linux/arm64 21.30 GB)" in result.output.splitlines()
     assert build_plans(load_inventory(path), "eagle3")["s1"].image_platforms == sizes
 
@@ -308,8 +315,8 @@ def test_a_registry_that_cannot_tell_the_sizes_leaves_the_pin_and_says_so(fleet_
     result = _cli("lock", "inventory.py")
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if "sizes" in line]
-    assert notes == [f"image {image}: sizes not recorded ({reg.host} answered HTTP 500); "
-                     "the next specfleet lock tries again"]
+    assert notes == [f"image {ref}: sizes not recorded ({reg.host} answered HTTP 500); "
+                     "the next specfleet lock tries again" for ref in (image, _vllm_image(image))], notes
     assert read_lock(lock_path(path)).images[image] == {"image_digest": index}
     reg.failing = None
     result = _cli("lock", "inventory.py")

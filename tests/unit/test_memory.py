@@ -73,8 +73,9 @@ def test_a_profile_that_does_not_fit_is_refused_before_any_download_or_restart(p
     state, cmds = _converge(plan, _mem(80))
     assert [h.name for h in state.failed_hosts] == ["@fake/spark-01"]
     refusal = [c for c in cmds if c.startswith("echo ") and "exit 1" in c]
-    assert refusal == [f"echo 'spark-01: memory: {profile} needs ~75.3 GB, host has 80.0 GB (reserve 8 GB)' >&2; "
-                       "exit 1"]
+    told = ", vllm_gpu_memory_utilization 0.8 = 64.0 GB for the server" if profile.startswith("vllm_") else ""
+    assert refusal == [f"echo 'spark-01: memory: {profile} needs ~75.3 GB, host has 80.0 GB (reserve 8 GB{told})' "
+                       ">&2; exit 1"]
     after = cmds[cmds.index(refusal[0]) + 1:]  # facts are read while operations are prepared; nothing runs after
     assert not after, after  # no download, pull, stage, restart: the refusal is the first command that runs
 

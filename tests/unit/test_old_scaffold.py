@@ -28,7 +28,7 @@ DEPLOYS = ("baseline", "cleanup", "draft_target", "eagle3", "gateway", "hub_mirr
 # The deploys the example fleet does not fit, and the host and variable of each problem its inventory.py prints:
 # spark-02's draft override under the baseline (no draft), and the example's image under the pair's profile.
 REFUSED = {"baseline": ["spark-02: extra_llm_api_options.speculative_config"],
-           "qwen3_eagle3_pair": ["spark-01: image", "spark-02: image"]}
+           "qwen3_eagle3_pair": ["lab_sparks (spark-01, spark-02): image"]}
 # The fleets the deploys run on: the example; the example without spark-02's draft override, for the baseline; and
 # one with every role (tests/unit/fakefleet.py). Each deploy runs on hosts already where it leaves them: a profile's
 # converge and the gateway's and the mirror's deploys on a converged fleet, cleanup on a fleet without specfleet,

@@ -87,7 +87,7 @@ BAD = [
                                              "pair_link_interfaces: [enp1s0f1np1, enp1s0f1np1]}"),
      "spark-1: pair_link_interfaces: names an interface twice"),
     ("fewer subnets than interfaces", _fleet(pair_more="      vars: {pair_link_subnets: [192.168.100.0/24]}\n"),
-     "spark-1: pair_link_subnets: has 1 subnet(s) for 2 link interface(s)"),
+     "pair_a (spark-1, spark-2): pair_link_subnets: has 1 subnet(s) for 2 link interface(s)"),
     ("an address outside its subnet", _fleet(head="{ssh_hostname: 10.0.0.11, pair_role: head, pair_link_addresses: "
                                                   "[10.9.9.9/24, 192.168.101.10/24]}"),
      "spark-1: pair_link_addresses: 10.9.9.9/24 is not in 192.168.100.0/24, the subnet of enp1s0f1np1"),
@@ -109,10 +109,10 @@ BAD = [
     ("a link subnet holding the management address", _fleet(head="{ssh_hostname: 192.168.100.5, pair_role: head}"),
      "spark-1: pair_link_subnets: 192.168.100.0/24 holds 192.168.100.5, the address spark-1 is managed at"),
     ("the profile on an older image", _fleet(image="nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"),
-     "spark-1: image: 'nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6' is TensorRT-LLM 1.2.0rc6; profile "
+     "pair_a (spark-1, spark-2): image: 'nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6' is TensorRT-LLM 1.2.0rc6; profile "
      "qwen3_eagle3_pair needs 1.3.0rc12 or newer"),
     ("the profile on an image whose tag names no version", _fleet(image="registry.lab/trtllm:latest"),
-     "spark-1: image: 'registry.lab/trtllm:latest' names no TensorRT-LLM version in its tag"),
+     "pair_a (spark-1, spark-2): image: 'registry.lab/trtllm:latest' names no TensorRT-LLM version in its tag"),
     ("the two ends on other images", _fleet(worker="{ssh_hostname: 10.0.0.12, pair_role: worker, "
                                                    "image: 'nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13'}"),
      "spark-2: image: 'nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13' differs from spark-1's"),

@@ -66,7 +66,7 @@ def test_the_workers_unit_holds_its_container_up_with_the_models_and_no_key():
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
 def test_real_systemd_parses_both_units_without_warnings(tmp_path):
     for host, (s, unit) in _units().items():
-        path = tmp_path / f"{host}-{s.service_name}.service"
+        path = tmp_path / f"{host}-{s.serving_unit}.service"
         path.write_text(unit)
         out = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
         assert not [line for line in (out.stdout + out.stderr).splitlines() if f"{path}:" in line], out.stderr

@@ -124,7 +124,8 @@ def test_bad_group_data_value_names_the_host_and_key(proj):
     _overrides(proj, "serve_port = 0\n")
     result = CliRunner().invoke(main, ["check", "inventory.py", "deploys/cleanup.py"])
     assert result.exit_code == 2
-    assert "spark-01: serve_port: input should be greater than or equal to 1" in result.output.splitlines()
+    assert "lab_sparks (spark-01, spark-02): serve_port: input should be greater than or equal to 1" \
+        in result.output.splitlines(), result.output
 
 
 def test_unloadable_group_data_is_one_line(proj):

@@ -17,7 +17,7 @@ import pytest
 from specfleet.engines.command import serve_args
 from specfleet.fleet.settings import build_settings
 from specfleet.fleet.steps.tools import tools
-from specfleet.host.layout import CONTAINER_MEMORY_VAR, GPU_MEMORY_VAR
+from specfleet.host.layout import CONTAINER_MEMORY_VAR
 from specfleet.serving.render import docker_run_args, memory_cap_args, systemd_word, unit_text
 from specfleet.serving.steps.encodings import encodings
 from tests.unit.fakehost import executed, make_plans, run_deploy
@@ -29,9 +29,7 @@ _C_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "
 
 
 MEANT = "${" + CONTAINER_MEMORY_VAR + "}"  # the variable specfleet means: drop-caches' cap (render.memory_cap_args)
-MEANT_SHARE = "${" + GPU_MEMORY_VAR + "}"  # and its share of MemTotal, for an engine told it (engines/command.py)
 EXPANDED = "<expanded by systemd>"  # what the parser returns for MEANT, so a test sees which words systemd expands
-EXPANDED_SHARE = "<share expanded by systemd>"
 
 
 def _expand(word: str) -> str:
@@ -43,9 +41,6 @@ def _expand(word: str) -> str:
         if word.startswith(MEANT, i):
             out.append(EXPANDED)
             i += len(MEANT)
-        elif word.startswith(MEANT_SHARE, i):
-            out.append(EXPANDED_SHARE)
-            i += len(MEANT_SHARE)
         elif c in "%$":
             if word[i + 1:i + 2] != c:
                 raise ValueError(f"unescaped {c!r} in {word!r} would be expanded by systemd")
@@ -181,8 +176,8 @@ def test_exec_start_parses_to_exactly_the_argument_list(profile):
     assert exec_line(unit, "ExecStartPre", 0) == pre == [f"{s.data_dir}/bin/drop-caches", f"{s.data_dir}/mem-at-start.json",
                                                          "7812500", f"{s.data_dir}/container-memory.env",
                                                          "SPECFLEET_CONTAINER_MEMORY"]
-    assert exec_line(unit, "ExecStartPre", 1) == ["-/usr/bin/docker", "rm", "-f", s.service_name]
-    assert exec_line(unit, "ExecStop")[-1] == s.service_name
+    assert exec_line(unit, "ExecStartPre", 1) == ["-/usr/bin/docker", "rm", "-f", s.serving_unit]
+    assert exec_line(unit, "ExecStop")[-1] == s.serving_unit
     exec_lines = [line.split("=", 1)[0] + "=" for line in unit_lines(unit) if line.startswith("Exec")]
     assert exec_lines == INTENDED_EXEC
 

@@ -91,3 +91,17 @@ def test_a_path_in_stats_is_stated_never_opened(tmp_path):
     assert got.returncode == 0, got
     assert got.stdout.splitlines() == [f"stat\tother|600|{user}|{group}|0\t{tmp_path}/mpi_key",
                                        f"pubkey\t{tmp_path}/mpi_key.pub\tssh-ed25519 AAAA comment"]
+
+
+def test_the_serving_unit_read_is_the_current_releases(tmp_path):
+    """The unit whose state the read reports is the one that serves: the current release's record names it (a
+    release of the other engine runs as another unit until the switch stops it); without a release, the plan's."""
+    assert _status(tmp_path).release.serving_unit == "specfleet-test-nonexistent"
+    rdir = tmp_path / "releases" / "r-aaaaaaaaaaaa"
+    rdir.mkdir(parents=True)
+    (rdir / "release.json").write_text(json.dumps({"id": "r-aaaaaaaaaaaa", "service": "specfleet-other",
+                                                   "profile": "x"}, indent=1) + "\n")
+    (tmp_path / "current").symlink_to("releases/r-aaaaaaaaaaaa")
+    assert _status(tmp_path).release.serving_unit == "specfleet-other"
+    (rdir / "release.json").write_text(json.dumps({"id": "r-aaaaaaaaaaaa", "service": "bad name;x"}, indent=1))
+    assert _status(tmp_path).release.serving_unit == "specfleet-test-nonexistent", "an odd name is not read"

@@ -34,7 +34,7 @@ class FakeHost:
 
 
 def _spark(host, gpus=True, users=("spark",)):
-    s = SimpleNamespace(gpus=gpus, operator_users=list(users), service_name="specfleet-trtllm")
+    s = SimpleNamespace(gpus=gpus, operator_users=list(users), serving_unit="specfleet-trtllm")
     return SimpleNamespace(name="spark-1", host=host, s=s, plan=SimpleNamespace(settings=s))
 
 

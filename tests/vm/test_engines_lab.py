@@ -22,6 +22,7 @@ import yaml
 
 import specfleet_lab
 from specfleet.constants import EXIT_INVALID
+from specfleet.engines.catalog import TRTLLM, VLLM
 from specfleet.overview.host.overview import counter_sums
 from tests.vm import gateway_lab, lab
 from tests.vm.conftest import cache_dir, figure
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.full]  # minutes of switching on the s
 
 MODEL = "openai/gpt-oss-120b"
 DATA = "/var/lib/specfleet"
-SERVICE = "specfleet-trtllm"  # the serving unit's and container's name (service_name's default), either engine
+TRT_UNIT, VLLM_UNIT = TRTLLM.unit, VLLM.unit  # each engine's serving unit and container (service_name unset)
 GENERATED = "vllm:generation_tokens_total"  # the vLLM stand-in's own count of the tokens it served
 COMPLETION_LINE = '"POST /v1/completions HTTP/1.1" 200'  # the trtllm-serve stand-in's line per answered completion
 
@@ -59,7 +60,7 @@ def generated_tokens(guest) -> float:
 
 def completions_logged(guest) -> int:
     """Completions the trtllm-serve stand-in on `guest` has answered (its journal: one line per request)."""
-    out = guest.ssh(f"journalctl -q --no-pager -o cat -u {SERVICE}").stdout
+    out = guest.ssh(f"journalctl -q --no-pager -o cat -u {TRT_UNIT}").stdout
     return sum(COMPLETION_LINE in line for line in out.splitlines())
 
 
@@ -197,7 +198,7 @@ def test_trtllm_and_vllm_sparks_serve_one_model_behind_one_gateway(vm_fleet, gat
     engines = {g.name: release(g)["engine"] for g in vm_fleet.guests}
     trt, vl = vm_fleet.guests[0], vm_fleet.guests[1]
     assert engines == {vm_fleet.guests[0].name: "trtllm", vl.name: "vllm", vm_fleet.guests[2].name: "trtllm"}, engines
-    assert vl.ssh(f"docker inspect --format '{{{{.Config.Image}}}} {{{{.Path}}}}' {SERVICE}").stdout.split() == \
+    assert vl.ssh(f"docker inspect --format '{{{{.Config.Image}}}} {{{{.Path}}}}' {VLLM_UNIT}").stdout.split() == \
         [lab.VLLM_STANDIN_TAG, "vllm"]
     models = _gateway_get(gateway, "/v1/models")
     assert [m["id"] for m in models["data"]] == [MODEL], models
@@ -228,7 +229,7 @@ def test_trtllm_and_vllm_sparks_serve_one_model_behind_one_gateway(vm_fleet, gat
     table = lab.run_specfleet("status", "inventory.py", inventory=gateway["mixed"])
     row = next(line for line in table.stdout.splitlines() if line.startswith(vl.name + " "))
     assert f"{m['acceptance_length']:.2f}" in row.split(), row
-    assert trt.ssh(f"systemctl is-active {SERVICE}").stdout.strip() == "active"
+    assert trt.ssh(f"systemctl is-active {TRT_UNIT}").stdout.strip() == "active"
 
 
 def test_rollout_from_trtllm_to_vllm_behind_the_gateway_loses_no_request(vm_fleet, gateway):
@@ -252,8 +253,11 @@ def test_rollout_from_trtllm_to_vllm_behind_the_gateway_loses_no_request(vm_flee
     for g in vm_fleet.guests:
         rec = release(g)
         assert rec["profile"] == "vllm_eagle3" and rec["engine"] == "vllm", rec
-        assert g.ssh(f"docker inspect --format '{{{{.Config.Image}}}}' {SERVICE}").stdout.strip() == \
+        assert g.ssh(f"docker inspect --format '{{{{.Config.Image}}}}' {VLLM_UNIT}").stdout.strip() == \
             lab.VLLM_STANDIN_TAG
+        # the switch stopped and disabled TensorRT-LLM's unit: one server holds the port
+        assert g.ssh(f"systemctl is-active {TRT_UNIT}; systemctl is-enabled {TRT_UNIT}", check=False).stdout.split() \
+            == ["inactive", "disabled"], g.name
         assert lab.guest_curl_completion(g)["choices"][0]["text"].strip()
     switched = [h for h in after if after[h] != before[h]]
     assert switched == [vm_fleet.guests[0].name, vm_fleet.guests[2].name], (before, after)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from specfleet import defaults
+from specfleet.engines.catalog import TRTLLM
 from specfleet.host.layout import DOCKER_UNIT, EARLYOOM_UNIT, SSH_UNIT, Layout, main_pid
 from specfleet.serving.render import OOM_SCORE_ADJ
 from tests.vm import lab
@@ -26,7 +27,7 @@ from tests.vm.trtllm_standin.trtllm_serve import DEVICE_MEMORY, OOM_PROMPT_TOKEN
 pytestmark = [pytest.mark.vm, pytest.mark.full, pytest.mark.kernel("oom-kill")]
 
 DEPLOY = "eagle3"
-SERVICE = defaults.service_name
+SERVICE = TRTLLM.unit  # the serving unit (service_name unset)
 GATE_FILE = Layout(defaults.data_dir).gate_file
 STATE: dict = {}
 TAGS = {mode: f"{lab.STANDIN_REPO}:1.2.0rc6-{mode.replace('_', '-')}" for mode in ("oom_load", "oom_request")}

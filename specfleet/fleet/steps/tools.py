@@ -31,11 +31,11 @@ def tools():
             files.put(name=f"Install {name}", src=str(program(source)), dest=path,
                       user="root", group="root", mode=program_mode(name))
             installed.append(name)
-    agent_unit = f"{UNIT_DIR}/{s.service_name}-agent.service"  # absent until behind_gateways writes it (later)
+    agent_unit = f"{UNIT_DIR}/{s.unit_base}-agent.service"  # absent until behind_gateways writes it (later)
     if s.gateways and set(installed) & AGENT_READS and agent_unit in host_status(plan).files.found:
         # the long-lived agent runs what is installed from now on
-        server.shell(name=f"Restart {s.service_name}-agent.service if it runs (its program changed)",
-                     commands=[f"systemctl try-restart {shlex.quote(s.service_name + '-agent.service')}"])
+        server.shell(name=f"Restart {s.unit_base}-agent.service if it runs (its program changed)",
+                     commands=[f"systemctl try-restart {shlex.quote(s.unit_base + '-agent.service')}"])
     if hub_client_ok(plan):
         return  # the virtualenv already has exactly the pinned client
     # DGX OS 7 (Ubuntu 24.04) has no python3-venv by default, and unattended-upgrades may hold the dpkg lock

@@ -7,8 +7,8 @@
 #    `docker run --memory=`. The container's cgroup then holds its use to the cap, and when the server outgrows it the
 #    kernel kills it inside that cgroup, before the rest of the box runs short (README, "Unified memory"). A cap that
 #    cannot be computed or written fails the start: the container never runs uncapped by accident.
-#    With UTIL_NAME, the same share as a fraction of MemTotal (4 decimals, rounded down) is written as UTIL_NAME=<f>,
-#    for an engine that sizes its memory from a fraction of the total (vLLM's --gpu-memory-utilization).
+#    With UTIL_NAME, the same share as a fraction of MemTotal (4 decimals, rounded down) is written as UTIL_NAME=<f>:
+#    what a vLLM release rendered before vllm_gpu_memory_utilization was passed (it may still be rolled back to).
 # 2. The clean pool: on a GB10 the page cache shares the one memory pool with the GPU, and TensorRT-LLM sizes its KV
 #    cache from what is free at load time; NVIDIA's playbook says to flush it before loading (`sync; echo 3 >
 #    /proc/sys/vm/drop_caches`). This does that, says so in the unit's journal, and records MemAvailable before and

@@ -175,7 +175,7 @@ def overview(state, data, svc, want_metrics, releases, config_file):
     out["uptime_s"] = uptime_s(svc)
     out["health"] = health(rec.get("url"))
     try:
-        with open(os.path.join(releases, cur or "-", config_file)) as fh:
+        with open(os.path.join(releases, cur or "-", rec.get("options_file") or config_file)) as fh:
             out["iter_stats"] = re.search(r"^enable_iter_perf_stats:\s*true\s*$", fh.read(), re.M) is not None
     except OSError:
         out["iter_stats"] = False

@@ -1,12 +1,17 @@
 # The release part of a Spark's one status read (release_status.RELEASE): what the host serves, as `key<TAB>value`
 # lines. Read-only; a fragment of the one remote command (facts.SpecfleetHost). From the environment (paths from
-# host/layout.py): SVC PORT IMAGE CFG (the service, its port, the image, the config's verdict key), UNIT VALIDATED
-# VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py).
+# host/layout.py): SVC PORT IMAGE CFG (the plan's serving unit, its port, the image, the config's verdict key), UNIT
+# VALIDATED VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py).
+# The unit read is the one that serves: the current release's (its record names it; a release of another engine runs
+# as another unit until a switch stops it), else the plan's.
+serving=$(sed -n 's/^ *"service": "\([A-Za-z0-9_.-]*\)",\{0,1\}$/\1/p' "$DATA/current/release.json" 2>/dev/null | head -n 1)
+serving=${serving:-$SVC}
+echo "serving_unit	$serving"
 echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
-echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
-echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
+echo "active	$(systemctl is-active "$serving" 2>/dev/null)"
+echo "enabled	$(systemctl is-enabled "$serving" 2>/dev/null)"
 echo "unit_sha256	$(sha256sum "$UNIT" 2>/dev/null | cut -d' ' -f1)"
-echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
+echo "container	$(docker inspect --format '{{.State.Running}}' "$serving" 2>/dev/null)"
 echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
 # The release state: current, previous, kept releases, the current record, gate, lock, active job (one JSON line,
 # from THE reader, host/release_state.py, shipped in $RELEASE_STATE; -I -S: stdlib only, quicker to start).

@@ -107,7 +107,7 @@ class Host:
     # ---- activate: switch (if needed) + gate + revert ----------------------------------------------
     def check_complete(self, rec: dict) -> None:
         rdir = self.releases / rec["id"]
-        for name in (CONFIG_FILE, SMOKE_FILE, f"{rec['service']}.service"):
+        for name in (rec.get("options_file", CONFIG_FILE), SMOKE_FILE, f"{rec['service']}.service"):
             if not (rdir / name).is_file():
                 raise Fail(f"release {rec['id']} is incomplete: {name} missing")
         target = rec["models"]["target"]
@@ -117,12 +117,25 @@ class Host:
         if "draft" in rec["models"] and not (rdir / DRAFT_LINK).is_dir():
             raise Fail(f"release {rec['id']} is incomplete: its draft model dir is missing")
 
+    def serving_unit(self) -> str | None:
+        """The unit of the release that is current (None: none is): what serves until a switch stops it."""
+        cur = self.current()
+        try:
+            return self.record(cur)["service"] if cur and (self.releases / cur / RECORD_FILE).exists() else None
+        except Fail:  # a damaged record: its unit is unknown (the switch then restarts only the new release's)
+            return None
+
     def install(self, rec: dict) -> None:
-        """Point refs, unit and `current` at the release."""
+        """Point refs, unit and `current` at the release. A release of another unit (another engine's, or another
+        service_name) stops and disables the one that served, so that only one server holds the port."""
         rid, service = rec["id"], rec["service"]
-        old = self.current()
+        old, old_unit = self.current(), self.serving_unit()
         if old and old != rid:
             atomic_write(self.previous_file, old + "\n")
+        if old_unit and old_unit != service:
+            sh("systemctl", "disable", "--now", f"{old_unit}.service", check=False)
+            sh("docker", "rm", "-f", old_unit, check=False)
+            say(f"{old_unit} stopped and disabled: {rid} runs as {service}")
         for model in rec["models"].values():
             ref = self.hub / cache_folder(model["repo"]) / "refs" / "main"
             if atomic_write(ref, model["commit"]):
@@ -181,7 +194,8 @@ class Host:
         since = time.time()
         self.set_gate(rid, "running")  # from here the readiness agent tells the gateways `down`
         # behind gateways and serving: out of every gateway's pool, requests in flight done (drain.py)
-        refused = restart and sh("systemctl", "is-active", rec["service"], check=False).stdout.strip() == "active" \
+        serving = self.serving_unit() or rec["service"]  # what the switch stops: the current release's unit
+        refused = restart and sh("systemctl", "is-active", serving, check=False).stdout.strip() == "active" \
             and drain.before_restart(self.layout, since, skip_gateways, say, self.progress)
         if refused:
             atomic_write(self.gate_file, json.dumps(before) + "\n")  # nothing changed: the old gate holds again
@@ -263,8 +277,7 @@ class Host:
 
     # ---- status / prune / lock ------------------------------------------------------------------
     def status(self) -> dict:
-        cur = self.current()
-        service = self.record(cur)["service"] if cur and (self.releases / cur / RECORD_FILE).exists() else None
+        cur, service = self.current(), self.serving_unit()
         started = None
         if service:
             started = (sh("docker", "inspect", "--format", "{{.State.StartedAt}}", service, check=False).stdout.strip()

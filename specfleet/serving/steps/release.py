@@ -19,7 +19,7 @@ from pyinfra.operations import server
 
 from ...engines.check import in_image_check
 from ...fleet.steps.state import current_plan, differs, needs_validation, wanted_files
-from ...host.layout import CONFIG_FILE, DRAFT_LINK, RECORD_FILE
+from ...host.layout import DRAFT_LINK, RECORD_FILE
 
 
 @deploy("Release")
@@ -43,5 +43,5 @@ def release():
                      commands=[shlex.join(layout.stage_argv(rid, files, record, draft))])
     if needs_validation(plan):
         s = plan.settings
-        what, command = in_image_check(s, host.name, f"{rdir}/{CONFIG_FILE}", plan.rendered.config)
+        what, command = in_image_check(s, host.name, f"{rdir}/{s.engine.options_file}", plan.rendered.config)
         server.shell(name=f"Validate {rid}'s {what} with {s.image}'s own {s.engine.checked_by}", commands=[command])

@@ -11,7 +11,9 @@ independently of specfleet's engines/vllm_contract.py, so the two check each oth
   refused with vLLM's pointer, the method inferred as vLLM does when absent, num_speculative_tokens > 0 and required,
   a model required for eagle/eagle3/draft_model/medusa/mlp_speculator/dflash, ngram's prompt lookup (5/5 defaults,
   min <= max, >= 1), EAGLE-3 only for the targets vLLM lists, draft_model's equal vocab sizes;
-- `--gpu-memory-utilization` in (0, 1] (CacheConfig Field(gt=0, le=1));
+- `--gpu-memory-utilization` in (0, 1] (CacheConfig Field(gt=0, le=1)), and the engine core's start-up check of it on
+  a unified-memory GPU: a share of the total above what is free (MemAvailable) is refused (memory_check);
+- a draft whose path vLLM re-reads as another method (speculative.py:580-622: "eagle-", "eagle3", "dflash") takes it;
 - the models: with HF_HUB_OFFLINE=1 a repo id resolves in $HF_HOME/hub (refs/main -> a snapshot with config.json
   and *.safetensors) and, as vLLM does, becomes the snapshot path: without --served-model-name the API names the
   model by that path; a draft `model` is a directory with config.json and *.safetensors; gpt-oss needs the harmony
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import math
 import os
 import random
 import signal
@@ -164,9 +167,21 @@ def _draft(method: str, model: str, target: dict) -> dict:
     return draft
 
 
+def _redetected(method: str, model: str | None) -> str:
+    """speculative.py:580-622: a method other than eagle/eagle3/dflash is re-read from the draft's path, a
+    case-insensitive substring test ("eagle-", "eagle3", "dflash")."""
+    if model is None or method in ("eagle", "eagle3", "dflash") or method not in NEED_MODEL:
+        return method
+    for part, again in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash")):
+        if part in model.lower():
+            log(f"the draft {model} is taken for method {again} (its path has {part!r})")
+            return again
+    return method
+
+
 def speculative(spec: dict, target: dict, tp: int) -> dict:
     """SpeculativeConfig's checks at v0.20.1 (speculative.py); returns the config with the method settled."""
-    method = _method(spec)
+    method = _redetected(_method(spec), spec.get("model"))
     out = {**spec, "method": method, **(_lookup(spec) if method in ("ngram", "ngram_gpu") else {})}
     draft = _draft(method, spec["model"], target) if method in NEED_MODEL else {}
     if out.get("num_speculative_tokens") is None:
@@ -181,7 +196,28 @@ def speculative(spec: dict, target: dict, tp: int) -> dict:
     return out
 
 
-def start(args: argparse.Namespace) -> dict:
+def _gib(n: int) -> float:
+    return round(n / (1 << 30), 2)  # utils/mem_utils.py:27-28 format_gib
+
+
+def memory_check(util: float, meminfo: Path) -> None:
+    """vLLM's start-up check of its share on a unified-memory GPU, before any weights load (v1/worker/utils.py:403-423
+    request_memory, in Worker.init_device, gpu_worker.py:282-283): requested = ceil(total * share), refused when what is
+    free is less. On a UMA device free is psutil's available, /proc/meminfo's MemAvailable (utils/mem_utils.py:108-116);
+    total is cudaMemGetInfo's, which the STAND-IN takes as MemTotal (a GB10's CUDA total is close to it: unverified,
+    and the stricter reading). `meminfo`: /proc/meminfo, or the behaviour's."""
+    fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
+    total, free = (int(fields[k].split()[0]) * 1024 for k in ("MemTotal", "MemAvailable"))
+    requested = math.ceil(total * util)
+    if free < requested:
+        raise Refused(f"ValueError: Free memory on device cuda:0 ({_gib(free)}/{_gib(total)} GiB) on startup is less "
+                      f"than desired GPU memory utilization ({util}, {_gib(requested)} GiB). Decrease GPU memory "
+                      "utilization or reduce GPU memory used by other processes.\nEngineCore failed to start.\n"
+                      "RuntimeError: Engine core initialization failed. See root cause above.")
+    log(f"memory: {_gib(free)} GiB free of {_gib(total)} GiB; the share {util} asks {_gib(requested)} GiB")
+
+
+def start(args: argparse.Namespace, meminfo: Path = Path("/proc/meminfo")) -> dict:
     model = args.model_tag or args.model or "Qwen/Qwen3-0.6B"
     if not 0 < args.gpu_memory_utilization <= 1:
         raise Refused(f"1 validation error for CacheConfig\ngpu_memory_utilization: Input should be greater than 0 "
@@ -196,6 +232,7 @@ def start(args: argparse.Namespace) -> dict:
             raise Refused("openai_harmony.HarmonyError: error downloading or loading vocab file: failed to download or "
                           "load vocab file (set TIKTOKEN_ENCODINGS_BASE to a directory with o200k_base.tiktoken)")
     spec = speculative(args.speculative_config, target, tp) if args.speculative_config else None
+    memory_check(args.gpu_memory_utilization, meminfo)  # the engine core's, after the config (api process) is built
     name = (args.served_model_name or [path if not model.startswith("/") else model])[0]
     return {"name": name, "spec": spec, "prefix_caching": args.enable_prefix_caching is not False,
             "gpu_memory_utilization": args.gpu_memory_utilization}
@@ -355,12 +392,13 @@ def behaviour() -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     log(f"vLLM API server version {VERSION} (STAND-IN, synthetic tokens)")
+    how = behaviour()
     try:
-        cfg = start(args)
+        cfg = start(args, Path(how.get("meminfo", "/proc/meminfo")))
     except Refused as exc:
         print(f"ERROR [vllm-standin] {exc}".replace("\n", ": "), file=sys.stderr, flush=True)
         return 1
-    Handler.engine = Engine(cfg, behaviour())
+    Handler.engine = Engine(cfg, how)
     server = Server((args.host or "0.0.0.0", args.port), Handler)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     log(f"serving {cfg['name']} (speculative {json.dumps(cfg['spec'], sort_keys=True)}, gpu_memory_utilization "
