@@ -24,7 +24,7 @@ from specfleet.host.layout import GatewayLayout
 from tests.unit.installed import installed
 from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 (fixture: stand-ins served locally)
 from tests.unit.test_fleet_metrics import dashboard_metrics
-from tests.vm.trtllm_standin.trtllm_serve import CREDENTIALS_SEEN
+from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 KEY = "sk-specfleet-test-0123456789abcdef"

@@ -24,8 +24,8 @@ from specfleet.host.layout import main_pid
 from specfleet.serving.run.preview import EXIT_CHANGES
 from tests.vm import gateway_lab, lab
 from tests.vm.conftest import cache_dir, figure
+from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 from tests.vm.test_ci_sequence import api_bytes, file_bytes, started_at
-from tests.vm.trtllm_standin.trtllm_serve import CREDENTIALS_SEEN
 
 pytestmark = pytest.mark.vm
 
