@@ -281,7 +281,8 @@ def make_variant_in_guests(fleet, mode: str, tag: str, load_delay_s: float = 4.0
 def _vllm_standin_tar() -> bytes:
     """What the vLLM STAND-IN image adds to the trtllm-serve stand-in's files, as a tar rooted at /: the stand-in script
     as /usr/local/bin/vllm (0755) and its STAND-IN `vllm` package (tests/vm/vllm_standin/pylib: the names the release
-    step's in-image check imports, specfleet/engines/host/validate_vllm_args.py) on the image's python3 path."""
+    step's in-image check imports, specfleet/engines/host/validate_vllm_args.py) on the image's python3 path. The
+    stand-ins' shared modules (tests/vm/standin_common) are there already, from the trtllm-serve stand-in's image."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         def add(data: bytes, name: str, mode: int) -> None:

@@ -4,8 +4,9 @@ derived in the guests from the trtllm-serve stand-in; `vllm_image` names it). Ev
 
 - the bench table across both engines (no gateway);
 - a bad `vllm_options` refused by the deploy before anything changes;
-- behind one gateway: one model, `openai/gpt-oss-120b`, served by TensorRT-LLM and vLLM Sparks side by side, and a
-  rollout of the fleet from TensorRT-LLM to vLLM under a client's load (0 failed requests).
+- behind one gateway: one model, `openai/gpt-oss-120b`, served by TensorRT-LLM and vLLM Sparks side by side, no
+  client credential reaching the vLLM Spark through the API or the metrics relay, and a rollout of the fleet from
+  TensorRT-LLM to vLLM under a client's load (0 failed requests).
 
 Each test brings the fleet to the state it starts from itself (a `-k` run of one test works); in file order each
 such step is a no-op or one host's switch. Runs after test_bench.py (tests/vm/conftest.py orders it); it leaves the
@@ -24,8 +25,10 @@ import specfleet_lab
 from specfleet.constants import EXIT_INVALID
 from specfleet.engines.catalog import TRTLLM, VLLM
 from specfleet.overview.host.overview import counter_sums
+from tests.unit.test_gateway_files import CREDENTIALS
 from tests.vm import gateway_lab, lab
 from tests.vm.conftest import cache_dir, figure
+from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 from tests.vm.test_ci_sequence import started_at
 
 pytestmark = [pytest.mark.vm, pytest.mark.full]  # minutes of switching on the session fleet: the --full tier
@@ -230,6 +233,40 @@ def test_trtllm_and_vllm_sparks_serve_one_model_behind_one_gateway(vm_fleet, gat
     row = next(line for line in table.stdout.splitlines() if line.startswith(vl.name + " "))
     assert f"{m['acceptance_length']:.2f}" in row.split(), row
     assert trt.ssh(f"systemctl is-active {TRT_UNIT}").stdout.strip() == "active"
+
+
+def test_no_client_credential_reaches_the_vllm_spark_through_either_port(vm_fleet, gateway):
+    """Completions through the API port and the vLLM Spark's engine metrics through the metrics port's relay (GET
+    /sparks/<spark>/metrics), each with every credential header a client may send: the vLLM stand-in logs the name
+    of each credential-like header it receives (never its value) and logs none of them, while one sent to it
+    directly is logged."""
+    _mixed_fleet(vm_fleet, gateway)
+    vl, gw = vm_fleet.guests[1], gateway["guest"]
+    since = vl.ssh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    # on stdin (curl -H @-): on no command line
+    headers = "".join(f"{k}: {v}\n" for k, v in {**CREDENTIALS, "Authorization": f"Bearer {gateway_lab.KEY}"}.items())
+    tokens_before = generated_tokens(vl)
+    body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 4})
+    for path in ("/v1/completions", f"/models/{MODEL}/v1/completions") * 3:  # leastconn: each Spark gets some
+        out = gw.ssh(f"curl -fsS -m 30 -H @- -H 'Content-Type: application/json' -d '{body}' {gateway['url']}{path}",
+                     input=headers.encode()).stdout
+        assert json.loads(out)["choices"][0]["text"].strip(), out
+    relayed = gw.ssh(f"curl -fsS -m 30 -H @- http://127.0.0.1:8404/sparks/{vl.name}/metrics",
+                     input=headers.encode()).stdout
+    assert GENERATED in relayed, relayed[:300]
+    assert generated_tokens(vl) > tokens_before, "the vLLM Spark served none of the completions"
+    vl.ssh("curl -fsS -m 10 -o /dev/null -H 'x-api-key: not-a-key' http://127.0.0.1:8000/health")
+    direct = f"{CREDENTIALS_SEEN}: x-api-key (values not logged) on GET /health"
+
+    def seen() -> list[str]:
+        out = vl.ssh(f"journalctl -q --no-pager -o cat -u {SERVICE} --since '{since}'").stdout
+        return [line.split("] ", 1)[-1] for line in out.splitlines() if CREDENTIALS_SEEN in line]
+
+    lab.wait_for("the vLLM stand-in logged the header sent to it directly", lambda: direct in seen(), timeout=60,
+                 every=1)
+    figure("engines: credential headers at the vLLM Spark from 6 completions and 1 metrics relay with "
+           f"{len(CREDENTIALS)} each", "none")
+    assert seen() == [direct], seen()  # the journal is in order: what the gateway sent came before
 
 
 def test_rollout_from_trtllm_to_vllm_behind_the_gateway_loses_no_request(vm_fleet, gateway):

@@ -24,8 +24,8 @@ from specfleet.host.layout import main_pid
 from specfleet.serving.run.preview import EXIT_CHANGES
 from tests.vm import gateway_lab, lab
 from tests.vm.conftest import cache_dir, figure
+from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 from tests.vm.test_ci_sequence import api_bytes, file_bytes, started_at
-from tests.vm.trtllm_standin.trtllm_serve import CREDENTIALS_SEEN
 
 pytestmark = pytest.mark.vm
 
@@ -225,6 +225,7 @@ def test_a_gateway_whose_config_forwards_credentials_takes_the_rules_by_a_reload
     haproxy.cfg here, and HAProxy reloaded): the gateway deploy proves the rendered config and reloads HAProxy under
     a client's load, which loses no request; the master process stays, no Spark restarts, no release id changes."""
     cfg = "/etc/haproxy/haproxy.cfg"
+    rules = gateway.guest.ssh(f"grep -c 'http-request del-header' {cfg}").stdout.strip()  # the deployed config's
     STATE["forwarding_from"] = _clocks(vm_fleet)  # from here until the client's connections closed, it forwarded
     gateway.guest.ssh(f"sudo sed -i '/http-request del-header/d' {cfg} && sudo systemctl reload haproxy")
     master = gateway.guest.ssh(main_pid("haproxy")).stdout.strip()
@@ -252,7 +253,7 @@ def test_a_gateway_whose_config_forwards_credentials_takes_the_rules_by_a_reload
     assert any(r["t1"] - offset < start for r in load.records), load.records[:3]
     assert any(r["t0"] - offset > end for r in load.records), load.records[-3:]
     assert any("reload haproxy" in op for op in run.changed.get(gateway_lab.GATEWAY, [])), run.changed
-    assert gateway.guest.ssh(f"grep -c 'http-request del-header' {cfg}").stdout.strip() == "4"
+    assert int(rules) > 0 and gateway.guest.ssh(f"grep -c 'http-request del-header' {cfg}").stdout.strip() == rules
     assert gateway.guest.ssh(main_pid("haproxy")).stdout.strip() == master, "HAProxy restarted: not a reload"
     run = lab.run_pyinfra(base_inventory, "eagle3")
     assert run.returncode == 0 and run.changed == {}, run.changed

@@ -20,6 +20,7 @@ from specfleet.engines.vllm_contract import COUNTERS
 from specfleet.overview.host.overview import acceptance_from_counters, counter_sums
 from specfleet.serving.profiles import PROFILES
 from tests.unit.test_quoting import _settings
+from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 
 SCRIPT = Path(__file__).parent / "vllm_standin" / "vllm_serve.py"
 GPT_OSS = {"model_type": "gpt_oss", "vocab_size": 201088}
@@ -171,6 +172,26 @@ def test_without_speculation_it_exposes_no_spec_decode_series(world):
         assert "spec_decode" not in metrics and 'vllm:generation_tokens_total{engine="0",model_name="m"} 5.0' in metrics
     finally:
         srv.close()
+
+
+def test_it_logs_the_names_of_the_credential_headers_it_receives_never_their_values(world):
+    srv = Served(world, ["serve", "openai/gpt-oss-120b", "--served-model-name", "m", "--host", "127.0.0.1"])
+    secret = "sk-not-for-the-journal-0123456789"
+    try:
+        srv.get("/metrics")  # no credential: nothing logged
+        urllib.request.urlopen(urllib.request.Request(srv.url + "/metrics", headers={
+            "Authorization": f"Bearer {secret}", "X-Api-Key": secret, "Cookie": f"s={secret}"}), timeout=10).read()
+        req = urllib.request.Request(srv.url + "/v1/completions", json.dumps({"model": "m", "prompt": "x",
+                                     "max_tokens": 2}).encode(), {"Content-Type": "application/json",
+                                                                  "api-key": secret})
+        urllib.request.urlopen(req, timeout=30).read()
+    finally:
+        srv.close()
+    err = srv.proc.stderr.read()
+    seen = [line.split("] ", 1)[1] for line in err.splitlines() if CREDENTIALS_SEEN in line]
+    assert seen == [f"{CREDENTIALS_SEEN}: authorization, cookie, x-api-key (values not logged) on GET /metrics",
+                    f"{CREDENTIALS_SEEN}: api-key (values not logged) on POST /v1/completions"], err
+    assert secret not in err
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -64,6 +64,8 @@ PYLIB_PATH_IN_IMAGE = "/usr/lib/python3/dist-packages"
 # TensorRT-LLM's contract as extracted from upstream (tests/contract): module + table, beside the package
 CONTRACT_FILES = (HERE.parent.parent / "contract" / "trtllm_contract.py",
                   HERE.parent.parent / "contract" / "trtllm_llm_args.json")
+# the stand-ins' one rule for the credential headers they log (the vLLM stand-in's image derives from this one)
+SHARED_FILES = (HERE.parent / "standin_common" / "standin_credentials.py",)
 MODES = ("ok", "crash", "never_healthy", "empty", "oom_load", "oom_request")  # trtllm_serve.py MODES
 
 SUITE = "bookworm"
@@ -217,15 +219,15 @@ def _tar_member(name: str, data: bytes, mode: int) -> tuple[tarfile.TarInfo, io.
 
 
 def standin_package_files() -> list[tuple[str, bytes | None]]:
-    """(path in the image, bytes; None for a directory) of the STAND-IN tensorrt_llm package, parents first, and
-    the contract module and table the stand-in validates with."""
+    """(path in the image, bytes; None for a directory) of the STAND-IN tensorrt_llm package, parents first, the
+    contract module and table the stand-in validates with, and the stand-ins' shared modules."""
     out: list[tuple[str, bytes | None]] = []
     for path in sorted(PYLIB_DIR.rglob("*")):
         if "__pycache__" in path.parts or path.suffix == ".pyc":
             continue
         dest = PYLIB_PATH_IN_IMAGE + "/" + path.relative_to(PYLIB_DIR).as_posix()
         out.append((dest, None if path.is_dir() else path.read_bytes()))
-    for path in CONTRACT_FILES:  # the stand-in's validator reads the extracted upstream contract
+    for path in CONTRACT_FILES + SHARED_FILES:  # the extracted upstream contract; the credentials rule
         out.append((PYLIB_PATH_IN_IMAGE + "/" + path.name, path.read_bytes()))
     return out
 

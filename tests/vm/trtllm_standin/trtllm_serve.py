@@ -53,9 +53,10 @@ server's process (tests/vm/test_memory_oom.py, case c).
 
 Credentials: trtllm-serve has no use for a client's credentials (it has no
 authentication). The stand-in logs the NAMES of the credential-like headers a
-request carries (CREDENTIAL_HEADER: Authorization, api-key, x-api-key, cookies,
-...), never their values, in one CREDENTIALS_SEEN line, so that a test can tell
-what reached the server through a gateway.
+request carries (Authorization, api-key, x-api-key, cookies, ...), never their
+values, in one CREDENTIALS_SEEN line, so that a test can tell what reached the
+server through a gateway (tests/vm/standin_common/standin_credentials.py, the
+rule both stand-ins log by).
 
 Extra environment knobs (stand-in only): TRTLLM_STANDIN_CONFIG (config
 path), TRTLLM_STANDIN_STRICT_TIKTOKEN=1 (refuse tiktoken files whose
@@ -147,15 +148,17 @@ except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "contract"))
     import trtllm_contract
 
+try:  # the same: in the source tree it is tests/vm/standin_common/ (the stand-ins' one rule for credentials)
+    import standin_credentials
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "standin_common"))
+    import standin_credentials
+
 STANDIN_TAG = "STAND-IN"
 DEFAULT_CONFIG_PATH = "/etc/trtllm-standin.json"
 DEFAULT_VERSION = "1.2.0rc6"
 MODES = ("ok", "crash", "never_healthy", "empty", "oom_load", "oom_request")
 OOM_CHUNK = 32 << 20  # bytes written per allocation of the oom_* modes (filled, so the pages are really used)
-# a header whose name says it carries a credential (any client's: OpenAI's Authorization, Azure's api-key,
-# x-api-key, x-goog-api-key, Proxy-Authorization, cookies): broader than what a gateway removes, so a test sees a miss
-CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|session", re.I)
-CREDENTIALS_SEEN = "STAND-IN: credential header(s) received"
 OOM_PROMPT_TOKENS = 1000  # oom_request: a prompt longer than this (whitespace-separated words) exhausts memory
 # SYNTHETIC speculative-decoding model (see the module docstring): invented, plausible numbers.
 DEFAULT_SPECULATION = {
@@ -1143,10 +1146,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def parse_request(self):
         ok = http.server.BaseHTTPRequestHandler.parse_request(self)
-        seen = sorted({name.lower() for name in self.headers if CREDENTIAL_HEADER.search(name)}) if ok else []
-        if seen:  # names only: a value is a secret, and this is the journal
-            log(f"{CREDENTIALS_SEEN}: {', '.join(seen)} (values not logged) on {self.command} "
-                f"{self.path.split('?', 1)[0]}", "W")
+        line = standin_credentials.credentials_line(self.headers, self.command, self.path) if ok else None
+        if line:
+            log(line, "W")
         return ok
 
     def _send(self, status, payload, content_type="application/json"):

@@ -24,6 +24,11 @@ engine), POST /v1/completions and /v1/chat/completions, streamed or not. Each en
 a prefix of them (position i with the acceptance in the stand-in's behaviour, /etc/vllm-standin.json or
 $VLLM_STANDIN_BEHAVIOUR, seeded per request), so the spec-decode counters move with the tokens served: per step
 drafts += 1, draft_tokens += k, accepted += a, generation_tokens += a + 1.
+
+Credentials: `vllm serve` without `--api-key` (as specfleet runs it) has no use for a client's credentials. The
+stand-in logs the NAMES of the credential-like headers a request carries, never their values, in one CREDENTIALS_SEEN
+line on stderr (the journal), as the trtllm-serve stand-in does and by the same rule
+(tests/vm/standin_common/standin_credentials.py), so that a test can tell what reached the server through a gateway.
 """
 
 from __future__ import annotations
@@ -40,6 +45,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+try:  # the image ships it on python3's path (the trtllm-serve stand-in's, which this image derives from)
+    import standin_credentials
+except ImportError:  # the source tree: tests/vm/standin_common/
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "standin_common"))
+    import standin_credentials
 
 VERSION = "0.20.1"
 # vllm/config/speculative.py:34-65 at v0.20.1: the methods, and which need a draft model (:461-486)
@@ -64,8 +75,8 @@ class Refused(Exception):
     """A start vLLM would refuse: one line on stderr, exit 1."""
 
 
-def log(msg: str) -> None:
-    print(f"INFO {time.strftime('%m-%d %H:%M:%S')} [vllm-standin] {msg}", file=sys.stderr, flush=True)
+def log(msg: str, level: str = "INFO") -> None:
+    print(f"{level} {time.strftime('%m-%d %H:%M:%S')} [vllm-standin] {msg}", file=sys.stderr, flush=True)
 
 
 def add_serve_args(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -298,6 +309,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # noqa: ANN001, ANN002
         pass
+
+    def parse_request(self) -> bool:
+        ok = http.server.BaseHTTPRequestHandler.parse_request(self)
+        line = standin_credentials.credentials_line(self.headers, self.command, self.path) if ok else None
+        if line:
+            log(line, "WARNING")
+        return ok
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
         self.send_response(status)
