@@ -26,6 +26,8 @@ from .invalid import deploy_plans, invalid_input
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="specfleet", prog_name="specfleet", message="%(prog)s %(version)s",
+                      help="Print the installed specfleet's version and exit.")
 def main() -> None:
     """specfleet: trtllm-serve speculative decoding on DGX Spark fleets, on pyinfra."""
 

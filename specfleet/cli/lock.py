@@ -15,7 +15,7 @@ from ..mirror.steps.hub import mirror_plan
 from ..pins.lockfile import fleets_to_lock, update_lock
 from ..plan import PlanError, build_plans, deploy_constant, deploy_profile, load_inventory_or_fail, role_problems
 from ..serving.profiles import PROFILES
-from ..serving.run.preview import EXIT_CHANGES, EXIT_UNREACHABLE, read_changes, report
+from ..serving.run.preview import counted, exit_code, read_changes, report
 from .invalid import exit_invalid, invalid_input, use_inventory_py
 
 
@@ -29,7 +29,8 @@ def lock(args: tuple[str, ...], upgrade: bool, profile: str | None) -> None:
     """Pin every model revision (commit + the files the server reads) and image (registry digest) the fleet
     file's hosts use, in <fleet file>.lock next to it. Existing pins are kept; --upgrade moves them.
 
-    Exit 0 when the lock was written; 2 on invalid input or when the Hub refused (nothing written)."""
+    Exit 0 when the lock was written; 2 on invalid input (HOST: KEY: ...) or when a look-up the controller makes
+    failed (controller: ...: the Hub, or the registry of a pinned image --upgrade moves); then nothing is written."""
     inventory_file, *repos = args or ("inventory.py",)
     if not inventory_file.endswith(".py"):  # `specfleet lock --upgrade REPO`: inventory.py implied
         inventory_file, repos = "inventory.py", list(args)
@@ -99,15 +100,16 @@ def _plan_role(inventory_file: str, limit: str | None, group: str, read) -> int:
                              f"{group} group"])
     found: dict = {}
     unreachable = runner.run_on(plans, targets, read, found)
+    unread = [h for h in targets if h in unreachable or found.get(h) is None]
     changed = 0
     for h in targets:
-        lines = found.get(h)
-        if h in unreachable or lines is None:
-            click.echo(f"{h}: UNREACHABLE (status not read)")
+        if h in unread:
+            click.echo(f"{h}: {runner.UNREAD}")
             continue
+        lines = found[h]
         changed += bool(lines)
         click.echo(f"{h}: {group}: " + (f"{len(lines)} change(s)" if lines else "nothing to do"))
         for line in lines:
             click.echo(f"  {line}")
-    click.echo(f"\n{changed} of {len(targets)} {group} host(s) would change")
-    return EXIT_UNREACHABLE if unreachable or len(found) < len(targets) else EXIT_CHANGES if changed else 0
+    click.echo("\n" + counted(changed, len(targets), len(unread), f"{group} "))
+    return exit_code(changed, len(unread))

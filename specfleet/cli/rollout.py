@@ -9,6 +9,7 @@ import time
 
 import click
 
+from ..constants import EXIT_UNREACHABLE
 from ..fleet import run as runner
 from ..fleet.selection import parse_batches, parse_max_fail, select, whole_model_batches
 from ..overview.report import gate_memory
@@ -96,7 +97,10 @@ def _batches_checked(plans, targets: list[str], batches: str, max_fail: str) -> 
 @click.option("--limit", default=None, help="Hosts or groups (comma-separated, globs allowed).")
 def releases(inventory_file: str, limit: str | None) -> None:
     """List each host's releases (newest first); * marks the current one, with its readiness gate result. A two-Spark
-    pair is listed once, under its head: the pair's releases are the head's, each naming its worker's release."""
+    pair is listed once, under its head: the pair's releases are the head's, each naming its worker's release.
+
+    Exit 0: every host was read; 1: a host is unreachable (UNREACHABLE, its releases not listed); 2: invalid
+    input."""
     inventory, plans = fleet_plans_or_exit(inventory_file)
     hosts = select(inventory.hosts, inventory.groups, limit)
     statuses = runner.read_statuses(plans, hosts)
@@ -107,7 +111,7 @@ def releases(inventory_file: str, limit: str | None) -> None:
             continue  # under its head
         info = statuses.get(h)
         if not info:
-            click.echo(f"{h}: unreachable or no specfleet release yet")
+            click.echo(f"{h}: {_unread(h, statuses)}")
             continue
         job = f", job {info['job']} running" if info.get("job") else ""
         click.echo(f"{h}: service {info.get('active') or '-'}, previous {info.get('previous') or '-'}{job}")
@@ -124,13 +128,21 @@ def releases(inventory_file: str, limit: str | None) -> None:
             click.echo(f"  {mark} {rec['id']}  {rec.get('created', '?')}  {rec.get('profile')}  "
                        f"{rec.get('image')}  {models}{gated}" + (f"  worker {worker}" if worker else ""))
         for w in [w for w, head in workers.items() if head == h]:
-            click.echo("  " + _worker_line(w, statuses.get(w)))
+            click.echo("  " + _worker_line(w, statuses))
+    if any(h not in statuses for h in hosts):
+        sys.exit(EXIT_UNREACHABLE)
 
 
-def _worker_line(worker: str, info: dict | None) -> str:
+def _unread(host: str, statuses: dict[str, dict]) -> str:
+    """What `releases` says of a host without a release to list: its status was not read, or it has none yet."""
+    return "no specfleet release yet" if host in statuses else runner.UNREAD
+
+
+def _worker_line(worker: str, statuses: dict[str, dict]) -> str:
     """A pair's worker under its head in `releases`: the release it holds and its side's result."""
+    info = statuses.get(worker)
     if not info:
-        return f"worker {worker}: unreachable or no specfleet release yet"
+        return f"worker {worker}: {_unread(worker, statuses)}"
     gate = info.get("gate") or {}
     side = gate.get("result") if gate.get("release") == info.get("current") else "not started"
     return f"worker {worker}: holds {info.get('current') or '-'} (its side {side}), service {info.get('active') or '-'}"

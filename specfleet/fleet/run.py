@@ -20,6 +20,8 @@ from ..plan import HostPlan
 from .status import ReleaseStatus
 from .steps.lock import lock, unlock
 
+UNREAD = "UNREACHABLE (status not read)"  # what a read-only command says of a host run_on could not read
+
 
 def run_on(plans: dict[str, HostPlan], hosts: list[str], fn: Callable, *args) -> set[str]:
     """Run a packaged deploy on `hosts` in parallel; returns the hosts that failed (incl. unreachable)."""
@@ -45,7 +47,8 @@ def collect_release_status(out: dict):
 
 
 def read_statuses(plans: dict[str, HostPlan], hosts: list[str]) -> dict[str, dict]:
-    """Current release, lock, gate state and active job of each host (via `specfleet-host status`)."""
+    """Current release, lock, gate state and active job of each host (via `specfleet-host status`); {} for a host
+    with nothing of specfleet yet. A host missing from the answer was not read (unreachable)."""
     out: dict[str, dict] = {}
     run_on(plans, hosts, collect_release_status, out)
     return out

@@ -39,12 +39,15 @@ def read_image_entry(e: dict) -> dict:
 
 
 def lock_images(refs: list[str], old: dict[str, dict], redo: set[str], digest_of: DigestOf,
-                sizes_of: SizesOf) -> tuple[dict[str, dict], list[str]]:
+                sizes_of: SizesOf) -> tuple[dict[str, dict], list[str], dict[str, str]]:
     """Every reference of `refs`: the old entry (its sizes filled in when missing), else (or for a reference in
-    `redo`) the registry's digest and sizes, or null with a note when it is in no registry. Returns the entries and
-    the lines to print: what was pinned or moved, what got sizes, what is not pinned or has no sizes."""
+    `redo`) the registry's digest and sizes, or null with a note when the controller cannot learn it (an image loaded
+    with docker load is in no registry). Returns the entries, the lines to print (what was pinned or moved, what got
+    sizes, what is not pinned or has no sizes) and, per pinned reference of `redo` whose look-up failed, why: its pin
+    cannot move, and is not to be dropped for it."""
     images: dict[str, dict] = {}
     lines: list[str] = []
+    stuck: dict[str, str] = {}
     for ref in sorted(refs):
         before = old.get(ref)
         if before is not None and ref not in redo:
@@ -57,13 +60,16 @@ def lock_images(refs: list[str], old: dict[str, dict], redo: set[str], digest_of
                 if sized:
                     lines.append(f"image {ref}: sizes recorded ({sized})")
             continue
+        was = (before or {}).get("image_digest")
         try:
             digest = digest_of(ref)
         except NotPinned as exc:
+            if was:
+                stuck[ref] = str(exc)
+                continue
             images[ref] = {"image_digest": None, "note": f"not pinned: {exc}"}
-            lines.append(f"image {ref}: not in a registry, not pinned ({exc})")
+            lines.append(f"image {ref}: not pinned ({exc}); hosts run it by its tag")
             continue
-        was = (before or {}).get("image_digest")
         entry = images[ref] = {"image_digest": digest}
         kept = (before or {}).get("platforms") if was == digest else None  # the same digest weighs the same
         if kept:
@@ -73,7 +79,7 @@ def lock_images(refs: list[str], old: dict[str, dict], redo: set[str], digest_of
         what = (f"{was[7:19]} -> {digest[7:19]}" if was and was != digest
                 else f"unchanged ({digest[:19]})" if was else f"pinned to {digest}")
         lines += [f"image {ref}: {what}" + (f" ({sized})" if sized else ""), *notes]
-    return images, lines
+    return images, lines, stuck
 
 
 def _sizes(ref: str, entry: dict, sizes_of: SizesOf, lines: list[str]) -> str | None:

@@ -116,8 +116,11 @@ def _lookup(req: dict, tokens: list[str]) -> dict:
         api.auth_check(repo, token=token or False)
         info = api.model_info(repo, revision=revision, files_metadata=True)
     except GatedRepoError:
-        return {"key": "hf_token", "error": f"{repo} is gated and {'this token has' if token else 'no token gives'} "
-                                            f"no access; request access at {req['page']} (or set hf_token_file)"}
+        if not token:
+            return {"key": "hf_token", "error": f"{repo} is gated and no token was given (export HF_TOKEN or set "
+                                                f"hf_token_file, with access granted at {req['page']})"}
+        return {"key": "hf_token", "error": f"{repo} is gated and this token has no access; request access at "
+                                            f"{req['page']} (or set hf_token_file)"}
     except RevisionNotFoundError:
         return {"key": req["key"], "error": f"revision '{revision}' not found in {repo}"}
     except RepositoryNotFoundError:

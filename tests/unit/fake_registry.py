@@ -41,7 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         kind = "/manifests/" if "/manifests/" in self.path else "/blobs/"
         name, _, reference = self.path.removeprefix("/v2/").partition(kind)
-        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}" or name in registry.private:
             self._send(401, headers={"WWW-Authenticate": f'Bearer realm="http://{self.headers["Host"]}/token",'
                                                          f'service="fake-registry",scope="repository:{name}:pull"'})
             return
@@ -72,6 +72,10 @@ class FakeRegistry:
         self.tags = dict(tags or {})  # "name:tag" -> digest
         self.contents: dict[str, tuple[str, bytes]] = {}  # digest -> (media type, body): manifests and blobs
         self.failing: int | None = None  # an HTTP status every manifest/blob GET by digest answers with
+        # repositories an anonymous pull token may not read: 401 with the challenge again, also with the token (the
+        # token flow of docs.docker.com/reference/api/registry/auth: a token whose access lacks `pull` on the repository
+        # is refused as no token is; Docker Hub answers a private repository so)
+        self.private: set[str] = set()
         self.seen: list[tuple[str, str, str]] = []  # (method, path, Accept)
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.registry = self

@@ -254,15 +254,22 @@ def converged_responses(plan: HostPlan, **status: Any) -> dict:
     return out
 
 
-def fake_run_on(monkeypatch, responses: Callable[[HostPlan], dict]) -> None:
+def fake_run_on(monkeypatch, responses: Callable[[HostPlan], dict], unreachable: tuple[str, ...] = ()) -> None:
     """The CLI's read-only runs (fleet/run.run_on) on @fake hosts answering `responses`: a command's deploy puts each
-    host's result in the dict it passes, under the host's name."""
+    host's result in the dict it passes, under the host's name. The hosts named in `unreachable` go to the real
+    run_on instead, over SSH to where their fleet file entry points (a port nothing listens on: SSH fails to
+    connect, as to a host that is down)."""
     from specfleet.fleet import run as runner
 
+    real = runner.run_on
+
     def run_on(plans, hosts, fn, *args):
-        run_deploy({h: plans[h] for h in hosts}, fn, *args, responses=responses)
+        down = real(plans, [h for h in hosts if h in unreachable], fn, *args)
+        fake = {h: plans[h] for h in hosts if h not in unreachable}
+        failed = {h.name.removeprefix("@fake/") for h in run_deploy(fake, fn, *args, responses=responses).failed_hosts
+                  } if fake else set()
         found = args[0]
         for key in [k for k in found if k.startswith("@fake/")]:
             found[key.removeprefix("@fake/")] = found.pop(key)
-        return set()
+        return down | failed
     monkeypatch.setattr(runner, "run_on", run_on)

@@ -1,4 +1,4 @@
-"""Dependencies: the runtime ones (pyproject.toml, and the lab's) as ranges from the version CI runs to below its next
+"""Dependencies: the runtime ones (pyproject.toml, and the lab's) and the `infra` extra as ranges from the version CI runs to below its next
 minor (pyinfra and pydantic are used through internals, so a minor release may break them); what CI installs
 (constraints.txt, `pip install -c` in tests/install-deps.sh) pinned exactly, at the lower bound of each range."""
 
@@ -30,10 +30,17 @@ def _constraints() -> dict[str, str]:
 
 
 def _runtime() -> list[Requirement]:
+    """What users install: the runtime dependencies (specfleet's and the lab's) and the `infra` extra, which a fleet
+    project's tests/infra runs with (`pip install 'specfleet[infra]'`)."""
     out = []
     for project in (ROOT / "pyproject.toml", ROOT / "lab" / "pyproject.toml"):
         out += [Requirement(r) for r in tomllib.loads(project.read_text())["project"]["dependencies"]]
-    return out
+    return out + _extra("infra")
+
+
+def _extra(name: str) -> list[Requirement]:
+    return [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+            .get("optional-dependencies", {}).get(name, [])]
 
 
 def test_runtime_dependencies_are_ranges_to_below_the_next_minor_pinned_by_the_constraints():
@@ -54,6 +61,11 @@ def test_the_test_tools_are_pinned_as_ci_installs_them():
     for req in map(Requirement, test):
         (spec,) = req.specifier
         assert spec.operator == "==" and pins.get(_norm(req.name)) == spec.version, req
+
+
+def test_the_infra_extra_holds_what_tests_infra_imports():
+    """A project's tests/infra imports specfleet.testinfra, which runs under pytest and connects with testinfra."""
+    assert {_norm(r.name) for r in _extra("infra")} == {"pytest", "pytest-testinfra"}
 
 
 def test_install_deps_installs_through_the_constraints():

@@ -31,3 +31,11 @@ def test_the_lab_is_a_command_of_its_own_without_gevent():
                          capture_output=True, text=True, timeout=60)
     assert lab.returncode == 0, lab.stderr
     assert "build-image" in lab.stdout and lab.stdout.split()[-1] == "False"
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    out = subprocess.run([sys.executable, "-m", "specfleet", "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"specfleet {version('specfleet')}\n"

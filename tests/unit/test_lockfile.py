@@ -186,7 +186,9 @@ def test_lock_keeps_pins_and_upgrade_prints_old_to_new(fleet_file, hub, standin_
     path = _fleet(fleet_file, hub, "127.0.0.1:9/not/a-registry:1")
     result = _cli("lock", "inventory.py", "--profile", "eagle3")
     assert result.exit_code == 0, result.output
-    assert "image 127.0.0.1:9/not/a-registry:1: not in a registry, not pinned" in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("image ")] == [
+        "image 127.0.0.1:9/not/a-registry:1: not pinned (cannot reach 127.0.0.1:9: [Errno 111] Connection refused); "
+        "hosts run it by its tag"]
     assert read_lock(lock_path(path)).images["127.0.0.1:9/not/a-registry:1"]["image_digest"] is None
     # an older lock: the EAGLE-3 head pinned at its first commit (as if `main` moved upstream since)
     lock_path(path).write_text(lock_path(path).read_text().replace(new, old))
@@ -222,13 +224,115 @@ def test_lock_notes_a_draft_revision_other_profiles_lack(fleet_file, hub, standi
                                "(run: specfleet lock inventory.py)"]
 
 
-def test_lock_refuses_what_the_hub_refuses_and_writes_nothing(fleet_file, hub, monkeypatch):
-    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
-    path = _fleet(fleet_file, hub, "127.0.0.1:9/not/a-registry:1")
-    result = _cli("lock", "inventory.py", "--profile", "draft_target")
-    assert result.exit_code == 2
-    assert "s1: hf_token: nvidia/Llama-3.3-70B-Instruct-FP4 is gated" in result.output
+# ---- what the controller's own look-ups refuse: one `controller:` line each, nothing written ----------------------
+# Each case: (host vars of s1 and s2 besides the Hub's endpoint, HF_TOKEN (None: unset), a Hub failure for every API
+# request (status) or None, the lock's arguments, the lines expected (regexes: `{hub}` and `{lock}` filled in)).
+GATED = "nvidia/Llama-3.3-70B-Instruct-FP4"
+NOTHING = r" \(needed by s1, s2; nothing written to {lock}\)"
+HUB_REFUSALS = {
+    "the Hub unreachable": ({"hub_endpoint": "http://127.0.0.1:9"}, STANDIN_TOKEN, None, ["--profile", "eagle3"], [
+        r"controller: cannot reach http://127\.0\.0\.1:9 for openai/gpt-oss-120b: \w+: .+" + NOTHING,
+        rf"controller: cannot reach http://127\.0\.0\.1:9 for {EAGLE}: \w+: .+" + NOTHING]),
+    "a gated repo, no token (401)": ({"hf_token_required": False}, None, None, ["--profile", "draft_target"], [
+        rf"controller: {GATED} is gated and no token was given \(export HF_TOKEN or set hf_token_file, with access "
+        rf"granted at {{hub}}/{GATED}\)" + NOTHING]),
+    "a gated repo, the token has no access (403)": ({}, "hf_wrong", None, ["--profile", "draft_target"], [
+        rf"controller: {GATED} is gated and this token has no access; request access at {{hub}}/{GATED} \(or set "
+        r"hf_token_file\)" + NOTHING]),
+    "the Hub answers 401": ({}, STANDIN_TOKEN, 401, ["--profile", "baseline"], [
+        r"controller: Hub error for openai/gpt-oss-120b: Client error '401 Unauthorized' for url "
+        r"'{hub}/api/models/openai/gpt-oss-120b/auth-check'.*" + NOTHING]),
+    "the Hub answers 403": ({}, STANDIN_TOKEN, 403, ["--profile", "baseline"], [
+        r"controller: Hub error for openai/gpt-oss-120b: 403 Forbidden: .+" + NOTHING]),
+    "the Hub answers 404": ({}, STANDIN_TOKEN, 404, ["--profile", "baseline"], [
+        r"controller: Hub error for openai/gpt-oss-120b: Client error '404 Not Found' for url .+" + NOTHING]),
+    "the Hub answers 503": ({}, STANDIN_TOKEN, 503, ["--profile", "baseline"], [
+        r"controller: Hub error for openai/gpt-oss-120b: Server error '503 Service Unavailable' for url .+" + NOTHING]),
+    "a revision the repo lacks (404)": ({"target_revision": "v9.9"}, STANDIN_TOKEN, None, ["--profile", "baseline"], [
+        r"controller: revision 'v9\.9' not found in openai/gpt-oss-120b \(target_revision of s1, s2; nothing "
+        r"written to {lock}\)"]),
+}
+
+
+@pytest.mark.parametrize("case", list(HUB_REFUSALS))
+@pytest.mark.parametrize("before", ["no lock yet", "a lock to upgrade"])
+def test_what_the_hub_refuses_the_controller_says_and_nothing_is_written(fleet_file, hub, monkeypatch, case, before):
+    import re
+
+    from specfleet.pins.lockfile import shown
+
+    host_vars, token, status, args, expected = HUB_REFUSALS[case]
+    monkeypatch.setenv("HF_TOKEN", STANDIN_TOKEN)
+    path = _fleet(fleet_file, hub, "127.0.0.1:9/not/a-registry:1", s1={}, s2={})
+    if before == "a lock to upgrade":
+        assert _cli("lock", "inventory.py", *args).exit_code == 0
+        args = [*args, "--upgrade"]
+    was = lock_path(path).read_bytes() if lock_path(path).exists() else None
+    _fleet(fleet_file, hub, "127.0.0.1:9/not/a-registry:1", s1=host_vars, s2=host_vars)
+    if token is None:
+        monkeypatch.delenv("HF_TOKEN")
+    else:
+        monkeypatch.setenv("HF_TOKEN", token)
+    if status:
+        hub.fail_next(status, 1000, paths="api")
+    try:
+        result = _cli("lock", "inventory.py", *args)
+    finally:
+        hub.fail_next(500, 0)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    fill = {"{hub}": re.escape(hub.url), "{lock}": re.escape(shown(lock_path(path)))}
+    patterns = [re.sub(r"\{hub\}|\{lock\}", lambda m: fill[m.group()], e) for e in expected]
+    assert len(lines) == len(patterns) and all(re.fullmatch(p, line) for p, line in zip(patterns, lines, strict=True)), (
+        lines, patterns)
+    assert not result.stdout, result.stdout
+    assert (lock_path(path).read_bytes() if lock_path(path).exists() else None) == was, "the lock is as it was"
+
+
+def test_a_hub_lookup_that_fails_as_a_whole_names_the_controller(fleet_file, hub, standin_token, monkeypatch):
+    """The child process that asks the Hub fails before any request (huggingface_hub refuses its environment)."""
+    from specfleet.pins.lockfile import shown
+
+    path = _fleet(fleet_file, hub, "127.0.0.1:9/not/a-registry:1", s2={})
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "soon")  # huggingface_hub reads it as an int when imported
+    result = _cli("lock", "inventory.py", "--profile", "baseline")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "controller: the Hub metadata lookup failed: ValueError: invalid literal for int() with base 10: 'soon' "
+        f"(nothing written to {shown(lock_path(path))})"]
     assert not lock_path(path).exists()
+
+
+@pytest.mark.parametrize("case", ["unreachable", "refusing", "unknown tag"])
+def test_an_upgrade_the_registry_cannot_answer_keeps_the_pin_and_writes_nothing(fleet_file, hub, standin_token, case):
+    """A pinned image whose registry cannot tell its digest now: the pin cannot move, and is not dropped for it."""
+    from specfleet.pins.lockfile import shown
+
+    reg = FakeRegistry({"nvidia/tensorrt-llm/release:1.2.0rc6": DIGEST})
+    image = f"{reg.host}/nvidia/tensorrt-llm/release:1.2.0rc6"
+    path = _fleet(fleet_file, hub, image, s2={})
+    try:
+        assert _cli("lock", "inventory.py", "--profile", "baseline").exit_code == 0
+        was = lock_path(path).read_bytes()
+        why = {"unreachable": f"cannot reach {reg.host}: .+",
+               "refusing": rf"{reg.host} has no nvidia/tensorrt-llm/release:1\.2\.0rc6 anonymous pulls can see \(HTTP 401\)",
+               "unknown tag": rf"{reg.host} has no nvidia/tensorrt-llm/release:1\.2\.0rc6 anonymous pulls can see \(HTTP 404\)"}
+        if case == "unreachable":
+            reg.close()
+        elif case == "refusing":
+            reg.private.add("nvidia/tensorrt-llm/release")
+        else:
+            del reg.tags["nvidia/tensorrt-llm/release:1.2.0rc6"]
+        result = _cli("lock", "inventory.py", "--profile", "baseline", "--upgrade", image)
+    finally:
+        if case != "unreachable":
+            reg.close()
+    import re
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert re.fullmatch(rf"controller: image {re.escape(image)}: {why[case]} \(it stays pinned to {DIGEST}; nothing "
+                        rf"written to {re.escape(shown(lock_path(path)))}\)", line), line
+    assert lock_path(path).read_bytes() == was
 
 
 def test_an_image_pinned_in_the_lock_is_pulled_by_digest_and_run_by_a_tag_of_it(fleet_file):

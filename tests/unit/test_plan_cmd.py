@@ -140,6 +140,39 @@ def test_unreachable_host_exits_1():
     run_deploy({"spark-01": plans["spark-01"]}, collect, out, responses=converged_responses)
     lines, code = report(["spark-01", "spark-02"], {k.removeprefix("@fake/"): v for k, v in out.items()}, {"spark-02"})
     assert code == 1 and "spark-02: UNREACHABLE (status not read)" in lines
+    assert lines[-1] == "\n0 of 2 host(s) would change; 1 unreachable (status not read); 0 serving host(s) would restart"
+
+
+def test_the_plan_command_counts_the_unreachable_hosts(fleet_file, monkeypatch):
+    """A host SSH cannot reach (nothing listens on its port) is named, counted in the summary, and exits 1, also
+    when another host would change; a gateway or mirror plan counts them the same way."""
+    from tests.unit.fakehost import fake_run_on
+    from tests.unit.test_gateway_deploy import KEY
+    from tests.unit.test_gateway_deploy import _status as gateway_status
+
+    monkeypatch.setenv("SPECFLEET_API_KEYS", f"ci {KEY}\n")
+    fleet_file("all:\n  vars: {serves: eagle3}\n  hosts:\n    spark-01: {ssh_hostname: 10.0.0.11}\n"
+               "    spark-02: {ssh_hostname: 127.0.0.1, ssh_port: 9}\n    spark-03: {ssh_hostname: 10.0.0.13}\n"
+               "  children:\n    gateway:\n      hosts:\n        gw-1: {ssh_hostname: 10.0.0.1}\n"
+               "        gw-2: {ssh_hostname: 127.0.0.1, ssh_port: 9}\n")
+
+    def answers(p):
+        if p.is_gateway:
+            return {"gateway.GatewayStatus": gateway_status(p, files=None)}
+        if p.settings.host == "spark-03":
+            return converged_responses(p, active="failed", container="false")
+        return converged_responses(p)
+    fake_run_on(monkeypatch, answers, unreachable=("spark-02", "gw-2"))
+    result = CliRunner().invoke(main, ["plan", "inventory.py", "deploys/eagle3.py"])
+    assert "spark-02: UNREACHABLE (status not read)" in result.stdout.splitlines(), result.output
+    assert ("1 of 3 host(s) would change; 1 unreachable (status not read); 2 skipped (not this deploy's); "
+            "0 serving host(s) would restart"
+            in result.stdout.splitlines()), result.output
+    assert result.exit_code == 1, result.output
+    result = CliRunner().invoke(main, ["plan", "inventory.py", "deploys/gateway.py"])
+    assert "gw-2: UNREACHABLE (status not read)" in result.stdout.splitlines(), result.output
+    assert result.stdout.splitlines()[-1] == "0 of 2 gateway host(s) would change; 1 unreachable (status not read)"
+    assert result.exit_code == 1, result.output
 
 
 def test_plan_command_refuses_bad_input(fleet_file):

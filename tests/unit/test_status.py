@@ -255,3 +255,54 @@ def test_a_pair_is_one_row_with_both_hosts_healthy_only_when_the_worker_holds_it
     # the worker alone (--limit): judged as a worker, not by /health
     code, lines = status_of("--limit", "spark-2")
     assert code == 0 and lines[1].split()[:2] == ["spark-2", "ok"], lines
+
+
+# ---- `specfleet releases` --------------------------------------------------------------------------------------
+RELEASES_FLEET = """all:
+  hosts:
+    spark-01: {ssh_hostname: 10.0.0.11}
+    spark-02: {ssh_hostname: 10.0.0.12}
+    spark-03: {ssh_hostname: 127.0.0.1, ssh_port: 9}
+"""  # spark-03: nothing listens on port 9, so SSH cannot connect (a host that is down)
+
+
+def _releases_answers(plan):
+    from specfleet.fleet.status import ReleaseStatus
+
+    fact = ReleaseStatus().command(data_dir=plan.settings.data_dir).split(" 2>")[0]
+    if plan.settings.host == "spark-02":  # reachable, nothing of specfleet yet: the tool's `|| echo '{}'`
+        return {fact: "{}"}
+    record = {"id": "r-1", "created": "2026-01-01T00:00:00Z", "profile": "eagle3", "image": "img", "models": {}}
+    return {fact: json.dumps({"current": "r-1", "active": "active", "releases": [record],
+                              "gate": {"release": "r-1", "result": "passed", "at": "t"}})}
+
+
+def test_releases_says_which_host_it_could_not_read_and_exits_1(fleet_file, monkeypatch, tmp_path):
+    from tests.unit.fakehost import fake_run_on
+
+    fleet_file(RELEASES_FLEET)
+    (tmp_path / "inventory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    fake_run_on(monkeypatch, _releases_answers, unreachable=("spark-03",))
+    r = CliRunner().invoke(main, ["releases", "inventory.py"])
+    out = [line for line in r.stdout.splitlines() if not line.startswith(" ")]
+    assert out == ["spark-01: service active, previous -", "spark-02: no specfleet release yet",
+                   "spark-03: UNREACHABLE (status not read)"], r.output
+    assert r.exit_code == 1, r.output
+    r = CliRunner().invoke(main, ["releases", "inventory.py", "--limit", "spark-01,spark-02"])
+    assert r.exit_code == 0, r.output
+    assert "UNREACHABLE" not in r.output
+
+
+def test_a_pair_whose_worker_is_unreachable_exits_1(fleet_file, monkeypatch, tmp_path):
+    from tests.unit.fakehost import fake_run_on
+    from tests.unit.test_pair_fleet import _fleet
+
+    fleet_file(_fleet(worker="{pair_role: worker, ssh_hostname: 127.0.0.1, ssh_port: 9}",
+                      pair_more="      vars: {serves: qwen3_eagle3_pair}\n"))
+    (tmp_path / "inventory.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    fake_run_on(monkeypatch, _releases_answers, unreachable=("spark-2",))
+    r = CliRunner().invoke(main, ["releases", "inventory.py"])
+    assert "  worker spark-2: UNREACHABLE (status not read)" in r.stdout.splitlines(), r.output
+    assert r.exit_code == 1, r.output

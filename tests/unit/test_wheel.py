@@ -2,10 +2,11 @@
 init` a project and `specfleet check` it from there.
 
 `pip wheel --no-deps` builds in pip's isolated build env (setuptools>=68 from pip's configured index or
-find-links; ~13 s here). The venv uses --system-site-packages and the wheel is installed with --no-deps
---no-index: the runtime dependencies are the ones already installed for this test run, so nothing is
-downloaded for them. The venv's own site-packages comes first, so `specfleet` there is the wheel's
-(asserted), not this checkout's editable install.
+find-links; ~13 s here). The venv uses --system-site-packages and the wheel is installed with its `infra` extra
+(what a fleet project's `pytest tests/infra` needs) and --no-index: every requirement must be met by what is
+already installed for this test run (constraints.txt's pins), so nothing is downloaded, and a range that leaves
+out the version CI runs fails the install. The venv's own site-packages comes first, so `specfleet` there is the
+wheel's (asserted), not this checkout's editable install.
 
 The VM lab (`lab/`, the `specfleet-lab` distribution) is copied into the build's source too, so that a
 packages.find that would pick it up fails `test_the_runtime_wheel_holds_no_lab`."""
@@ -50,8 +51,8 @@ def wheel(tmp_path_factory) -> Path:
 def venv(wheel, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("venv")
     _run_checked(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp / "venv"))
-    _run_checked(sys.executable, "-m", "pip", "--python", str(tmp / "venv/bin/python"), "install", "--no-deps",
-                 "--no-index", "-q", str(wheel))
+    _run_checked(sys.executable, "-m", "pip", "--python", str(tmp / "venv/bin/python"), "install", "--no-index", "-q",
+                 f"{wheel}[infra]")
     return tmp / "venv"
 
 
@@ -72,15 +73,36 @@ def test_the_runtime_wheel_holds_no_lab(wheel):
     assert "specfleet-lab" not in entry_points and "specfleet_lab" not in entry_points, entry_points
 
 
+def test_the_wheel_offers_the_infra_extra_a_project_s_tests_run_with(wheel):
+    """`pip install 'specfleet[infra]'` brings what `pytest tests/infra` needs: the wheel's metadata names the extra
+    and requires pytest and pytest-testinfra under it, in the ranges pyproject.toml gives."""
+    import email
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = email.message_from_bytes(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))))
+    assert "infra" in meta.get_all("Provides-Extra", []), meta.get_all("Provides-Extra")
+    under_infra = {r.name: r.specifier for r in map(Requirement, meta.get_all("Requires-Dist", []))
+                   if r.marker is not None and r.marker.evaluate({"extra": "infra"})
+                   and not r.marker.evaluate({"extra": ""})}
+    assert set(under_infra) == {"pytest", "pytest-testinfra"}, under_infra
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["infra"]
+    assert under_infra == {r.name: r.specifier for r in map(Requirement, declared)}
+
+
 def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("SPECFLEET_INVENTORY", "PYTHONPATH")}
     env.update(HF_TOKEN="hf_dummy_for_the_wheel_test", PATH=f"{venv}/bin:{env.get('PATH', '')}")
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_installed_wheel_inits_and_checks_a_project(venv, tmp_path):
+def test_installed_wheel_inits_and_checks_a_project(wheel, venv, tmp_path):
     where = _run(venv, tmp_path, f"{venv}/bin/python", "-c", "import specfleet; print(specfleet.__file__)")
     assert where.stdout.startswith(str(venv)), where.stdout + where.stderr
+    version = _run(venv, tmp_path, f"{venv}/bin/specfleet", "--version")
+    assert version.returncode == 0 and version.stdout == f"specfleet {wheel.name.split('-')[1]}\n", version
 
     init = _run(venv, tmp_path, f"{venv}/bin/specfleet", "init", "fleet")
     assert init.returncode == 0, init.stderr

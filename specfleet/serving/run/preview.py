@@ -6,11 +6,12 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
+from ...constants import EXIT_UNREACHABLE
 from ...fleet import run as runner
 from ...fleet.steps.changes import changes
 from ...fleet.steps.state import current_plan, host_status
 
-EXIT_UNREACHABLE, EXIT_CHANGES = 1, 10
+EXIT_CHANGES = 10
 
 
 @deploy("Plan (read only)")
@@ -35,22 +36,35 @@ def report(targets: list[str], found: dict, unreachable: set[str],
     lines: list[str] = []
     changed = 0
     skipped = skipped or {}
+    ours = [h for h in targets if h not in skipped]
+    unread = [h for h in ours if h in unreachable or h not in found]
     for h in targets:
         if h in skipped:
             lines.append(f"{h}: skipped ({skipped[h]})")
             continue
-        if h in unreachable or h not in found:
-            lines.append(f"{h}: UNREACHABLE (status not read)")
+        if h in unread:
+            lines.append(f"{h}: {runner.UNREAD}")
             continue
         changed += bool(found[h][0].lines())
         lines += describe(h, found[h])
-    restarts = [h for h in targets if h in found and found[h][1] and found[h][0].restart]
-    lines.append(f"\n{changed} of {len(targets)} host(s) would change; {len(restarts)} serving host(s) would restart"
+    restarts = [h for h in ours if h not in unread and found[h][1] and found[h][0].restart]
+    lines.append("\n" + counted(changed, len(ours), len(unread))
+                 + (f"; {len(skipped)} skipped (not this deploy's)" if skipped else "")
+                 + f"; {len(restarts)} serving host(s) would restart"
                  + ("; a converge restarts them all at once, specfleet rollout switches them in batches"
                     if len(restarts) > 1 else ""))
-    if unreachable or len(found) < len(targets) - len(skipped):
-        return lines, EXIT_UNREACHABLE
-    return lines, EXIT_CHANGES if changed else 0
+    return lines, exit_code(changed, len(unread))
+
+
+def counted(changed: int, hosts: int, unread: int, kind: str = "") -> str:
+    """The head of a plan's summary: how many of the deploy's hosts would change, and how many were not read."""
+    return f"{changed} of {hosts} {kind}host(s) would change" + (f"; {unread} unreachable (status not read)"
+                                                                  if unread else "")
+
+
+def exit_code(changed: int, unread: int) -> int:
+    """A plan's exit code: 1 a host was not read (whatever the others would do), else 10 something would change."""
+    return EXIT_UNREACHABLE if unread else EXIT_CHANGES if changed else 0
 
 
 def describe(name: str, found) -> list[str]:
