@@ -259,7 +259,7 @@ def test_no_client_credential_reaches_the_vllm_spark_through_either_port(vm_flee
     direct = f"{CREDENTIALS_SEEN}: x-api-key (values not logged) on GET /health"
 
     def seen() -> list[str]:
-        out = vl.ssh(f"journalctl -q --no-pager -o cat -u {SERVICE} --since '{since}'").stdout
+        out = vl.ssh(f"journalctl -q --no-pager -o cat -u {VLLM_UNIT} --since '{since}'").stdout
         return [line.split("] ", 1)[-1] for line in out.splitlines() if CREDENTIALS_SEEN in line]
 
     lab.wait_for("the vLLM stand-in logged the header sent to it directly", lambda: direct in seen(), timeout=60,
