@@ -1,13 +1,16 @@
 # The release part of a Spark's one status read (release_status.RELEASE): what the host serves, as `key<TAB>value`
 # lines. Read-only; a fragment of the one remote command (facts.SpecfleetHost). From the environment (paths from
-# host/layout.py): SVC PORT IMAGE CFG (the service, its port, the image, the config's verdict key), UNIT VALIDATED
-# VENV, RELEASE_PATHS (JSON, for RELEASE_STATE: the text of host/release_state.py).
+# host/layout.py): SVC PORT IMAGE CFG (the service, its port, the image, the config's verdict key), IMAGE_PINS (the
+# digests the lock records for the image, space-separated; empty: not pinned), UNIT VALIDATED VENV, RELEASE_PATHS
+# (JSON, for RELEASE_STATE: the text of host/release_state.py).
 echo "listen	$(ss -Hltn "sport = :$PORT" 2>/dev/null | wc -l)"
 echo "active	$(systemctl is-active "$SVC" 2>/dev/null)"
 echo "enabled	$(systemctl is-enabled "$SVC" 2>/dev/null)"
 echo "unit_sha256	$(sha256sum "$UNIT" 2>/dev/null | cut -d' ' -f1)"
 echo "container	$(docker inspect --format '{{.State.Running}}' "$SVC" 2>/dev/null)"
-echo "image	$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null)"
+# the image's id and the manifests it came by (RepoDigests), then the lock's digests: the controller applies THE rule
+# (host/docker_images.pinned) to them, since a tag alone proves nothing
+echo "image	$(docker image inspect --format '{{.Id}} {{json .RepoDigests}}' "$IMAGE" 2>/dev/null)	$IMAGE_PINS"
 # The release state: current, previous, kept releases, the current record, gate, lock, active job (one JSON line,
 # from THE reader, host/release_state.py, shipped in $RELEASE_STATE; -I -S: stdlib only, quicker to start).
 command -v python3 >/dev/null 2>&1 && echo "release_state	$(python3 -I -S -c "$RELEASE_STATE" "$RELEASE_PATHS" 2>&1 | tail -n 1)"
