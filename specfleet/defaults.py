@@ -51,7 +51,7 @@ image_store_dir = "/var/lib/specfleet-mirror/images"  # noqa: E501  # mirror hos
 image_store_budget_gb = 100  # noqa: E501  # most disk (GB) the image store may hold; images the lock no longer pins are evicted first to stay within it
 ngc_api_key_file = None  # noqa: E501  # controller path of an NGC API key file; the mirror's fetch logs in with it (nvcr.io's anonymous tokens expire); None pulls anonymously
 ngc_registry = "nvcr.io"  # the registry the NGC API key logs in to (the key is sent to no other)
-image_fallback = False  # noqa: E501  # a Spark whose image registry is down or failed to fetch pulls from the image's own registry (with a warning); false: it refuses to pull and keeps serving
+image_fallback = False  # noqa: E501  # a Spark whose image registry is down, failed to fetch, or fails its pull after the fetch pulls from the image's own registry (with a warning); false: it refuses to pull and keeps serving
 
 # --- gateway (hosts of the inventory group `gateway`; deploys/gateway.py) ----------------------------
 serves = None  # noqa: E501  # profile this Spark serves (eagle3, draft_target, baseline, qwen3_eagle3_pair); required on every Spark of a fleet with a gateway group; a profile deploy skips hosts that serve another
@@ -94,7 +94,7 @@ data_dir = "/var/lib/specfleet"  # host directory for the model cache, encodings
 secrets_dir = "/etc/specfleet"  # host directory (root-only, 0700) holding the HF token file
 operator_users = []  # existing host users appended to the docker group (docker access is root-equivalent)
 disk_headroom_gb = 20  # noqa: E501  # free disk (GB) that must remain after the models still to fetch (and the image still to pull) are downloaded
-image_size_gb = 25  # noqa: E501  # disk (GB) the serving image takes once pulled; counted by the disk preflight while the image is still to pull (an estimate: check `docker system df` on a host that has it)
+image_size_gb = 25  # noqa: E501  # disk (GB) the disk preflight counts for an image still to pull only when the lock records no size for it (an older lock, an image not pinned); otherwise it counts the lock's size for the host's platform
 memory_reserve_gb = 8  # noqa: E501  # memory (GB) of MemTotal the weights and their overhead must leave (the OS, docker, sshd, what the KV cache leaves); the preflight refuses a profile that would not leave it, and testinfra checks a serving host keeps it available
 earlyoom_available_gb = None  # noqa: E501  # MemAvailable (GB) below which earlyoom (the distribution's, installed by the deploy) ends the serving container first (SIGKILL): it sees a GB10's GPU allocations, which the container's cap does not; None: a quarter of memory_reserve_gb; 0 leaves earlyoom alone
 memory_overhead_fraction = 0.15  # noqa: E501  # memory a server needs beyond its weights, as a fraction of them (CUDA context, runtime, CUDA graphs, activations, a minimal KV cache): an estimate, not an upstream figure

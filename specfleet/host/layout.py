@@ -22,6 +22,8 @@ READINESS_FILE = "readiness.py"  # the readiness gate (/health, then the smoke c
 PAIR_SWITCH_FILE = "pair_switch.py"  # a pair's switch over both hosts, driven by the head, installed next to it
 STAGE_FILE = "release_stage.py"  # staging a release's files from one bundle, installed next to it
 JOBS_FILE = "host_jobs.py"  # host jobs (work detached from the SSH session), installed next to it
+# a Spark's docker images: THE rule of the pinned image, the removal of unused ones (the prune, the image pull)
+IMAGES_FILE = "docker_images.py"
 AGENT_TOOL = "gateway-agent"  # the readiness agent the gateways ask (host/gateway_agent.py)
 DROP_CACHES_TOOL = "drop-caches"  # the serving unit's ExecStartPre: sync + drop the page cache (host/drop_caches.sh)
 CONTAINER_MEMORY_VAR = "SPECFLEET_CONTAINER_MEMORY"  # drop-caches' cap for the container (docker run --memory=$VAR)
@@ -58,9 +60,10 @@ NETPLAN_TRY_READY = "/run/netplan/netplan-try.ready"  # netplan try's stamp: app
 HOST_PROGRAMS = {HOST_TOOL: "specfleet_host.py", FETCH_TOOL: "fetch_model.py", LAYOUT_FILE: "layout.py",
                  LIB_FILE: "hostlib.py", STATE_FILE: "release_state.py", DRAIN_FILE: "drain.py",
                  READINESS_FILE: "readiness.py", PAIR_SWITCH_FILE: "pair_switch.py", STAGE_FILE: "release_stage.py",
-                 JOBS_FILE: "host_jobs.py", AGENT_TOOL: "gateway_agent.py", DROP_CACHES_TOOL: "drop_caches.sh"}
+                 JOBS_FILE: "host_jobs.py", AGENT_TOOL: "gateway_agent.py", DROP_CACHES_TOOL: "drop_caches.sh",
+                 IMAGES_FILE: "docker_images.py"}
 MODULES = (LAYOUT_FILE, LIB_FILE, STATE_FILE, DRAIN_FILE, READINESS_FILE, PAIR_SWITCH_FILE, STAGE_FILE,
-           JOBS_FILE)  # 0644
+           JOBS_FILE, IMAGES_FILE)  # 0644
 RELEASE_ID = r"r-[0-9a-f]{12}"  # THE form of a release id (plan.Rendered: r- and 12 hex digits of a content hash)
 PAIR_WORKER_FLAG = "--pair-worker"  # `activate ID --pair-worker`: the worker's side of its head's switch
 PAIR_LEAVE_CMD = "leave-pair"  # `leave-pair ID`: a worker whose first pair release ID failed serves alone again

@@ -23,6 +23,15 @@ DigestOf = Callable[[str], str]
 SizesOf = Callable[[str, str], dict[str, dict]]
 
 
+def image_digests(digest: str | None, platforms: dict[str, dict] | None) -> tuple[str, ...]:
+    """Every digest the lock records for one image: its own (an index's, or a single manifest's) and each platform
+    manifest's. A local image is the pinned one when docker has it under one of them (host/docker_images.pinned).
+    Empty: the image is not pinned (run by its tag, as docker does)."""
+    if not digest:
+        return ()
+    return tuple(dict.fromkeys([digest, *(p["digest"] for _, p in sorted((platforms or {}).items()))]))
+
+
 def read_image_entry(e: dict) -> dict:
     """One `images:` entry of a lock file as the Lock holds it; a malformed entry raises ValueError/KeyError/..."""
     entry: dict = {"image_digest": e.get("image_digest")}

@@ -51,7 +51,9 @@ def docker_run_args(s: Settings) -> list[str]:
     layout = Layout.of(s)
     # --oom-score-adj: under memory pressure the kernel kills the serving container first (its processes inherit it),
     # never sshd or dockerd; see docs/memory.md
-    args = ["--rm", "--name", s.serving_unit, "--init", f"--oom-score-adj={OOM_SCORE_ADJ}"]
+    # --pull=never: the unit runs what the image step put on the host (docker never pulls behind specfleet's back:
+    # a tag that is missing fails the start, it is not fetched from a registry the lock did not choose)
+    args = ["--rm", "--pull=never", "--name", s.serving_unit, "--init", f"--oom-score-adj={OOM_SCORE_ADJ}"]
     if s.gpus:
         args.append("--gpus=all")
     args += ["--ipc=host", "--network", "host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]

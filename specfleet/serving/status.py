@@ -14,7 +14,9 @@ from typing import Any
 from ..fleet.programs import program, program_text
 from ..fleet.settings import TIKTOKEN_FILES
 from ..fleet.status import FileReads, Lines, StatusPart, Want, register, sha256
+from ..host.docker_images import pinned
 from ..host.layout import DRAFT_LINK, HOST_PROGRAMS, RECORD_FILE, program_mode
+from ..pins.lock_images import image_digests
 from ..pins.models import ModelPin
 from ..plan import HostPlan
 from .host import release_state
@@ -80,7 +82,7 @@ class Release:
     enabled: str = ""
     unit_sha256: str = ""
     container_running: bool = False
-    image_id: str = ""
+    image_id: str = ""  # the image the unit runs, when it is the pinned one (docker_images.pinned); "": to pull
     validated: list[str] = field(default_factory=list)  # in-image validation verdicts for the config hash
     hub_client: str = ""  # huggingface_hub version in the fetch virtualenv
     # release_state.read(): what the host serves and keeps
@@ -114,12 +116,27 @@ def parse_release(lines: Lines) -> Release:
         elif key == "container":
             st.container_running = rest == "true"
         elif key == "image":
-            st.image_id = rest
+            st.image_id = parse_image(rest)
         elif key == "validated":
             st.validated = rest.split()
         elif key == "release_state":
             apply_release_state(st, rest)
     return st
+
+
+def parse_image(rest: str) -> str:
+    """The `image` line: `<id> <RepoDigests as JSON><TAB><the lock's digests>` -> the id, when the image under the
+    unit's tag is the pinned one or the image is not pinned; "" otherwise (absent, or a tag on another image: it is
+    pulled again). THE rule: docker_images.pinned."""
+    found, _, pins = rest.partition("\t")
+    image_id, _, digests = found.strip().partition(" ")
+    if not image_id or not pins.split():
+        return image_id
+    try:
+        repo_digests = json.loads(digests) if digests else []
+    except ValueError:
+        repo_digests = []
+    return image_id if pinned(repo_digests if isinstance(repo_digests, list) else [], pins.split()) else ""
 
 
 def apply_release_state(st: Release, line: str) -> None:
@@ -160,6 +177,7 @@ def blob_path(plan: HostPlan, pin: ModelPin, blob: str) -> str:
 def _release_env(plan: HostPlan) -> dict[str, str]:
     s, lay = plan.settings, plan.paths
     return {"PORT": str(s.serve_port), "IMAGE": s.image,
+            "IMAGE_PINS": " ".join(image_digests(plan.image_digest, plan.image_platforms)),
             # validate_in_image.config_key of the release's config
             "CFG": config_key(plan.rendered.config) if s.profile is not None else "-none-",
             "UNIT": lay.unit_file, "VALIDATED": lay.validated, "VENV": lay.venv,

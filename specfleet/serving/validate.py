@@ -66,11 +66,12 @@ def host_command(host_name: str, data_dir: str, config_path: str, config: str, i
 
 def verdict_command(data_dir: str, config: str, image: str, gpus: bool, run: list[str], refused: str) -> str:
     """THE in-image check on a host, for any engine: resolve the image id on the host (it may have been pulled in this
-    run), skip when a verdict for (config, image) exists, else run `docker run --rm --network none [--gpus=all]
-    --entrypoint python3 RUN...`, keep its last line and cache an OK; a refusal is `REFUSED<last line>` on stderr."""
+    run), skip when a verdict for (config, image) exists, else run `docker run --rm --pull=never --network none
+    [--gpus=all] --entrypoint python3 RUN...`, keep its last line and cache an OK; a refusal is `REFUSED<last line>`
+    on stderr."""
     q = shlex.quote
     vdir = Layout(data_dir).validated
-    docker = ["docker", "run", "--rm", "--network", "none"] + (["--gpus=all"] if gpus else []) + \
+    docker = ["docker", "run", "--rm", "--pull=never", "--network", "none"] + (["--gpus=all"] if gpus else []) + \
         ["--entrypoint", "python3", *run]
     return (
         f"id=$(docker image inspect --format '{{{{.Id}}}}' {q(image)}) || exit 1; "

@@ -15,9 +15,12 @@ collect_ignore = ["scaffold_v010"]
 
 
 @pytest.fixture(autouse=True)
-def _token(monkeypatch):
+def _token(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.delenv("SPECFLEET_INVENTORY", raising=False)
+    # a host program run in-process (the host tool's prune) never reaches this machine's docker: a test that means
+    # docker points this at its stand-in (tests/unit/docker_standin.py)
+    monkeypatch.setenv("SPECFLEET_DOCKER_SOCKET", str(tmp_path_factory.getbasetemp() / "no-docker.sock"))
     yield
 
 

@@ -29,6 +29,7 @@ from specfleet.fleet.programs import program
 from specfleet.fleet.settings import build_fleet
 from specfleet.host.layout import EARLYOOM_BIN, HOST_PROGRAMS, MODULES
 from specfleet.memory.render import DOCKERD_OOM_SCORE_ADJ
+from specfleet.pins.lock_images import image_digests
 from specfleet.pins.lockfile import Lock, LockedModel, lock_path, profiles_to_lock, write_lock
 from specfleet.pins.models import ModelPin, models_of
 from specfleet.plan import HostPlan, build_plans
@@ -108,7 +109,8 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
         "cap_bnd": "000001ffffffffff",  # a Spark's root: every capability, CAP_SYS_RESOURCE (24) among them
     }
     fields.update({k: str(v) for k, v in over.items() if k in fields})
-    lines = [f"{k}\t{v}" for k, v in fields.items()]
+    lines = [f"{k}\t{v}" for k, v in fields.items() if k != "image"]
+    lines.append(image_line(plan, fields["image"], over.get("repo_digests")))
     from specfleet.serving.status import model_paths
     sizes = over.get("sizes", {})
     for paths in model_paths(plan).values():
@@ -139,6 +141,14 @@ def status_lines(plan: HostPlan, **over: Any) -> list[str]:
         record=over.get("current_release", record), gate=gate, lock=over.get("lock"), job=over.get("job"),
         started=over.get("started")))
     return lines
+
+
+def image_line(plan: HostPlan, image_id: str, repo_digests: list[str] | None = None) -> str:
+    """The probe's `image` line: the id and RepoDigests docker reports under the unit's tag (by default those of a
+    converged host: pulled by the lock's digest), then the lock's digests (IMAGE_PINS)."""
+    pins = " ".join(image_digests(plan.image_digest, plan.image_platforms))
+    digests = repo_digests if repo_digests is not None else ([plan.image_upstream] if plan.image_upstream else [])
+    return f"image\t{image_id} {json.dumps(digests)}\t{pins}" if image_id else f"image\t\t{pins}"
 
 
 # A host job that starts and ends well (override per test to simulate a failing or running job).

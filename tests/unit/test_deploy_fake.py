@@ -9,7 +9,7 @@ from tests.unit.conftest import TOKEN
 from tests.unit.fakehost import SPECFLEET_FACT, changed_ops, converged_responses, executed, make_plans, run_deploy
 
 MUTATING = ("systemctl restart", "daemon-reload", "fetch-model --repo", "docker pull", " activate ", "job start", "curl ",
-            "mkdir /var/lib/specfleet/lock", "docker run --rm --network none")
+            "mkdir /var/lib/specfleet/lock", "docker run --rm --pull=never --network none")
 
 
 def _run(profile, responses, **vars):
@@ -164,7 +164,7 @@ def test_cleanup_purge_removes_the_memory_record():
 
 
 # ---------------------------------------------------------------- in-image validation (validate_in_image)
-VALIDATE = "docker run --rm --network none"
+VALIDATE = "docker run --rm --pull=never --network none"
 
 
 def test_config_validated_in_the_image_when_no_verdict_is_cached():

@@ -123,8 +123,9 @@ def _missing_model(plan):
 
 
 @pytest.mark.parametrize("image,root,free,docker_free,message", [
-    # image still to pull, docker's root on the data_dir disk: models + image_size_gb + headroom must fit
-    ("", "same", 30 * GB, 30 * GB, "GB of models to fetch + 25 GB image to pull (image_size_gb; the docker root dir /var/lib/docker is on the same filesystem) + 20 GB headroom"),
+    # image still to pull, the lock records no size for it, docker's root on the data_dir disk: models + image_size_gb
+    # + headroom must fit
+    ("", "same", 30 * GB, 30 * GB, "GB of models to fetch + 25 GB image to pull (image_size_gb: the lock records no size for it; the docker root dir /var/lib/docker is on the same filesystem) + 20 GB headroom"),
     ("", "same", 46 * GB, 46 * GB, None),
     # the image is there: only models + headroom
     ("sha256:" + "c" * 64, "same", 21 * GB, 21 * GB, None),
@@ -149,7 +150,36 @@ def test_image_too_big_for_a_separate_docker_root_is_refused():
                           sizes=_missing_model(plan))(plan)
     _, _, _, refusals = _run(responses)
     assert len(refusals) == 1
-    assert "not enough disk under the docker root dir /srv/docker for the image to pull: 25 GB (image_size_gb), 10.0 GB free" in refusals[0]
+    assert "not enough disk under the docker root dir /srv/docker for the image to pull: 25 GB (image_size_gb: the lock records no size for it), 10.0 GB free" in refusals[0]
+
+
+def _pinned(plan, platforms):
+    """The plan as the lock pins its image: by digest, with the lock's compressed size per platform (or none)."""
+    plan.image_digest = "sha256:" + "d" * 64
+    plan.image_upstream = f"{plan.settings.image.partition(':')[0]}@{plan.image_digest}"
+    plan.image_platforms = platforms
+
+
+@pytest.mark.parametrize("bytes_, root, message", [
+    # the lock's 3 GB for linux/arm64 (the host's aarch64), not image_size_gb's 25: 0 + 3 + 20 fit in 30
+    (3 * GB, "same", None),
+    (12 * GB, "same", "0.0 GB of models to fetch + 12.00 GB image to pull (the lock's linux/arm64 size; the docker root dir /var/lib/docker is on the same filesystem) + 20 GB headroom (disk_headroom_gb), 30.0 GB free"),
+    (31 * GB, "other", "not enough disk under the docker root dir /var/lib/docker for the image to pull: 31.00 GB (the lock's linux/arm64 size), 30.0 GB free"),
+])
+def test_disk_preflight_counts_the_locks_bytes_for_the_hosts_platform(bytes_, root, message):
+    plans = make_plans({"spark-01": {"operator_users": ["nvidia"]}}, "eagle3")
+    _pinned(plans["spark-01"], {"linux/arm64": {"digest": "sha256:" + "a" * 64, "bytes": bytes_},
+                                "linux/amd64": {"digest": "sha256:" + "b" * 64, "bytes": 90 * GB}})
+
+    def responses(plan):
+        return _responses([f"docker_root\t{30 * GB}\t{root}\t/var/lib/docker"], image="", free=30 * GB,
+                          sizes=_missing_model(plan))(plan)
+    state = run_deploy(plans, converge, "eagle3", responses=responses)
+    refusals = [c.replace("'\"'\"'", "'") for c in executed(state)["spark-01"] if "exit 1" in c and "preflight" in c]
+    if message is None:
+        assert refusals == [], refusals
+    else:
+        assert len(refusals) == 1 and message in refusals[0], refusals
 
 
 def test_image_size_gb_is_a_variable():

@@ -4,19 +4,16 @@ daemon.json and a stand-in dockerd that rereads it on SIGHUP, as dockerd does.""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import socketserver
 import subprocess
 import sys
 import textwrap
-import threading
-import urllib.parse
 
 import pytest
 
 from specfleet.fleet.programs import program
+from tests.unit.docker_standin import DockerStandin, Image
 from tests.unit.installed import installed
 
 PULL = program("image_pull.py").read_text()
@@ -24,72 +21,29 @@ INSECURE = program("insecure_registry.py").read_text()
 MIRRORED = "10.1.0.5:5000/nvcr.io/nvidia/x@sha256:" + "a" * 64
 UPSTREAM = "nvcr.io/nvidia/x@sha256:" + "d" * 64
 TAG = "nvcr.io/nvidia/x:sha256-" + "d" * 64
-
-
-class FakeEngine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """What image_pull.py asks of docker's Engine API: GET /images/<ref>/json, POST /images/create (a JSON stream),
-    POST /images/<ref>/tag. `images`: the references docker answers to; `stream`: the pull's events."""
-
-    daemon_threads = True
-
-    def __init__(self, path: str, images: set[str], stream: list[dict], pulled: set[str]):
-        self.images, self.stream, self.pulled, self.calls = images, stream, pulled, []
-        super().__init__(path, Handler)
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def address_string(self):
-        return "docker.sock"
-
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, status: int, body: bytes = b"{}") -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        ref = urllib.parse.unquote(self.path.split("/")[2])
-        self.server.calls.append(("GET", ref))
-        self._reply(200 if ref in self.server.images else 404)
-
-    def do_POST(self):
-        url = urllib.parse.urlsplit(self.path)
-        query = dict(urllib.parse.parse_qsl(url.query))
-        if url.path == "/images/create":
-            ref = f"{query['fromImage']}@{query['tag']}"
-            self.server.calls.append(("PULL", ref))
-            body = b"".join(json.dumps(e).encode() + b"\r\n" for e in self.server.stream)
-            if not any("error" in e for e in self.server.stream):
-                self.server.images |= self.server.pulled
-            return self._reply(200, body)
-        source = urllib.parse.unquote(url.path.split("/")[2])
-        self.server.calls.append(("TAG", source, f"{query['repo']}:{query['tag']}"))
-        self.server.images.add(f"{query['repo']}:{query['tag']}")
-        self._reply(201, b"")
+DIGESTS = f"{UPSTREAM.rpartition('@')[2]},{MIRRORED.rpartition('@')[2]}"  # the lock's: its index's, its platform's
+PULLED, OTHER = "sha256:" + "1" * 64, "sha256:" + "2" * 64  # image ids
 
 
 @pytest.fixture
 def engine(tmp_path):
-    def start(images=(), stream=(), pulled=(MIRRORED,)):
-        server = FakeEngine(str(tmp_path / "docker.sock"), set(images), list(stream), set(pulled))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+    """docker's Engine API STAND-IN (tests/unit/docker_standin.py) on the socket the programs are pointed at."""
+    def start(images=(), stream=(), registry=None, containers=()):
+        server = DockerStandin(str(tmp_path / "docker.sock"), list(images),
+                               {MIRRORED: PULLED} if registry is None else registry, list(stream), list(containers))
         servers.append(server)
         return server
-    servers: list[FakeEngine] = []
+    servers: list[DockerStandin] = []
     yield start
     for s in servers:
-        s.shutdown()
-        s.server_close()
+        s.stop()
 
 
 def _pull(tmp_path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(installed()), "SPECFLEET_DOCKER_SOCKET": str(tmp_path / "docker.sock"),
            "SPECFLEET_PROGRESS_FILE": str(tmp_path / "progress.json")}
     return subprocess.run([sys.executable, "-c", PULL, "--pull", MIRRORED, "--tag", TAG, "--have", UPSTREAM,
-                           "--bytes", "3000", *extra], capture_output=True, text=True, timeout=60, env=env)
+                           "--bytes", "3000", "--digests", DIGESTS, *extra], capture_output=True, text=True, timeout=60, env=env)
 
 
 STREAM = [{"status": "Pulling fs layer", "id": "l1"}, {"status": "Pulling fs layer", "id": "l2"},
@@ -111,26 +65,38 @@ def test_a_pull_from_the_mirror_is_tagged_as_the_unit_runs_it(engine, tmp_path):
 
 
 def test_the_upstream_reference_on_the_host_is_only_tagged(engine, tmp_path):
-    docker = engine(images={UPSTREAM})
+    docker = engine(images=[Image(PULLED, digests=[UPSTREAM])])
     run = _pull(tmp_path)
     assert run.returncode == 0 and "nothing pulled" in run.stdout, run.stderr
     assert not [c for c in docker.calls if c[0] == "PULL"] and ("TAG", UPSTREAM, TAG) in docker.calls
 
 
-def test_a_host_with_the_tag_asks_nothing_more(engine, tmp_path):
-    docker = engine(images={TAG})
+def test_a_host_with_the_tag_on_the_pinned_image_asks_nothing_more(engine, tmp_path):
+    docker = engine(images=[Image(PULLED, tags=[TAG], digests=[MIRRORED])])
     assert _pull(tmp_path).returncode == 0 and docker.calls == [("GET", TAG)]
 
 
-@pytest.mark.parametrize("stream, pulled", [
-    ([{"errorDetail": {"message": "manifest unknown"}, "error": "manifest unknown: manifest unknown"}], {MIRRORED}),
-    (STREAM, set()),  # docker said nothing wrong, yet has no image answering to the digest
+def test_a_tag_on_another_image_is_moved_to_the_pinned_one(engine, tmp_path):
+    """`docker tag anything nvcr.io/nvidia/x:sha256-<hex>`: the tag alone proves nothing, RepoDigests do."""
+    docker = engine(images=[Image(OTHER, tags=[TAG], digests=["nvcr.io/nvidia/x@sha256:" + "e" * 64])],
+                    stream=STREAM)
+    run = _pull(tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert f"{TAG} is on another image ({OTHER[:19]}, none of whose digests the lock records)" in run.stdout
+    assert ("PULL", MIRRORED) in docker.calls and docker.resolve(TAG).id == PULLED
+    assert docker.images[OTHER].tags == []  # the other image keeps its bytes, not the tag
+
+
+@pytest.mark.parametrize("stream, registry", [
+    ([{"errorDetail": {"message": "manifest unknown"}, "error": "manifest unknown: manifest unknown"}],
+     {MIRRORED: PULLED}),
+    (STREAM, {}),  # docker said nothing wrong, yet has no image answering to the digest
 ])
-def test_a_failed_pull_tags_nothing(engine, tmp_path, stream, pulled):
-    docker = engine(stream=stream, pulled=pulled)
+def test_a_failed_pull_tags_nothing(engine, tmp_path, stream, registry):
+    docker = engine(stream=stream, registry=registry)
     run = _pull(tmp_path)
     assert run.returncode != 0 and run.stderr.strip().splitlines()[-1].startswith("image-pull: "), run.stderr
-    assert not [c for c in docker.calls if c[0] == "TAG"] and TAG not in docker.images
+    assert not [c for c in docker.calls if c[0] == "TAG"] and docker.resolve(TAG) is None
 
 
 # ---- insecure_registry.py -----------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from specfleet.mirror.steps.images import Pull, pull_of
 from specfleet.pins.lockfile import lock_path
 from specfleet.plan import build_plans, load_inventory_or_fail, local_image
 from specfleet.steps import converge
+from tests.unit import fakehost
 from tests.unit.fakehost import SPECFLEET_FACT, converged_responses, executed, run_deploy
 from tests.unit.test_image_registry import FLEET
 from tests.unit.test_image_registry import _lines as mirror_lines
@@ -186,3 +187,94 @@ def test_on_a_fresh_mirror_the_registry_starts_then_fetches_then_the_sparks_pull
     fetch = next(i for i, n in enumerate(order) if "Image registry: fetch" in n)
     pulls = [i for i, n in enumerate(order) if "pull image" in n]
     assert len(pulls) == 1 and start < fetch < pulls[0], order  # both Sparks' pulls: one operation
+
+
+# ---- the registry fails the Spark's pull after the mirror's fetch succeeded ---------------------------------------
+MIRROR_PULL = f"pull:10.1.0.5:5000/nvcr.io/nvidia/tensorrt-llm/release@{ARM}"
+# the mirror's fetch (job j1) succeeds; the Spark's pull from the registry (job jm) fails as a dead registry fails it
+PULL_FAILS = {MIRROR_PULL: '{"id": "jm", "state": "started"}',
+              "job status jm": '{"id": "jm", "key": "k", "state": "failed", "exit": 1, "message": "image-pull: '
+                               '10.1.0.5:5000/nvcr.io/nvidia/tensorrt-llm/release: connection refused"}'}
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_a_pull_the_registry_fails_after_its_fetch_falls_back_only_with_image_fallback(fleet_file, monkeypatch,
+                                                                                        caplog, fallback):
+    monkeypatch.setattr(fakehost, "JOB_OK", {**PULL_FAILS, **fakehost.JOB_OK})  # tried first: the Sparks' mirror pull
+    plans = _plans(fleet_file, all=f", image_fallback: {str(fallback).lower()}")
+    with caplog.at_level("INFO"):
+        state, cmds = _converge(plans)
+    said = [r.getMessage() for r in caplog.records if "spark-01" in r.getMessage()]
+    lines = [m for m in said if "failed after its fetch" in m]
+    assert len(lines) == 1, said
+    assert "image mirror mirror-01 (10.1.0.5:5000)" in lines[0] and "connection refused" in lines[0]
+    assert any("job start" in c and "image-fetch:" in c for c in cmds["mirror-01"])  # the fetch ran, and succeeded
+    pulls = [c for c in cmds["spark-01"] if "job start" in c and "pull:" in c]
+    assert MIRROR_PULL in pulls[0]
+    if fallback:  # pulled from upstream, said so, and the release step goes on with the image
+        assert len(pulls) == 2 and f"--pull {IMAGE}@{INDEX}" in pulls[1], pulls
+        assert "image_fallback: pulling nvcr.io/nvidia/tensorrt-llm/release@" in lines[0] and "from nvcr.io" in lines[0]
+        assert "@fake/spark-01" not in {h.name for h in state.failed_hosts}
+        assert any("docker run --rm --pull=never --network none" in c for c in cmds["spark-01"])
+    else:  # one line; the host fails here and keeps serving its release: nothing switched
+        assert len(pulls) == 1 and "@fake/spark-01" in {h.name for h in state.failed_hosts}
+        assert ("not pulling from nvcr.io (image_fallback: true would); this host keeps serving its current release"
+                in lines[0])
+        assert not any(" activate " in c or "systemctl restart" in c for c in cmds["spark-01"])
+        assert [m for m in said if "job jm" in m] == lines  # the job's failure is said in that one line only
+
+
+# ---- a local tag counts only when its digest is the lock's --------------------------------------------------------
+OTHER = "sha256:" + "e" * 64
+
+
+@pytest.mark.parametrize("rest, found", [
+    (f"sha256:{'c' * 64} [\"{IMAGE}@{INDEX}\"]\t{INDEX} {ARM}", "sha256:" + "c" * 64),  # pulled upstream
+    (f"sha256:{'c' * 64} [\"10.1.0.5:5000/nvcr.io/x@{ARM}\"]\t{INDEX} {ARM}", "sha256:" + "c" * 64),  # mirror
+    (f"sha256:{'c' * 64} [\"{IMAGE}@{OTHER}\"]\t{INDEX} {ARM}", ""),  # a tag moved by hand
+    (f"sha256:{'c' * 64} []\t{INDEX} {ARM}", ""),  # `docker tag` of a built image
+    (f"\t{INDEX} {ARM}", ""),  # no such image
+    (f"sha256:{'c' * 64} []\t", "sha256:" + "c" * 64),  # not pinned: the tag is the reference, as docker has it
+])
+def test_the_status_read_counts_the_unit_image_only_by_the_locks_digest(rest, found):
+    from specfleet.serving.status import parse_image
+    assert parse_image(rest) == found
+
+
+def test_docker_never_pulls_behind_the_image_step(fleet_file):
+    """The unit and the in-image check run the image the image step put there: a missing tag fails, never pulls."""
+    from specfleet.serving.render import unit_text
+    from specfleet.serving.validate import verdict_command
+    plan = _plans(fleet_file)["spark-01"]
+    run = next(line for line in unit_text(plan.settings).splitlines() if line.startswith("ExecStart=/usr/bin/docker run "))
+    assert f" --rm --pull=never --name {plan.settings.service_name} " in run, run
+    assert "docker run --rm --pull=never --network none" in verdict_command("/d", "c", plan.settings.image, True, [], "")
+
+
+def test_a_tag_on_another_image_is_pulled_again_and_the_release_waits_for_it(fleet_file):
+    """The unit's tag is there, but on an image none of whose RepoDigests the lock records: the converge pulls (the
+    pull program moves the tag), and nothing takes the tag's image as the pinned one."""
+    plans = _plans(fleet_file, all=", image_mirror: false")
+
+    def responses(plan):
+        if plan.is_mirror:
+            return {MIRROR_FACT: mirror_lines(plan, "converged")}
+        r = converged_responses(plan, repo_digests=[f"{IMAGE}@{OTHER}"])
+        return r
+    state = run_deploy(plans, converge, "eagle3", responses=responses, cli=True)
+    cmds = executed(state)
+    assert not state.failed_hosts, state.failed_hosts
+    for spark in ("spark-01", "spark-02"):
+        pulls = [c for c in cmds[spark] if "job start" in c and "pull:" in c]
+        assert len(pulls) == 1 and f"--pull {IMAGE}@{INDEX}" in pulls[0], pulls
+        assert f"--digests {INDEX},{AMD},{ARM}" in pulls[0]
+
+
+def test_the_status_read_and_the_pull_program_share_one_rule():
+    """One definition: the status read's parse and the pull program both ask host/docker_images.pinned."""
+    from specfleet.fleet.programs import program_text
+    from specfleet.host import docker_images
+    from specfleet.serving import status
+    assert status.pinned is docker_images.pinned
+    pull = program_text("image_pull.py")
+    assert "from docker_images import " in pull and "pinned(" in pull and "RepoDigests" not in pull.split('"""')[2]

@@ -38,7 +38,7 @@ def _run(tmp_path, answer="OK", rc=0, gpus=False):
 def test_ok_is_cached_and_a_cached_verdict_runs_no_container(tmp_path):
     r, verdict, log = _run(tmp_path)
     assert r.returncode == 0 and verdict.exists() and verdict.name == f"{config_key(CONFIG)}-{'ab' * 6}"
-    assert log.count("run --rm --network none --entrypoint python3 -v ") == 1 and "--gpus" not in log
+    assert log.count("run --rm --pull=never --network none --entrypoint python3 -v ") == 1 and "--gpus" not in log
     assert f"{tmp_path}/cfg.yml:/tmp/specfleet-config.yml:ro img:1.2.0rc6 -c" in log
     assert log.rstrip().endswith(" tensorrt_llm.llmapi.llm_args TorchLlmArgs update_llm_args_with_extra_dict")
     (tmp_path / "log").unlink()

@@ -556,6 +556,60 @@ def test_the_mirror_down_a_spark_pulls_upstream_only_where_image_fallback_allows
            f"{first.name} pulled upstream and serves the new release; {len(rest)} refused with one line each, serving")
 
 
+# The fleet's registry as the Sparks reach it: the relay its socket starts for their connections (the fetch writes
+# through a loopback writer of its own, and the mirror's checks ask the registry on its loopback port, not this door)
+REGISTRY_DOOR = "specfleet-image-registry-proxy"
+REGISTRY_DOOR_DOWN = f"/run/systemd/system/{REGISTRY_DOOR}.service.d/zz-test-down.conf"
+
+
+@pytest.mark.full
+def test_the_registry_dies_after_the_fetch_a_spark_pulls_upstream_only_where_image_fallback_allows(
+        vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr, tmp_path):
+    """A new image (another stand-in build, another digest). The mirror's fetch succeeds, but the fleet's registry
+    then fails every Spark's pull: the relay its socket starts for a Spark's connection cannot start (its socket
+    gives up, and the Sparks' connections are cut). The Spark with image_fallback pulls from upstream, says so, and
+    serves the new release; the others fail with one line each and keep serving their release."""
+    _serve_the_pinned_image(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr, tmp_path)
+    other, host = _another_image(nvcr[0], vm_fleet, mirror_guest, load_delay_s=3.0)
+    first, *rest = vm_fleet.guests
+    before = _serving(vm_fleet)
+    image = f"{host}/{other.repository}:{other.tag}"
+    inv = _image_inventory(lab_inventory, tmp_path, mirror_guest, olah_index, vm_fleet, image,
+                           per_host={first.name: {"image_fallback": True}})
+    # the relay cannot start from now on; the one that may run from an earlier pull is stopped (its socket listens)
+    mirror_guest.ssh(f"mkdir -p {REGISTRY_DOOR_DOWN.rsplit('/', 1)[0]} && printf '[Service]\\nExecStartPre=/bin/false\\n' > "
+                     f"{REGISTRY_DOOR_DOWN} && systemctl daemon-reload && systemctl stop {REGISTRY_DOOR}.service")
+    try:
+        start = time.monotonic()
+        run = lab.run_pyinfra(inv, "eagle3")
+        took = time.monotonic() - start
+        status = lab.run_specfleet("mirror", "status", "inventory.py", inventory=inv)
+    finally:
+        mirror_guest.ssh(f"rm -f {REGISTRY_DOOR_DOWN} && systemctl daemon-reload && systemctl reset-failed "
+                         f"{REGISTRY_DOOR}.socket {REGISTRY_DOOR}.service; systemctl restart {REGISTRY_DOOR}.socket",
+                         check=False)
+        other.stop()
+    out = _plain(run.output())
+    assert run.returncode != 0 and MIRROR not in run.failed, out[-4000:]
+    # the fetch succeeded: the store holds the new image's platform manifest, which the lock pins
+    fetched = other.platform_manifests[other.platform]["digest"]
+    assert f"@{fetched[:19]}  (pinned by the lock)" in status.stdout, status.stdout
+    assert set(run.failed) >= {g.name for g in rest} and first.name not in run.failed, out[-4000:]
+    after = _serving(vm_fleet)
+    said = [ln for ln in out.splitlines() if f"[{first.name}]" in ln and "failed after its fetch" in ln]
+    assert len(said) == 1 and "image_fallback: pulling " in said[0], out[-4000:]
+    tag = f"{host}/{other.repository}:{other.index_digest.replace(':', '-')}"
+    assert f'"image": "{tag}"' in lab.guest_release_json(first) and after[first.name][0] != before[first.name][0]
+    assert lab.guest_curl_completion(first)["choices"]
+    for g in rest:
+        lines = [ln for ln in out.splitlines() if f"[{g.name}]" in ln and "failed after its fetch" in ln]
+        assert len(lines) == 1 and "this host keeps serving its current release" in lines[0], out[-4000:]
+        assert after[g.name] == before[g.name] and lab.guest_curl_completion(g)["choices"], g.name
+    figure("image registry: the registry dies after the mirror's fetch, one Spark with image_fallback",
+           f"{first.name} pulled upstream and serves the new release; {len(rest)} failed with one line each, serving "
+           f"(converge {took:.0f} s)")
+
+
 @pytest.mark.full
 def test_a_fetch_killed_halfway_resumes_on_the_next_converge(vm_fleet, lab_inventory, mirror_guest, olah_index, nvcr,
                                                              tmp_path):

@@ -11,6 +11,7 @@ import json
 import logging
 import shlex
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
@@ -61,7 +62,10 @@ def _say(host, line: str, error: bool = False) -> None:
     (log.error if error else log.info)(f"{host.print_prefix}{line}")
 
 
-def _follow(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool:
+def _follow(state, host, key: str, argv: list[str], env: dict[str, str],
+            on_failure: Callable[[str], None] | None = None) -> bool:
+    """Run `argv` as a host job and follow it to its end (True: it succeeded). A job that failed or was lost is said
+    with its log's tail, or, with `on_failure`, handed to it in one line (its caller says what follows from it)."""
     tool = shlex.join(current_plan().paths.host_tool_argv())
     start = start_command(tool, key, argv, env)
     waited: str | None = None
@@ -87,7 +91,11 @@ def _follow(state, host, key: str, argv: list[str], env: dict[str, str]) -> bool
         _say(host, f"{key}: lost the host while following job {info['id']} ({result.get('message')}); the job "
                    "goes on on the host and the next run attaches to it", error=True)
         return False
-    _say(host, f"{key}: job {info['id']} {result.get('state')}: {result.get('message') or 'no message'}", error=True)
+    failure = f"job {info['id']} {result.get('state')}: {result.get('message') or 'no message'}"
+    if on_failure is not None:
+        on_failure(failure)
+        return False
+    _say(host, f"{key}: {failure}", error=True)
     for line in (result.get("log_tail") or "").splitlines():
         _say(host, f"    {line}", error=True)
     return False

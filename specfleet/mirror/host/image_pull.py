@@ -1,20 +1,24 @@
 """Pull a pinned image by digest through docker's Engine API and tag it as the reference the serving unit runs. Run
 on a Spark as a host job (mirror/steps/images.py), as `python3 -c <this file's text> ARGS` with
-PYTHONPATH=<data_dir>/bin (its hostlib.py: the progress file). Stdlib only.
+PYTHONPATH=<data_dir>/bin (its hostlib.py: the progress file; its docker_images.py: the Engine API and THE rule of
+what counts as the pinned image). Stdlib only.
 
     --pull REF@DIGEST    what to pull: from the mirror's registry (10.1.0.5:5000/nvcr.io/nvidia/x@sha256:<platform>)
                          or from the image's own registry (nvcr.io/nvidia/x@sha256:<index>)
     --have REF@DIGEST    the image's upstream reference by the lock's digest: where the host has it already, it is
                          only tagged (no byte moves, whether the mirror is up or down)
     --tag NAME:TAG       the local tag the unit runs (name:sha256-<hex> of the lock's digest)
+    --digests D1,D2,...  the digests the lock records for the image (its index's and its platforms'): the tag counts
+                         as there only when the image under it has one of them (docker_images.pinned); a tag on
+                         another image is moved to the pinned one
     --bytes N            the compressed bytes the lock records for this platform (0: unknown)
 
 Source: Docker Engine API (docs.docker.com/reference/api/engine): `POST /images/create?fromImage=&tag=` streams
 JSON events with `progressDetail {current, total}` per layer and `error`/`errorDetail` on failure;
-`POST /images/{name}/tag?repo=&tag=` answers 201. Why the Engine API and not `docker pull`: the CLI prints no byte
-counts without a terminal, and the controller shows
-bytes, total and ETA per host. docker verifies every manifest and layer it pulls against its digest; the tag is made
-only after the pulled image answers to REF@DIGEST, so a failed or mismatching pull tags nothing.
+`POST /images/{name}/tag?repo=&tag=` answers 201 (and moves a tag that exists). Why the Engine API and not `docker
+pull`: the CLI prints no byte counts without a terminal, and the controller shows bytes, total and ETA per host.
+docker verifies every manifest and layer it pulls against its digest; the tag is made only after the pulled image
+answers to REF@DIGEST, so a failed or mismatching pull tags nothing.
 
 Progress (SPECFLEET_PROGRESS_FILE): {"kind": "pull", "ref", "bytes_done", "bytes_total", "rate_bps", "eta_s",
 "layers_done", "layers_total"}.
@@ -22,48 +26,25 @@ Progress (SPECFLEET_PROGRESS_FILE): {"kind": "pull", "ref", "bytes_done", "bytes
 
 from __future__ import annotations
 
-import http.client
 import json
-import os
-import socket
 import sys
 import time
 import urllib.parse
 
+from docker_images import api, inspect, pinned, quoted
 from hostlib import Progress
 
-SOCKET = "/var/run/docker.sock"
 PROGRESS_EVERY = 2.0
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float = 3600):
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
-def api(method: str, path: str) -> tuple[int, http.client.HTTPResponse]:
-    conn = UnixHTTPConnection(os.environ.get("SPECFLEET_DOCKER_SOCKET", SOCKET))
-    conn.request(method, path, headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    return resp.status, resp
-
-
 def has(ref: str) -> bool:
-    status, resp = api("GET", f"/images/{urllib.parse.quote(ref, safe='')}/json")
-    resp.read()
-    return status == 200
+    return inspect(ref) is not None
 
 
 def tag(source: str, target: str) -> None:
     repo, _, name_tag = target.rpartition(":")
     query = urllib.parse.urlencode({"repo": repo, "tag": name_tag})
-    status, resp = api("POST", f"/images/{urllib.parse.quote(source, safe='')}/tag?{query}")
+    status, resp = api("POST", f"/images/{quoted(source)}/tag?{query}")
     body = resp.read().decode(errors="replace")
     if status != 201:
         raise SystemExit(f"image-pull: tagging {source} as {target} failed (HTTP {status}): {body.strip()[:300]}")
@@ -114,9 +95,14 @@ def report(progress: Progress, ref: str, expected: int, layers: dict[str, tuple[
 def main(argv: list[str]) -> int:
     opts = dict(zip(argv[0::2], argv[1::2], strict=True))
     want, have, target = opts["--pull"], opts.get("--have"), opts["--tag"]
-    if has(target):
+    digests = [d for d in opts.get("--digests", "").split(",") if d]
+    found = inspect(target)
+    if found is not None and pinned(found.get("RepoDigests"), digests):
         print(f"image-pull: {target} is here already", flush=True)
         return 0
+    if found is not None:
+        print(f"image-pull: {target} is on another image ({str(found.get('Id'))[:19]}, none of whose digests the "
+              "lock records): moving it to the pinned one", flush=True)
     if have and has(have):
         tag(have, target)
         print(f"image-pull: {have} is here already: tagged {target} (nothing pulled)", flush=True)

@@ -5,10 +5,11 @@ Spark pulls it, and the Sparks pull it from there by digest and tag it as the re
 mirror's warm-up is (steps/hub.py): on the mirror it fetches the platform manifests that some Spark of the run still
 lacks (image_fetch.py, a host job: one upstream download per manifest, resumed after a kill), on the Sparks it waits
 for that result. Each Spark's pull comes after it (`image_pull`, called by the models step): nothing when its tag is
-there; a tag only when the upstream reference by the lock's digest is there; otherwise a pull (image_pull.py, a host
-job with byte progress) from the mirror, or, where the image is not pinned or image_mirror is off, from the image's
-own registry. A mirror that is down or failed to fetch: image_fallback pulls from the image's own registry with a
-warning; without it the Spark refuses with one line, and keeps serving.
+on the pinned image (host/docker_images.pinned: docker has it by a digest the lock records); a tag only when the
+upstream reference by the lock's digest is there; otherwise a pull (image_pull.py, a host job with byte progress)
+from the mirror, or, where the image is not pinned or image_mirror is off, from the image's own registry. A mirror
+that is down or failed to fetch, or whose registry then fails this Spark's pull: image_fallback pulls from the image's
+own registry with a warning; without it the Spark refuses with one line, and keeps serving.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ...fleet.steps.jobs import _follow, _say, run_on_host
 from ...fleet.steps.state import STATUS_READS, current_plan, host_status, refuse
 from ...host.layout import DOCKER_UNIT, REGISTRY_USER, MirrorLayout, main_pid
 from ...pins.images import parse_reference
+from ...pins.lock_images import image_digests
 from ..rules import store_repository
 from .ready import mirror_succeeded
 
@@ -175,12 +177,42 @@ def _pull(state, host, pull: Pull) -> bool:
         logger.warning(f"{host.print_prefix}image mirror {plan.mirror_name} ({s.image_registry}) is down or failed "
                        f"to fetch; image_fallback: pulling {plan.image_upstream} from its own registry")
         pull = Pull("upstream", plan.image_upstream, pull.bytes, "(image_fallback)")
-    if pull.kind == "mirror" and s.image_registry not in st_insecure(state, host) and not _trust(state, host, plan):
+    if pull.kind != "mirror":
+        return _run_pull(state, host, plan, pull)
+    failed: list[str] = []  # why the pull from the registry failed (empty: the host was lost, nothing to fall back)
+    trusted = s.image_registry in st_insecure(state, host) or _trust(state, host, plan, failed.append)
+    if trusted and _run_pull(state, host, plan, pull, failed.append):
+        return True
+    return bool(failed) and _from_upstream_after(state, host, plan, pull, failed[0])
+
+
+def _from_upstream_after(state, host, plan, pull: Pull, why: str) -> bool:
+    """The mirror fetched, yet this Spark's pull from its registry failed (the registry died, dockerd would not trust
+    it): image_fallback pulls from the image's own registry, saying so; without it, one line, and the host keeps
+    serving its current release."""
+    s = plan.settings
+    mirror = f"image mirror {plan.mirror_name} ({s.image_registry})"
+    upstream = parse_reference(plan.image_upstream).registry
+    if not s.image_fallback:
+        _say(host, f"{mirror}: pulling {pull.ref} from it failed after its fetch ({why}); not pulling from "
+                   f"{upstream} (image_fallback: true would); this host keeps serving its current release", error=True)
         return False
-    argv = ["python3", "-c", PULL, "--pull", pull.ref, "--tag", s.image, "--bytes", str(pull.bytes or 0)]
+    _IMAGE_FALLBACK(state).add(host.name)
+    logger.warning(f"{host.print_prefix}{mirror}: pulling from it failed after its fetch ({why}); image_fallback: "
+                   f"pulling {plan.image_upstream} from {upstream}")
+    return _run_pull(state, host, plan, Pull("upstream", plan.image_upstream, pull.bytes, "(image_fallback)"))
+
+
+def _run_pull(state, host, plan, pull: Pull, on_failure=None) -> bool:
+    """image_pull.py as a host job: the tag, when the image under it is the pinned one; else a tag of the upstream
+    reference by the lock's digest, where the host has it; else a pull of `pull.ref`, tagged."""
+    s = plan.settings
+    argv = ["python3", "-c", PULL, "--pull", pull.ref, "--tag", s.image, "--bytes", str(pull.bytes or 0),
+            "--digests", ",".join(image_digests(plan.image_digest, plan.image_platforms))]
     if plan.image_upstream:
         argv += ["--have", plan.image_upstream]
-    return _follow(state, host, f"pull:{pull.ref}", argv, {"PYTHONPATH": plan.paths.bin})  # its hostlib.py
+    return _follow(state, host, f"pull:{pull.ref}", argv, {"PYTHONPATH": plan.paths.bin},  # its modules
+                   on_failure=on_failure)
 
 
 def st_insecure(state, host) -> tuple[str, ...]:
@@ -188,14 +220,18 @@ def st_insecure(state, host) -> tuple[str, ...]:
     return st.mirror.insecure if st is not None else ()
 
 
-def _trust(state, host, plan) -> bool:
+def _trust(state, host, plan, on_failure) -> bool:
     """dockerd reaches the mirror's registry over plain HTTP: insecure-registries merged into daemon.json and applied
-    by SIGHUP (a reload: no container stops). Pulls are by digest, which docker verifies, so HTTP loses no integrity."""
+    by SIGHUP (a reload: no container stops). Pulls are by digest, which docker verifies, so HTTP loses no integrity.
+    A failure is handed to `on_failure` in one line."""
     registry = plan.settings.image_registry
     ok, out, err = run_on_host(state, host, shlex.join(["python3", "-c", INSECURE, "--add", registry,
                                                         "--pid-command", main_pid(DOCKER_UNIT)]))
-    for line in (out + err)[-3:] if not ok else out[-1:]:
-        _say(host, line, error=not ok)
+    if ok:
+        for line in out[-1:]:
+            _say(host, line)
+    else:
+        on_failure(f"dockerd's trust of {registry}: {' '.join((out + err)[-1:]) or 'no output'}")
     return ok
 
 

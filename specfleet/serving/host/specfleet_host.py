@@ -25,7 +25,8 @@ Runs with the host's system python3 (stdlib only); plain lines for the operator,
   job status ID [--wait S]  JSON: state (running|ok|failed|lost), exit code, progress, message, log tail;
                      with --wait, after up to S seconds while the job runs (at once when it ends).
   status             JSON: current, previous, releases (newest first), unit state, gate, active job.
-  prune --keep N     delete releases beyond the N newest (never current/previous), then what no kept one uses.
+  prune --keep N     delete releases beyond the N newest (never current/previous), then what no kept one uses:
+                     models, and the images specfleet tagged that no kept release runs (docker_images.py).
   unlock [ID] [--force]  release the run lock (<data_dir>/lock) held by run ID (or by anyone with --force).
 """
 
@@ -40,6 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules (layout.MODULES) are installed next to it
+import docker_images  # noqa: E402
 import drain  # noqa: E402
 import host_jobs  # noqa: E402
 import pair_switch  # noqa: E402
@@ -303,6 +305,17 @@ class Host:
                 shutil.rmtree(self.releases / r["id"], ignore_errors=True)
                 say(f"pruned release {r['id']}")
         prune_unused(self.hub, self.drafts, {(m["repo"], m["commit"]) for r in kept for m in r["models"].values()})
+        self.prune_images(kept)
+
+    def prune_images(self, kept: list[dict]) -> None:
+        """Remove the images specfleet tagged that no kept release runs (by its tag, or the image id it recorded at
+        its start): the docker root does not grow with every new image, and a rollback still finds its image."""
+        refs = {r["image"] for r in kept if r.get("image")}
+        refs |= {text.strip() for r in kept if (text := _read(self.releases / r["id"] / "image-id"))}
+        try:
+            docker_images.remove_unused(refs, say)
+        except OSError as exc:
+            say(f"warning: unused images not removed (docker: {exc}); the next prune tries again", err=True)
 
     def lock_owner(self) -> str | None:
         return release_state.lock_owner(self.layout)
@@ -318,6 +331,13 @@ class Host:
             raise Fail(f"not unlocking: held by {holder} (pass its id {held_by}, or --force)")
         shutil.rmtree(self.lock_dir, ignore_errors=True)
         say(f"released the lock held by {holder}")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ from pyinfra.api import deploy
 
 from ...constants import GB
 from ...fleet.steps.state import current_plan, host_status, missing, pair_peer, refuse
+from ...mirror.steps.images import platform_of, pull_of
 from ...pair import rules as pair_fleet
 from ...pair.steps.link import link_problems
 from ...pair.steps.trust import trust_problems
@@ -66,21 +67,36 @@ def _serving_problems(plan, st) -> list[str]:
     s, pf, rel = plan.settings, st.platform, st.release
     problems: list[str] = []
     models = sum(size for role in plan.pins for path, size in missing(plan, st, role) if "/snapshots/" in path)
-    image = s.image_size_gb * GB if pf.docker == "ok" and not rel.image_id else 0
+    image, size, source = image_to_pull(plan, st)
     same_fs = pf.docker_root_same_fs is True
     need = models + (image if same_fs else 0)
     if need and pf.free_bytes < need + s.disk_headroom_gb * GB:
-        pull = (f"{s.image_size_gb} GB image to pull (image_size_gb; the docker root dir {pf.docker_root} is on "
-                f"the same filesystem) + " if same_fs and image else "")
+        pull = (f"{size} image to pull ({source}; the docker root dir {pf.docker_root} is on the same filesystem) + "
+                if same_fs and image else "")
         problems.append(f"not enough disk under {s.data_dir}: {models / GB:.1f} GB of models to fetch + {pull}"
                         f"{s.disk_headroom_gb} GB headroom (disk_headroom_gb), {pf.free_bytes / GB:.1f} GB free")
     if image and pf.docker_root_same_fs is False and pf.docker_root_free < image:
         problems.append(f"not enough disk under the docker root dir {pf.docker_root} for the image to pull: "
-                        f"{s.image_size_gb} GB (image_size_gb), {pf.docker_root_free / GB:.1f} GB free")
+                        f"{size} ({source}), {pf.docker_root_free / GB:.1f} GB free")
     if rel.listeners and rel.active != "active":
         problems.append(f"port {s.serve_port} is in use by another program (serve_port); "
                         "stop it or choose another port")
     return problems
+
+
+def image_to_pull(plan, st) -> tuple[int, str, str]:
+    """The bytes the image still to pull counts on the disk, as text, and where that figure comes from: the lock's
+    compressed size for the host's platform (what the pull transfers), else image_size_gb (the lock records no size:
+    an older lock, an image not pinned). 0 when nothing is pulled (the image is there, or only to be tagged)."""
+    if st.platform.docker != "ok":
+        return 0, "", ""
+    pull = pull_of(plan, st)
+    if pull.kind in ("none", "tag"):
+        return 0, "", ""
+    if pull.bytes is not None:
+        return pull.bytes, f"{pull.bytes / GB:.2f} GB", f"the lock's {platform_of(st.platform.arch)} size"
+    s = plan.settings
+    return s.image_size_gb * GB, f"{s.image_size_gb} GB", "image_size_gb: the lock records no size for it"
 
 
 def memory_problem(plan, st) -> str | None:
