@@ -31,13 +31,15 @@ CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
 # Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
 # next converge); recorded in release.json, shown by `plan` as its own reason, each bump in docs/upgrades.md.
-RENDERING = 5
+RENDERING = 6
 # rendering -> the TensorRT-LLM contract versions whose hosts it changed (`plan` names it only for those).
 RENDERING_CHANGED = {
     2: ("1.3.0rc12",),  # TensorRT-LLM's contract per version: Draft_Target, Eagle3, speculative_model, --config
     3: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the page cache dropped before every start, --oom-score-adj
     4: ("1.2.0rc6", "1.3.0rc12"),  # unified memory: the container capped at MemTotal less memory_reserve_gb
     5: ("1.2.0rc6", "1.3.0rc12"),  # a pinned image runs as the local tag name:sha256-<hex> (images through a registry)
+    # docker run --pull=never; vLLM: its share from vllm_gpu_memory_utilization, its own unit and options record
+    6: ("1.2.0rc6", "1.3.0rc12"),
 }
 OOM_SCORE_ADJ = 1000  # the serving container is the kernel OOM killer's first choice (the most it can be)
 

@@ -247,7 +247,7 @@ def test_docker_never_pulls_behind_the_image_step(fleet_file):
     from specfleet.serving.validate import verdict_command
     plan = _plans(fleet_file)["spark-01"]
     run = next(line for line in unit_text(plan.settings).splitlines() if line.startswith("ExecStart=/usr/bin/docker run "))
-    assert f" --rm --pull=never --name {plan.settings.service_name} " in run, run
+    assert f" --rm --pull=never --name {plan.settings.serving_unit} " in run, run
     assert "docker run --rm --pull=never --network none" in verdict_command("/d", "c", plan.settings.image, True, [], "")
 
 

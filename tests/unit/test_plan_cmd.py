@@ -95,7 +95,7 @@ def test_a_rendering_upgrade_is_its_own_reason():
     text, code = _plan(plans, lambda p: converged_responses(p, current="r-47b00160dbdf", release_missing=True,
                                                              current_release=record, unit_sha256="0" * 64))
     assert code == EXIT_CHANGES, text
-    assert (f"restart: yes (release r-47b00160dbdf -> {new.release_id} (specfleet renders differently: rendering 1 -> 5 "
+    assert (f"restart: yes (release r-47b00160dbdf -> {new.release_id} (specfleet renders differently: rendering 1 -> 6 "
             "(docs/upgrades.md); config)") in text, text
     same = make_plans({"spark-01": {}}, "draft_target")["spark-01"]
     text, _ = _plan({"spark-01": same}, converged_responses)
@@ -110,12 +110,12 @@ def test_a_rendering_upgrade_is_its_own_reason():
     record = dict(same.release_record("t"), id="r-000000000000", rendering=2, config_sha256="0" * 64)
     text, _ = _plan({"spark-01": same}, lambda p: converged_responses(p, current="r-000000000000", release_missing=True,
                                                                        current_release=record))
-    assert "specfleet renders differently: rendering 2 -> 5 (docs/upgrades.md)" in text, text
+    assert "specfleet renders differently: rendering 2 -> 6 (docs/upgrades.md)" in text, text
     # ... and at rendering 3 (before the container's memory cap, which concerns every version too)
     record = dict(record, rendering=3)
     text, _ = _plan({"spark-01": same}, lambda p: converged_responses(p, current="r-000000000000", release_missing=True,
                                                                        current_release=record))
-    assert "specfleet renders differently: rendering 3 -> 5 (docs/upgrades.md)" in text, text
+    assert "specfleet renders differently: rendering 3 -> 6 (docs/upgrades.md)" in text, text
 
 
 def test_users_added_and_not_running():

@@ -150,15 +150,15 @@ def test_both_spellings_at_once_are_one_problem(fleet_file):
 
 
 # ------------------------------------------------------------------ golden: what each version renders, and its id
-GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag); every id carries the memory cap (unit, rendering 4)
-    ("1.2.0rc6", "eagle3"): ("r-132f99392e24", "Eagle", "speculative_model_dir", "--extra_llm_api_options"),  # was r-c5e2763fa58c
-    ("1.2.0rc6", "draft_target"): ("r-3b7e14637ab5", "DraftTarget", "speculative_model_dir", "--extra_llm_api_options"),  # was r-34a47700d138
-    ("1.2.0rc6", "baseline"): ("r-e69c766ba55e", None, None, "--extra_llm_api_options"),  # was r-f546cb6ad933
-    ("1.3.0rc12", "eagle3"): ("r-322e51ba73f9", "Eagle3", "speculative_model", "--config"),  # was r-2cb21a5d9ef9
-    ("1.3.0rc12", "draft_target"): ("r-32d090b8a208", "Draft_Target", "speculative_model", "--config"),  # was r-8667cbe31d19
-    ("1.3.0rc12", "baseline"): ("r-653895f1f17b", None, None, "--config"),  # was r-fbcdb6f3ffb0
-    ("1.2.0rc6", "ngram"): ("r-08195d8934fe", "NGram", None, "--extra_llm_api_options"),
-    ("1.3.0rc12", "ngram"): ("r-219128421463", "NGram", None, "--config"),
+GOLDEN = {  # (version, profile) -> (release id, decoding_type, draft key, flag), at rendering 6
+    ("1.2.0rc6", "eagle3"): ("r-d5b118cd10dd", "Eagle", "speculative_model_dir", "--extra_llm_api_options"),
+    ("1.2.0rc6", "draft_target"): ("r-27842b9190ea", "DraftTarget", "speculative_model_dir", "--extra_llm_api_options"),
+    ("1.2.0rc6", "baseline"): ("r-6fe24fc559c2", None, None, "--extra_llm_api_options"),
+    ("1.3.0rc12", "eagle3"): ("r-e867e3ef8f5e", "Eagle3", "speculative_model", "--config"),
+    ("1.3.0rc12", "draft_target"): ("r-f1bd8ab9aaea", "Draft_Target", "speculative_model", "--config"),
+    ("1.3.0rc12", "baseline"): ("r-ec80484deca8", None, None, "--config"),
+    ("1.2.0rc6", "ngram"): ("r-4bb9c429f77c", "NGram", None, "--extra_llm_api_options"),
+    ("1.3.0rc12", "ngram"): ("r-1197b901ead8", "NGram", None, "--config"),
 }
 
 
