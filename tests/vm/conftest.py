@@ -123,6 +123,18 @@ def wheelhouse(lab_driver, standins_for):
 
 
 @pytest.fixture(scope="session")
+def standin_rootfs() -> Path:
+    """The trtllm-serve stand-in's rootfs tar that the session fleet's hosts load (lab_inventory) and the registry
+    stand-in serves: built here on a cold cache (mmdebstrap), so that a test of it runs cold or warm, before or
+    after the fleet is prepared (the build is locked and cached: it happens once)."""
+    with session_work("session setup: stand-in rootfs tar (build unless cached)"):
+        start = time.monotonic()
+        tar = lab.standin_tarball(cache_dir(), "x86_64")
+        figure("stand-in rootfs tar (x86_64, built unless cached)", f"{time.monotonic() - start:.1f} s")
+        return tar
+
+
+@pytest.fixture(scope="session")
 def vm_fleet(tmp_path_factory, request, lab_driver):
     with session_work("session setup: vm_fleet (image build + boot)"):
         return _boot_fleet(tmp_path_factory, request, lab_driver)

@@ -68,9 +68,11 @@ def mirror_guest(tmp_path_factory, request, vm_fleet):
 def olah_index(vm_fleet):
     """olah's wheelhouse (its dependency closure for the host's platform), served where the hosts reach the
     controller."""
-    house = wheelhouse_mod.prepare(cache_dir(), wheelhouse_mod.mirror_requirement(), arches=("x86_64",))
-    if house is None:
-        pytest.skip("no wheelhouse for olah (pip download failed on the controller)")
+    said: list[str] = []
+    house = wheelhouse_mod.prepare(cache_dir(), wheelhouse_mod.mirror_requirement(), arches=("x86_64",),
+                                   say=said.append)
+    if house is None:  # the lab's hosts have no other way to olah (no route out): the scenarios cannot run
+        pytest.fail(f"no wheelhouse for olah on the controller: {' '.join(said)}", pytrace=False)
     server = wheelhouse_mod.WheelhouseServer(list(house.dirs.values()), bind=vm_fleet.driver.bind_address, port=0,
                                              arches=house.arches).start()
     yield server

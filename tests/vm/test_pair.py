@@ -63,9 +63,6 @@ def pair(tmp_path_factory, request, hub, wheelhouse):
     fleet = own_guests(tmp_path_factory, request, "pair", "pair: boot 2 guests with the stand-in CX-7 link",
                        pair_link=True, lan=True)
     STATE["fleet"] = fleet
-    # the gateway guest the module's last tests boot: down at module teardown (registered first, so it runs after
-    # the tests and before the pair's guests go), also on failure or SIGTERM; nothing to do when none was booted
-    request.addfinalizer(lambda: specfleet_lab.down(fleet.workdir / "gateway"))
     t0 = time.monotonic()
     n_cas = lab.trust_controller_cas(fleet)
     mirrored = [g for g in fleet.guests if wheelhouse and wheelhouse_mod.guest_arch(g) in wheelhouse.arches]
@@ -321,17 +318,16 @@ def test_the_controller_killed_mid_switch_the_head_finishes_both(pair):
     assert rerun.n_changed == 0, (rerun.changed, rerun.output()[-3000:])
 
 
-def test_behind_a_gateway_only_the_head_is_a_backend_and_answers(pair):
-    """A gateway guest joins the pair's network; the pair serves qwen3_eagle3_pair behind it. After the gateway's
-    converge and the pair's, the gateway's pool holds the head only, UP, and a completion with the clients' key comes
-    through the gateway, served by both ranks; without the key, 401. The gateway stays up for the next test (the pair
-fixture takes it down with the module)."""
-    head, worker, _ = pair
+@pytest.fixture(scope="module")
+def pair_gateway(request, pair) -> Gateway:
+    """A gateway guest joins the pair's network; the pair serves qwen3_eagle3_pair behind it: the gateway's converge,
+    then the pair's, until the head is UP in the pool. Down at module teardown (before the pair's guests), also on
+    failure or SIGTERM. A join that fails is an error of each test that needs it."""
     fleet = STATE["fleet"]
     workdir = fleet.workdir / "gateway"
+    request.addfinalizer(lambda: specfleet_lab.down(workdir))
     t0 = time.monotonic()
     gw_fleet = gateway_lab.boot(fleet, workdir, cache_dir())
-    gw = gw_fleet.guests[0]
     # the fleet file the pair serves now: joining a gateway must not switch it (a converge behind gateways
     # refuses to restart every host of a model at once; that is `specfleet rollout`'s)
     inv = gateway_lab.inventory(STATE.get("serving_inventory", pair[2]), gw_fleet,
@@ -340,28 +336,33 @@ fixture takes it down with the module)."""
     for deploy in ("gateway", DEPLOY):  # the gateway first (the head's drain waits for it), then the pair joins
         run = lab.run_pyinfra(inv, deploy)
         assert run.returncode == 0, run.output()[-4000:]
-    gateway = Gateway(gw, inv, workdir)
-    pool = _wait_pool(gateway, {"spark-1": "UP"})
+    gateway = Gateway(gw_fleet.guests[0], inv, workdir)
+    _wait_pool(gateway, {"spark-1": "UP"})
     figure("pair: a gateway joins (boot, its converge, the pair's) until the head is UP",
            f"{time.monotonic() - t0:.1f} s")
+    return gateway
+
+
+def test_behind_a_gateway_only_the_head_is_a_backend_and_answers(pair, pair_gateway):
+    """Behind the gateway (pair_gateway), the gateway's pool holds the head only, UP, and a completion with the
+    clients' key comes through the gateway, served by both ranks; without the key, 401."""
+    head, worker, _ = pair
+    pool = _wait_pool(pair_gateway, {"spark-1": "UP"})
     assert "spark-2" not in pool, pool  # the worker is no backend
     body = json.dumps({"model": MODEL, "prompt": "Say hello.", "max_tokens": 16})
-    assert _gateway_curl(gateway, "/v1/completions", None, body)[0] == 401
-    code, text = _gateway_curl(gateway, "/v1/completions", gateway_lab.KEY, body)
+    assert _gateway_curl(pair_gateway, "/v1/completions", None, body)[0] == 401
+    code, text = _gateway_curl(pair_gateway, "/v1/completions", gateway_lab.KEY, body)
     assert code == 200 and json.loads(text)["choices"][0]["text"].strip(), text
     assert serves(serving(head, worker))
-    STATE["gateway"] = gateway
 
 
-def test_a_rollout_behind_the_gateway_drains_the_head_before_the_pair_switches(pair):
+def test_a_rollout_behind_the_gateway_drains_the_head_before_the_pair_switches(pair, pair_gateway):
     """`specfleet rollout` of release C of the pair behind the gateway: the pair is one member of one batch (the
     only backend of its model, which a rollout may switch). The head's job drains the head first: the gateway was
     answered `down` (the agent's acknowledgement) before the head's launch was stopped. Then both hosts serve C, the
     head is UP in the pool again, and a completion comes through the gateway."""
     head, worker, _ = pair
-    gateway = STATE.get("gateway")
-    if gateway is None:
-        pytest.skip("the gateway did not join (the previous test failed)")
+    gateway = pair_gateway
     before = serving(head, worker)
     assert serves(before), before
     inv_c = lab.with_vars(gateway.inventory, gateway.inventory.with_name("pair-c.yml"),

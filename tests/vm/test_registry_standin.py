@@ -483,18 +483,11 @@ def test_skopeo_fails_without_the_ca_and_after_forced_expiry(fresh, tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-def _lab_rootfs() -> Path | None:
-    cache = Path(os.environ.get("SPECFLEET_CACHE_DIR") or Path.home() / ".cache" / "specfleet")
-    tars = sorted(cache.glob("trtllm-standin-*.tar"), key=lambda p: p.stat().st_mtime)
-    return tars[-1] if tars else None
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_lab_rootfs() is None, reason="no stand-in rootfs tar in the lab's cache (tests/vm/lab.py)")
-def test_lab_rootfs_is_cut_into_eight_layers():
-    """The lab's trtllm-serve stand-in rootfs, as the VM tests will serve it (a few seconds: gzip of ~100 MiB)."""
-    tar = _lab_rootfs()
-    img = build_image(tar)
+def test_lab_rootfs_is_cut_into_eight_layers(standin_rootfs):
+    """The lab's trtllm-serve stand-in rootfs, as the VM tests serve it (the session fleet's tar, built by the
+    fixture on a cold cache; here a few seconds: gzip of ~100 MiB)."""
+    img = build_image(standin_rootfs)
     main = img["platforms"][f"linux/{img['arch']}"]
     assert len(main["layers"]) == 8
     sizes = [len(img["blobs"][d]) for d in main["layers"]]
