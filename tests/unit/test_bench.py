@@ -248,15 +248,20 @@ def test_bench_recovers_drawn_acceptance(standin):
 
 
 # ---- windows that cannot lie: a restart inside one, an unreadable read -------------------------------------------
+def load_through(proxy: WindowProxy, buckets: dict[str, int], **kw) -> dict:
+    """run_load against the server behind `proxy`, which is closed afterwards."""
+    try:
+        return run_load(proxy.url, buckets, **kw)
+    finally:
+        proxy.close()
+
+
 def test_a_trtllm_restart_inside_the_window_is_caught_by_the_iteration_counter(standin):
     """The drain before the window reads one server; every read after it, and the measured requests, reach another,
     started later at the same address (a restart): its iteration stats number the executor's loops from 1 again."""
     old, new = standin(3, EAGLE), standin(3, EAGLE)
     proxy = WindowProxy(old, restart_to=new, restart_after=1)
-    try:
-        raw = run_load(proxy.url, {"short": 24})
-    finally:
-        proxy.close()
+    raw = load_through(proxy, {"short": 24})
     r = bench.variant_result(bench.parse_variants(["eagle3:max_draft_len=3"])[0], "h1", None, raw=raw)
     assert not [q for q in raw["buckets"]["short"]["requests"] if q["error"]]  # the new server served them all
     assert r["error"] and r["error"].startswith("short: the server restarted during the window (an iteration's "
@@ -267,10 +272,7 @@ def test_a_trtllm_restart_inside_the_window_is_caught_by_the_iteration_counter(s
 def test_an_unreadable_drain_before_the_window_fails_the_variant_instead_of_counting_the_warm_up(standin):
     url = standin(3, EAGLE)
     proxy = WindowProxy(url, fail_reads=(1,))
-    try:
-        raw = run_load(proxy.url, {"short": 24})
-    finally:
-        proxy.close()
+    raw = load_through(proxy, {"short": 24})
     r = bench.variant_result(bench.parse_variants(["eagle3:max_draft_len=3"])[0], "h1", None, raw=raw)
     assert r["error"] == ("short: the drain of /metrics before the window failed (HTTP 503): the window would count "
                           "the warm-up's iterations"), r["error"]
@@ -343,10 +345,7 @@ def test_a_vllm_restart_inside_the_window_is_caught_though_its_counters_climbed_
     PROMETHEUS_DISABLE_CREATED_SERIES) the process's start does."""
     old, new = (vllm_standin(3, PROMETHEUS_DISABLE_CREATED_SERIES=created) for _ in range(2))
     proxy = WindowProxy(old, restart_to=new, restart_after=1)
-    try:
-        raw = run_load(proxy.url, {"short": 24}, model=VLLM_MODEL, counters=_vllm_counters())
-    finally:
-        proxy.close()
+    raw = load_through(proxy, {"short": 24}, model=VLLM_MODEL, counters=_vllm_counters())
     assert proxy.metrics_reads == 2 and _drafts(new) > _drafts(old) > 0  # climbed back above the first read
     r = bench.variant_result(bench.parse_variants(["vllm_eagle3"])[0], "h1", None, raw=raw)
     assert r["error"] == f"short: the server restarted during the window ({evidence} changed)", r["error"]
@@ -355,10 +354,7 @@ def test_a_vllm_restart_inside_the_window_is_caught_though_its_counters_climbed_
 
 def test_an_unreadable_read_before_the_window_fails_the_variant_instead_of_counting_since_start(vllm_standin):
     proxy = WindowProxy(vllm_standin(3), fail_reads=(1,))
-    try:
-        raw = run_load(proxy.url, {"short": 24, "medium": 64}, model=VLLM_MODEL, counters=_vllm_counters())
-    finally:
-        proxy.close()
+    raw = load_through(proxy, {"short": 24, "medium": 64}, model=VLLM_MODEL, counters=_vllm_counters())
     r = bench.variant_result(bench.parse_variants(["vllm_eagle3"])[0], "h1", None, raw=raw)
     assert r["error"] == ("short: the read of the server's counters before the window failed (HTTP 503): the window "
                           "would count everything since the server started"), r["error"]
