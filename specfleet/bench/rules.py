@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engines.catalog import draft_len, engine_of, speculative
+from ..engines.catalog import Engine, draft_len, engine_of, speculative
 from ..fleet.inventory import Inventory
-from ..overview.host.overview import acceptance, acceptance_from_counters, counter_sums
+from ..overview.host.overview import counter_window, iteration_window, window_samples
 from ..plan import HostPlan, build_plans
 from ..serving.options import deep_merge
 from ..serving.profiles import PROFILES, nodes
@@ -184,23 +184,27 @@ def summarize_bucket(raw: dict[str, Any]) -> dict[str, Any]:
         "tpot_s": {"mean": _mean(tpot)},
         "latency_s": {"p50": percentile([r["e2e_s"] for r in reqs], 50),
                       "p90": percentile([r["e2e_s"] for r in reqs], 90)},
-        "acceptance_length": acc["acceptance_length"], "acceptance_rate": acc["acceptance_rate"],
+        "acceptance_length": acc.get("acceptance_length"), "acceptance_rate": acc.get("acceptance_rate"),
         "spec": acc, "mem_peak": mem,
     }
 
 
 def _acceptance(raw: dict[str, Any]) -> dict[str, Any]:
     """The window's acceptance: the deltas of the engine's counters (the load client's `counters` before and after),
-    else trtllm-serve's iteration stats drained during it; `source` says which."""
+    else trtllm-serve's iteration stats drained during it; `source` says which. {"error": why, ...} when the window is
+    not one server's and only the window's (overview/host/overview.py: counter_window, iteration_window)."""
     counters = raw.get("counters")
     if counters:
-        names = counters["names"]
-        before, after = (counter_sums("\n".join(counters[k]), names)  # type: ignore[no-untyped-call]  # host program
-                         for k in ("before", "after"))
-        acc: dict[str, Any] = acceptance_from_counters(before, after, names,  # type: ignore[no-untyped-call]
-                                                       raw.get("wall_s"))
+        acc = counter_window(counters["before"], counters["after"], counters["names"], raw.get("wall_s"))
         return {**acc, "source": "counters"}
-    return {**acceptance(raw.get("iterations") or []), "source": "iteration stats"}  # type: ignore[no-untyped-call]
+    return {**iteration_window(raw.get("drain") or {}, raw.get("iterations") or []), "source": "iteration stats"}
+
+
+def load_counters(engine: Engine) -> dict[str, Any]:
+    """What the load client is told of the engine's counters: the record's format, path and names, and for counters
+    a read does not consume, the samples each read keeps (the counters, their `_created`, the process start)."""
+    record = engine.counters.record()
+    return {**record, "samples": window_samples(record["names"])} if engine.counters.scrapable else record
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -335,7 +339,7 @@ def serve_url(plan: HostPlan) -> str:
 def variant_result(v: Variant, h: str, plan: HostPlan | None, raw: dict[str, Any] | None = None,
                    error: str | None = None) -> dict[str, Any]:
     env = (raw or {}).get("env") or {}
-    out = {"variant": v.name, "profile": v.profile, "engine": v.engine, "params": dict(v.params),
+    out: dict[str, Any] = {"variant": v.name, "profile": v.profile, "engine": v.engine, "params": dict(v.params),
            "draft_len": v.draft_len, "overrides": {v.options_var: v.options} if v.options else {}, "host": h,
            "error": error,
            "release": plan.release_id if plan else None,
@@ -344,6 +348,9 @@ def variant_result(v: Variant, h: str, plan: HostPlan | None, raw: dict[str, Any
            "env": env, "host_class": host_class(env), "buckets": {}, "raw": raw}
     if raw:
         out["buckets"] = {b: summarize_bucket(r) for b, r in raw.get("buckets", {}).items()}
+        unusable = [f"{b}: {f['spec']['error']}" for b, f in out["buckets"].items() if f["spec"].get("error")]
+        if unusable and not error:  # a window that is not the variant's alone: nothing of the variant is counted
+            out.update(error=unusable[0], buckets={})
     return out
 
 

@@ -25,7 +25,7 @@ from ..fleet.steps.state import current_plan, host_status
 from ..plan import HostPlan
 from ..serving.render import profile_of
 from ..steps import stage, switch
-from .rules import LOAD_TOOL, Variant, serve_url, variant_result
+from .rules import LOAD_TOOL, Variant, load_counters, serve_url, variant_result
 
 
 @deploy("Bench: return to the release served before")
@@ -125,7 +125,7 @@ def _round(b: Bench, index: int, pairs: list[tuple[str, Variant]], plans: dict[s
     after = runner.read_statuses(plans, hs)
     live = [h for h in hs if h not in failed and (after.get(h) or {}).get("current") == plans[h].release_id]
     specs = {h: {"url": serve_url(plans[h]), "model": profile_of(plans[h].settings)["target"]["repo"], **b.load,
-                 "metrics": True, "counters": plans[h].settings.engine.counters.record()} for h in live}
+                 "metrics": True, "counters": load_counters(plans[h].settings.engine)} for h in live}
     raw: dict[str, dict] = {}
     if live:
         b.log(f"round {index}: load on {', '.join(live)} ({len(b.load['buckets'])} bucket(s) x {b.load['requests']} "

@@ -12,6 +12,7 @@ import json
 import math
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,10 @@ from click.testing import CliRunner
 from specfleet.bench import rules as bench
 from specfleet.bench import run as bench_run
 from specfleet.cli import main
+from specfleet.engines.catalog import ENGINES
+from specfleet.engines.vllm_contract import COUNTERS
+from specfleet.overview.host.overview import acceptance, counter_sums
+from tests.unit.window_proxy import WindowProxy
 from tests.vm.test_trtllm_standin import EAGLE_MODEL, EAGLE_SEED, Server, _fake_hf_model, free_port, write_yaml
 from tests.vm.trtllm_standin import image
 
@@ -97,9 +102,9 @@ def test_percentile_and_acceptance():
            {"specDecodingStats": {"numDraftTokens": 3, "numAcceptedTokens": 2, "numRequestsWithDraftTokens": 1}},
            {"specDecodingStats": {"numDraftTokens": 3, "numAcceptedTokens": 0, "numRequestsWithDraftTokens": 1}},
            {"gpuMemUsage": 123}]
-    a = bench.acceptance(its)
+    a = acceptance(its)
     assert a["acceptance_length"] == 2.0 and a["acceptance_rate"] == 2 / 6 and a["gpu_mem_peak_bytes"] == 123
-    assert bench.acceptance([{"iter": 1}])["acceptance_length"] is None  # baseline: no speculation stats
+    assert acceptance([{"iter": 1}])["acceptance_length"] is None  # baseline: no speculation stats
 
 
 def test_summary_speedup_and_best():
@@ -167,11 +172,12 @@ def standin(tmp_path):
         s.proc.stdout.close()
 
 
-def run_load(url: str, buckets: dict[str, int], requests: int = 3) -> dict:
+def run_load(url: str, buckets: dict[str, int], requests: int = 3, model: str = EAGLE_MODEL,
+             counters: dict | None = None) -> dict:
     """The host tool as `specfleet bench` runs it on a host: spec on stdin, JSON on stdout."""
-    spec = {"url": url, "model": EAGLE_MODEL, "buckets": bench.prompt_set(buckets, per_bucket=requests),
+    spec = {"url": url, "model": model, "buckets": bench.prompt_set(buckets, per_bucket=requests),
             "requests": requests, "concurrency": 1, "warmup": 1, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-            "metrics": True, "poll_s": 0.2}
+            "metrics": True, "poll_s": 0.2, "counters": counters or {}}
     proc = subprocess.run([sys.executable, str(LOAD_TOOL)], input=json.dumps(spec), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -241,6 +247,120 @@ def test_bench_recovers_drawn_acceptance(standin):
     assert f["spec"]["requests_with_draft"] == f["spec"]["iterations"] - 6  # one context iteration per request
 
 
+# ---- windows that cannot lie: a restart inside one, an unreadable read -------------------------------------------
+def load_through(proxy: WindowProxy, buckets: dict[str, int], **kw) -> dict:
+    """run_load against the server behind `proxy`, which is closed afterwards."""
+    try:
+        return run_load(proxy.url, buckets, **kw)
+    finally:
+        proxy.close()
+
+
+def test_a_trtllm_restart_inside_the_window_is_caught_by_the_iteration_counter(standin):
+    """The drain before the window reads one server; every read after it, and the measured requests, reach another,
+    started later at the same address (a restart): its iteration stats number the executor's loops from 1 again."""
+    old, new = standin(3, EAGLE), standin(3, EAGLE)
+    proxy = WindowProxy(old, restart_to=new, restart_after=1)
+    raw = load_through(proxy, {"short": 24})
+    r = bench.variant_result(bench.parse_variants(["eagle3:max_draft_len=3"])[0], "h1", None, raw=raw)
+    assert not [q for q in raw["buckets"]["short"]["requests"] if q["error"]]  # the new server served them all
+    assert r["error"] and r["error"].startswith("short: the server restarted during the window (an iteration's "
+                                                "`iter` went from "), r["error"]
+    assert r["buckets"] == {}  # nothing of the window is counted
+
+
+def test_an_unreadable_drain_before_the_window_fails_the_variant_instead_of_counting_the_warm_up(standin):
+    url = standin(3, EAGLE)
+    proxy = WindowProxy(url, fail_reads=(1,))
+    raw = load_through(proxy, {"short": 24})
+    r = bench.variant_result(bench.parse_variants(["eagle3:max_draft_len=3"])[0], "h1", None, raw=raw)
+    assert r["error"] == ("short: the drain of /metrics before the window failed (HTTP 503): the window would count "
+                          "the warm-up's iterations"), r["error"]
+    assert r["buckets"] == {}
+
+
+VLLM_MODEL = "openai/gpt-oss-120b"
+CERTAIN_VLLM = {"step_ms": 1, "acceptance": {"eagle3": [1, 1, 0]}}  # every step accepts exactly 2 of its drafts
+
+
+@pytest.fixture
+def vllm_standin(tmp_path):
+    """start(k, **env) -> the URL of a vLLM STAND-IN (tests/vm/vllm_standin) serving VLLM_MODEL with an EAGLE-3 head
+    drafting k tokens per step (none: no speculation), served locally."""
+    from tests.vm.test_vllm_standin import GPT_OSS, Served, _snapshot
+
+    _snapshot(tmp_path / "hf" / "hub", VLLM_MODEL, GPT_OSS)
+    head = tmp_path / "eagle3-head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 201088}))
+    (head / "model.safetensors").write_text("weights")
+    tik = tmp_path / "tiktoken"
+    tik.mkdir()
+    (tik / "o200k_base.tiktoken").write_text("enc")
+    (tmp_path / "vllm-behaviour.json").write_text(json.dumps(CERTAIN_VLLM))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "TIKTOKEN_ENCODINGS_BASE": str(tik), "VLLM_STANDIN_BEHAVIOUR": str(tmp_path / "vllm-behaviour.json")}
+    served = []
+
+    def start(k: int | None = 3, **more_env: str) -> str:
+        argv = ["serve", VLLM_MODEL, "--served-model-name", VLLM_MODEL, "--host", "127.0.0.1"]
+        if k:
+            argv += ["--speculative-config", json.dumps({"method": "eagle3", "model": str(head),
+                                                         "num_speculative_tokens": k})]
+        served.append(Served({"env": {**env, **more_env}}, argv))
+        return served[-1].url
+
+    yield start
+    for s in served:
+        s.close()
+
+
+def _vllm_counters() -> dict:
+    """What `specfleet bench` tells the load client of a vLLM server's counters."""
+    return bench.load_counters(ENGINES["vllm"])
+
+
+def _drafts(url: str) -> float:
+    return counter_sums(urllib.request.urlopen(url + "/metrics", timeout=10).read().decode(), COUNTERS)[COUNTERS[0]]
+
+
+def test_the_window_reads_vllm_acceptance_from_the_standins_counters(vllm_standin):
+    raw = run_load(vllm_standin(3), {"short": 24}, model=VLLM_MODEL, counters=_vllm_counters())
+    r = bench.variant_result(bench.parse_variants(["vllm_eagle3:num_speculative_tokens=3"])[0], "h1", None, raw=raw)
+    f = r["buckets"]["short"]
+    assert not r["error"] and f["spec"]["source"] == "counters"
+    steps = math.ceil(MAX_TOKENS / 3)  # 3 tokens a step (2 accepted + 1); the warm-up's steps are not counted
+    assert (f["spec"]["drafts"], f["spec"]["draft_tokens"], f["spec"]["accepted_tokens"]) == (3 * steps, 9 * steps,
+                                                                                              6 * steps)
+    assert f["acceptance_length"] == 3.0 and f["acceptance_rate"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("created, evidence", [("", "vllm:spec_decode_num_drafts_created"),
+                                               ("true", "process_start_time_seconds")])
+def test_a_vllm_restart_inside_the_window_is_caught_though_its_counters_climbed_back(vllm_standin, created,
+                                                                                    evidence):
+    """The read before the window reaches one server; the measured requests and the read after it reach another,
+    started later at the same address (a restart). The new server's counters climb back above the first read, so no
+    counter went down: the counters' `_created` series tell the two processes apart, and without them (prometheus_client's
+    PROMETHEUS_DISABLE_CREATED_SERIES) the process's start does."""
+    old, new = (vllm_standin(3, PROMETHEUS_DISABLE_CREATED_SERIES=created) for _ in range(2))
+    proxy = WindowProxy(old, restart_to=new, restart_after=1)
+    raw = load_through(proxy, {"short": 24}, model=VLLM_MODEL, counters=_vllm_counters())
+    assert proxy.metrics_reads == 2 and _drafts(new) > _drafts(old) > 0  # climbed back above the first read
+    r = bench.variant_result(bench.parse_variants(["vllm_eagle3"])[0], "h1", None, raw=raw)
+    assert r["error"] == f"short: the server restarted during the window ({evidence} changed)", r["error"]
+    assert r["buckets"] == {}
+
+
+def test_an_unreadable_read_before_the_window_fails_the_variant_instead_of_counting_since_start(vllm_standin):
+    proxy = WindowProxy(vllm_standin(3), fail_reads=(1,))
+    raw = load_through(proxy, {"short": 24, "medium": 64}, model=VLLM_MODEL, counters=_vllm_counters())
+    r = bench.variant_result(bench.parse_variants(["vllm_eagle3"])[0], "h1", None, raw=raw)
+    assert r["error"] == ("short: the read of the server's counters before the window failed (HTTP 503): the window "
+                          "would count everything since the server started"), r["error"]
+    assert r["buckets"] == {}
+
+
 # ---- the command's flow (rounds, restore, failures, Ctrl-C, --apply) with the host side faked ---------------
 BENCH_FLEET = """all:
   hosts:
@@ -256,11 +376,12 @@ BENCH_FLEET = """all:
 class FakeFleet:
     """Stands in for runner.run_on/read_statuses: hosts switch to a variant's release unless told to fail the gate."""
 
-    def __init__(self, monkeypatch, fail_gate=(), interrupt_on_load=False):
+    def __init__(self, monkeypatch, fail_gate=(), interrupt_on_load=False, load=None):
         from specfleet.fleet import run as runner
         self.cur = {"spark-01": "r-before1", "spark-02": "r-before2", "spark-09": "r-other"}
         self.calls: list[tuple[str, tuple]] = []
         self.fail_gate, self.interrupt = set(fail_gate), interrupt_on_load
+        self.load = load  # load(plan, spec) -> the load client's result for one host (default: iteration stats)
         self.loads = 0
         monkeypatch.setattr(runner, "run_on", self.run_on)
         monkeypatch.setattr(runner, "read_statuses", lambda plans, hosts: {h: {"current": self.cur[h], "active": "active"} for h in hosts})
@@ -284,10 +405,13 @@ class FakeFleet:
                 raise KeyboardInterrupt
             specs, out = args
             for h in hosts:
+                if self.load:
+                    out[h] = self.load(plans[h], specs[h])
+                    continue
                 k = plans[h].settings.extra_llm_api_options.get("speculative_config", {}).get("max_draft_len") or 0
                 wall = 2.0 / (1 + 0.5 * k) if plans[h].settings.profile_name != "baseline" else 2.0
-                its = [{"specDecodingStats": {"numDraftTokens": k, "numAcceptedTokens": k // 2,
-                                              "numRequestsWithDraftTokens": 1}}] * 5 if k else []
+                its = [{"iter": i, "specDecodingStats": {"numDraftTokens": k, "numAcceptedTokens": k // 2,
+                                                         "numRequestsWithDraftTokens": 1}} for i in range(5)] if k else []
                 out[h] = {"env": {"arch": "x86_64", "gpu": None}, "buckets": {b: {
                     "requests": [{"ttft_s": 0.1, "e2e_s": 1.0, "itl_s": [0.05], "output_tokens": 20}],
                     "wall_s": wall, "iterations": its, "mem_peak": {}} for b in specs[h]["buckets"]}}
@@ -321,6 +445,46 @@ def test_bench_flow_rounds_restore_and_outputs(fleet_file, monkeypatch, tmp_path
     row = [line for line in r.output.splitlines() if line.startswith("eagle3:max_draft_len=2 ")]
     assert row and row[0].split()[1:3] == ["trtllm", "spark-01"] and row[0].endswith("failed its gate (rolled back)")
     assert "STAND-IN" not in r.output  # the fleet's image is the real one
+
+
+def test_an_unreadable_counter_read_fails_its_variant_with_one_line_and_nothing_else_is_miscounted(
+        fleet_file, monkeypatch, tmp_path, vllm_standin):
+    """Each host's load is the real load client against a vLLM stand-in serving the variant; spark-02's read before
+    its window finds the server not answering (503). That variant fails, said in one line; the others are measured
+    from their own windows, and speed-ups and the best variant come from them alone."""
+    fleet_file(BENCH_FLEET)
+    proxies = []
+
+    def load(plan, spec):
+        k = (plan.settings.vllm_options.get("speculative_config") or {}).get("num_speculative_tokens")
+        proxies.append(WindowProxy(vllm_standin(k), fail_reads=(1,) if plan.settings.host == "spark-02" else ()))
+        proc = subprocess.run([sys.executable, str(LOAD_TOOL)], input=json.dumps({**spec, "url": proxies[-1].url}),
+                              capture_output=True, text=True, timeout=120)
+        return json.loads(proc.stdout)
+
+    FakeFleet(monkeypatch, load=load)
+    try:
+        r = _bench(tmp_path, "--variants", "vllm_baseline vllm_eagle3:num_speculative_tokens=2,3", "--max-tokens",
+                   str(MAX_TOKENS))
+    finally:
+        for proxy in proxies:
+            proxy.close()
+    assert r.exit_code == 1, r.output
+    failed = "short: the read of the server's counters before the window failed (HTTP 503): the window would count " \
+             "everything since the server started"
+    said = [line for line in r.output.splitlines() if failed in line]
+    assert [line.split("] ", 1)[1] for line in said if line.startswith("[bench ")] == [
+        f"  spark-02 vllm_eagle3:num_speculative_tokens=2: {failed}"], r.output
+    row = [line for line in r.output.splitlines() if line.startswith("vllm_eagle3:num_speculative_tokens=2 ")]
+    assert len(row) == 1 and row[0].split()[1:3] == ["vllm", "spark-02"] and row[0].endswith(failed), r.output
+    by = {x["variant"]: x for x in json.loads((tmp_path / "out" / "bench.json").read_text())["results"]}
+    assert by["vllm_eagle3:num_speculative_tokens=2"]["buckets"] == {}
+    base, k3 = by["vllm_baseline"]["buckets"]["short"], by["vllm_eagle3:num_speculative_tokens=3"]["buckets"]["short"]
+    assert base["speedup"] == 1.0 and base["acceptance_length"] is None and not by["vllm_baseline"]["error"]
+    steps = math.ceil(MAX_TOKENS / 3)  # one measured request; the warm-up's steps are not counted
+    assert (k3["spec"]["drafts"], k3["spec"]["accepted_tokens"], k3["acceptance_length"]) == (steps, 2 * steps, 3.0)
+    assert k3["speedup"] == pytest.approx(k3["tokens_per_s"] / base["tokens_per_s"])
+    assert (bench.best_variant(list(by.values())) or {}).get("variant") in (None, "vllm_eagle3:num_speculative_tokens=3")
 
 
 def test_bench_ctrl_c_returns_hosts(fleet_file, monkeypatch, tmp_path):

@@ -4,6 +4,7 @@ argv, the memory share vLLM is told, and the acceptance read from the servers' c
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +14,7 @@ from specfleet.engines import vllm_options
 from specfleet.engines.catalog import ENGINES, engine_of
 from specfleet.engines.command import container_command
 from specfleet.engines.vllm_contract import CONTRACT, COUNTERS
-from specfleet.overview.host.overview import acceptance_from_counters, counter_sums
+from specfleet.overview.host.overview import acceptance_from_counters, counter_sums, counter_window, iteration_window
 from specfleet.serving.profiles import PROFILES, nodes
 from specfleet.serving.render import docker_run_args, unit_text
 from tests.unit.test_quoting import _settings, exec_line
@@ -337,6 +338,69 @@ def test_acceptance_is_read_as_deltas_over_the_window():
     assert "error" in acceptance_from_counters(after, before, COUNTERS)  # a restart during the window
 
 
+
+def _read(drafts: int, created: float | None = 100.0, start: float | None = 50.0) -> dict:
+    """The load client's read of a server whose counters stand at (drafts, 5 x drafts, 2 x drafts)."""
+    lines = [f'{n}{{engine="0",model_name="m"}} {v}' for n, v in zip(COUNTERS, (drafts, 5 * drafts, 2 * drafts),
+                                                                     strict=True)]
+    if created is not None:
+        lines += [f'{n.removesuffix("_total")}_created{{engine="0",model_name="m"}} {created}' for n in COUNTERS]
+    return {"lines": lines + ([f"process_start_time_seconds {start}"] if start is not None else [])}
+
+
+@pytest.mark.parametrize("before, after, error", [
+    (_read(10), _read(30), None),  # one process: the deltas
+    (_read(10, created=None), _read(30, created=None), None),  # no `_created`: the process start tells
+    (_read(10, start=None), _read(30, start=None), None),  # no process start: `_created` tells
+    (_read(10), _read(30, created=200.0, start=150.0),
+     "the server restarted during the window (vllm:spec_decode_num_drafts_created changed)"),
+    (_read(10), _read(30, created=200.0), "the server restarted during the window "
+                                          "(vllm:spec_decode_num_drafts_created changed)"),  # reset in the process
+    (_read(10, created=None), _read(30, created=None, start=150.0),
+     "the server restarted during the window (process_start_time_seconds changed)"),
+    (_read(30), _read(10), "the server restarted during the window (a counter went down)"),
+    (_read(10, created=None, start=None), _read(30, created=None, start=None),
+     "cannot tell whether the server restarted during the window: its /metrics shows neither the counters' _created "
+     "samples nor process_start_time_seconds"),
+    ({"error": "HTTP 503"}, _read(30), "the read of the server's counters before the window failed (HTTP 503): the "
+                                       "window would count everything since the server started"),
+    (_read(10), {"error": "ConnectionRefusedError: [Errno 111] Connection refused"},
+     "the read of the server's counters after the window failed (ConnectionRefusedError: [Errno 111] Connection "
+     "refused): the window has no end"),
+    ({"lines": []}, {"lines": []}, None),  # no speculation, no counters: nothing to count, nothing to tell
+])
+def test_a_counter_window_is_one_servers_or_refused(before, after, error):
+    got = counter_window(before, after, list(COUNTERS), 4.0)
+    if error:
+        assert got == {"error": error}
+    elif before["lines"]:
+        assert (got["drafts"], got["acceptance_length"], got["acceptance_rate"], got["drafts_per_s"]) == (20, 3.0, 0.4,
+                                                                                                          5.0)
+    else:
+        assert got["drafts"] == 0 and got["acceptance_length"] is None
+
+
+def _its(*iters: int | None) -> list[dict]:
+    return [{"iter": i, "specDecodingStats": {"numDraftTokens": 3, "numAcceptedTokens": 2,
+                                              "numRequestsWithDraftTokens": 1}} if i is not None else {} for i in iters]
+
+
+@pytest.mark.parametrize("drain, iters, error", [
+    ({"mark": 7}, _its(8, 9, 9, 10), None),  # equal ones: a pipeline-parallel loop's micro-batches
+    ({}, _its(1, 2), None),  # nothing drained before the window (no warm-up)
+    ({"mark": 40}, _its(41, 3, 4), "the server restarted during the window (an iteration's `iter` went from 41 to 3)"),
+    ({"mark": 40}, _its(2, 3), "the server restarted during the window (an iteration's `iter` went from 40 to 2)"),
+    ({"mark": 1}, _its(2, None), "cannot tell whether the server restarted during the window: an iteration stat has "
+                                 "no `iter`"),
+    ({"before_error": "HTTP 503"}, _its(1), "the drain of /metrics before the window failed (HTTP 503): the window "
+                                            "would count the warm-up's iterations"),
+    ({"mark": 1, "after_error": "TimeoutError: timed out"}, _its(2),
+     "the last drain of /metrics failed (TimeoutError: timed out): the window's last iterations are missing"),
+])
+def test_an_iteration_window_is_one_servers_or_refused(drain, iters, error):
+    got = iteration_window(drain, iters)
+    assert got == {"error": error} if error else got["acceptance_length"] == 3.0 and got["iterations"] == len(iters)
+
 def test_bench_summary_takes_acceptance_from_the_counters_and_speedup_from_its_engines_baseline():
     from specfleet.bench import rules as bench
 
@@ -344,10 +408,12 @@ def test_bench_summary_takes_acceptance_from_the_counters_and_speedup_from_its_e
         out = {"requests": [{"ttft_s": 0.1, "e2e_s": 1.0, "itl_s": [0.1] * 9, "output_tokens": 10}] * 2,
                "wall_s": wall, "iterations": [], "mem_peak": {}}
         if counters:
-            out["counters"] = {"names": list(COUNTERS), "before": [], "after": counters}
+            out["counters"] = {"names": list(COUNTERS), "before": {"lines": counters[-1:]},
+                               "after": {"lines": counters}}
         return out
 
-    lines = [f'{COUNTERS[0]}{{engine="0"}} 8', f'{COUNTERS[1]}{{engine="0"}} 40', f'{COUNTERS[2]}{{engine="0"}} 20']
+    lines = [f'{COUNTERS[0]}{{engine="0"}} 8', f'{COUNTERS[1]}{{engine="0"}} 40', f'{COUNTERS[2]}{{engine="0"}} 20',
+             "process_start_time_seconds 1.7e9"]
     results = [{"variant": v, "host": "h", "profile": v.split(":")[0], "engine": e, "draft_len": k,
                 "host_class": "x", "overrides": {}, "buckets": {"short": bench.summarize_bucket(raw(w, c))}}
                for v, e, k, w, c in (("baseline", "trtllm", 0, 4.0, None), ("vllm_baseline", "vllm", 0, 2.0, None),
@@ -371,10 +437,12 @@ def test_status_reads_a_vllm_hosts_acceptance_from_its_counters_without_being_as
 
     monkeypatch.setattr(overview, "get", get)
     counters = ENGINES["vllm"].counters.record()
-    out = {"health": 200, "iter_stats": False, "lock": None, "uptime_s": 10}
+    gate = {"release": "r-1", "result": "passed", "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 10))}
+    out = {"health": 200, "iter_stats": False, "lock": None, "uptime_s": 10, "release": "r-1", "gate": gate}
     got = overview.metrics(out, "http://127.0.0.1:8000", False, counters)
     assert asked == ["http://127.0.0.1:8000/metrics"]
-    assert (got["acceptance_length"], got["acceptance_rate"], got["drafts_per_s"]) == (1 + 42 / 15, 42 / 105, 1.5)
+    assert (got["acceptance_length"], got["acceptance_rate"]) == (1 + 42 / 15, 42 / 105)
+    assert got["drafts_per_s"] == pytest.approx(1.5, rel=0.1)  # 15 drafts over the 10 s since the gate passed
     assert got["source"] == "the server's counters since it started"
     # TensorRT-LLM's iteration stats are drained by a read: read only when asked (--metrics)
     assert overview.metrics(out, "http://127.0.0.1:8000", False, ENGINES["trtllm"].counters.record()) is None

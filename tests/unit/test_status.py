@@ -5,18 +5,21 @@ connector; the ssh command line of `logs`."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
+import time
 import urllib.request
 
 import pytest
 from click.testing import CliRunner
 
 from specfleet.cli import main
+from specfleet.engines.catalog import ENGINES
 from specfleet.fleet import run as runner
 from specfleet.overview import report as status_report
 from specfleet.overview import run as status
 from tests.unit.fakehost import make_plans, run_deploy
-from tests.unit.test_bench import standin  # noqa: F401 (fixture: the stand-in served locally)
+from tests.unit.test_bench import VLLM_MODEL, standin, vllm_standin  # noqa: F401 (fixtures: the stand-ins served locally)
 
 SVC = "specfleet-test-nonexistent"
 
@@ -28,20 +31,22 @@ def _probe(data_dir, metrics=False):
     return fact.process(out.stdout.splitlines())
 
 
-def _scratch(tmp_path, url, iter_stats=True, gate="passed"):
+def _scratch(tmp_path, url, iter_stats=True, gate="passed", counters=None):
     rel = tmp_path / "data" / "releases" / "r-1"
     rel.mkdir(parents=True)
     (rel / "release.json").write_text(json.dumps({"id": "r-1", "profile": "eagle3", "service": SVC, "url": url,
-                                                  "image": "specfleet-standin/trtllm-serve:x"}))
+                                                  "image": "specfleet-standin/trtllm-serve:x",
+                                                  **({"counters": counters} if counters else {})}))
     (rel / "extra-llm-api-config.yml").write_text(f"enable_iter_perf_stats: {'true' if iter_stats else 'false'}\n")
     (tmp_path / "data" / "current").symlink_to(rel)
     (tmp_path / "data" / "gate.json").write_text(json.dumps({"release": "r-1", "result": gate, "at": "2026-01-01T00:00:00Z"}))
     return tmp_path / "data"
 
 
-def _complete(url, n=2):
+def _complete(url, n=2, model=None):
     for _ in range(n):
-        body = json.dumps({"prompt": "hello there", "max_tokens": 8, "ignore_eos": True}).encode()
+        body = json.dumps({"prompt": "hello there", "max_tokens": 8, "ignore_eos": True,
+                           **({"model": model} if model else {})}).encode()
         urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", data=body,
                                                       headers={"Content-Type": "application/json"}), timeout=10).read()
 
@@ -67,6 +72,76 @@ def test_probe_reads_everything_and_metrics_only_when_asked(tmp_path, standin): 
     assert m["tokens_per_s"] > 0
     assert _probe(data, metrics=True)["metrics"]["iterations"] == 0  # drained by the previous read
 
+
+
+# ---- a vLLM host's drafts per second: over the time its server has served, not its model's load ----------------------
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _vllm_exposition(drafts: int, started: float, created: float | None) -> str:
+    names = ENGINES["vllm"].counters.record()["names"]
+    lines = [f'{n}{{engine="0",model_name="m"}} {v}.0' for n, v in zip(names, (drafts, 3 * drafts, 2 * drafts),
+                                                                         strict=True)]
+    if created is not None:
+        lines += [f'{n.removesuffix("_total")}_created{{engine="0",model_name="m"}} {created}' for n in names]
+    return "\n".join([*lines, f"process_start_time_seconds {started}"]) + "\n"
+
+
+def _vllm_metrics(monkeypatch, exposition: str, gate: dict, uptime_s: int | None) -> dict:
+    from specfleet.overview.host import overview
+
+    monkeypatch.setattr(overview, "get", lambda url, path, timeout=5: (200, exposition.encode()))
+    out = {"health": 200, "iter_stats": False, "lock": None, "uptime_s": uptime_s, "release": "r-1", "gate": gate}
+    return overview.metrics(out, "http://127.0.0.1:8000", False, ENGINES["vllm"].counters.record())
+
+
+def test_status_drafts_per_second_divide_by_the_time_since_the_gate_passed_not_since_the_start(monkeypatch):
+    """The server started 400 s ago, loaded its model for 300 s and passed its gate 100 s ago: 150 drafts since are
+    1.5 a second, not 150 / 400."""
+    now = time.time()
+    gate = {"release": "r-1", "result": "passed", "at": _iso(now - 100)}
+    got = _vllm_metrics(monkeypatch, _vllm_exposition(150, now - 400, now - 399), gate, 400)
+    assert got["drafts_per_s"] == pytest.approx(1.5, rel=0.02), got  # `at` is to the second
+    assert got["serving_s"] == pytest.approx(100, abs=1.5) and got["serving"] == f"since its gate passed at {gate['at']}"
+    assert (got["drafts"], got["acceptance_length"], got["acceptance_rate"]) == (150, 3.0, pytest.approx(2 / 3))
+
+
+@pytest.mark.parametrize("gate, started, created, why", [
+    ({"release": "r-1", "result": "passed", "at": "A"}, -50, -49,
+     "unknown: the server started after its gate passed (at A)"),
+    ({"release": "r-1", "result": "running", "at": "A"}, -400, -399, "unknown: its gate has not passed for r-1"),
+    ({"release": "r-0", "result": "passed", "at": "A"}, -400, -399, "unknown: its gate has not passed for r-1"),
+    ({"release": "r-1", "result": "passed", "at": "A"}, None, None,
+     "unknown: nothing tells when the server started (no process_start_time_seconds, no _created series, no "
+     "container start)"),
+])
+def test_status_drafts_per_second_are_unknown_when_the_serving_time_is(monkeypatch, gate, started, created, why):
+    now = time.time()
+    gate = {**gate, "at": _iso(now - 100)}
+    text = _vllm_exposition(150, now + started, now + created) if started else _vllm_exposition(150, 0, None)
+    if not started:
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("process_")) + "\n"
+    got = _vllm_metrics(monkeypatch, text, gate, None)
+    assert got["drafts_per_s"] is None and got["serving_s"] is None
+    assert got["serving"] == why.replace("A", gate["at"]) and got["drafts"] == 150
+
+
+def test_probe_reads_a_vllm_standins_counters_over_the_time_it_has_served(tmp_path, vllm_standin):  # noqa: F811
+    url = vllm_standin(3)
+    data = _scratch(tmp_path, url, counters=ENGINES["vllm"].counters.record())
+    gate_at = _iso(time.time())  # the stand-in started before: its gate passes now
+    (data / "gate.json").write_text(json.dumps({"release": "r-1", "result": "passed", "at": gate_at}))
+    _complete(url, model=VLLM_MODEL)
+    m = _probe(data)["metrics"]  # no --metrics: reading the counters consumes nothing
+    steps = 2 * math.ceil(8 / 3)  # 2 requests of 8 tokens, 3 a step
+    assert (m["drafts"], m["acceptance_length"]) == (steps, 3.0), m
+    assert m["serving"] == f"since its gate passed at {gate_at}" and 0 < m["serving_s"] < 60
+    assert m["drafts_per_s"] == pytest.approx(steps / m["serving_s"])
+    (data / "gate.json").write_text(json.dumps({"release": "r-1", "result": "passed", "at": "2020-01-01T00:00:00Z"}))
+    m = _probe(data)["metrics"]
+    assert m["drafts_per_s"] is None and m["serving"] == ("unknown: the server started after its gate passed (at "
+                                                          "2020-01-01T00:00:00Z)")
 
 def test_probe_health_down_and_no_release(tmp_path):
     data = _scratch(tmp_path, "http://127.0.0.1:9")  # nothing listens on port 9

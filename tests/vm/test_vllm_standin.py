@@ -164,6 +164,41 @@ def test_its_counters_move_with_the_tokens_it_streams(world):
         srv.close()
 
 
+
+@pytest.mark.parametrize("disabled", ["", "true"])
+def test_its_metrics_carry_what_prometheus_client_adds_to_vllms(world, disabled):
+    """With one API server vLLM serves prometheus_client's default registry (vllm/v1/metrics/prometheus.py:39-52 at
+    v0.20.1): beside each counter's `_total` a `_created` sample per label set, stamped when the stat logger made it
+    (none with PROMETHEUS_DISABLE_CREATED_SERIES), and the process collector's process_start_time_seconds."""
+    argv = ["serve", "openai/gpt-oss-120b", "--served-model-name", "m", "--host", "127.0.0.1",
+            "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 2})]
+    world["env"]["PROMETHEUS_DISABLE_CREATED_SERIES"] = disabled
+    t0 = time.time()
+    srv = Served(world, argv)
+    try:
+        first = srv.get("/metrics").decode()
+        srv.post("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 5})
+        text = srv.get("/metrics").decode()
+        lines = text.splitlines()
+        with open(f"/proc/{srv.proc.pid}/stat", "rb") as fh:  # as prometheus_client reads its own
+            ticks = float(fh.read().split(b")")[-1].split()[19])
+        with open("/proc/stat", "rb") as fh:
+            btime = next(float(line.split()[1]) for line in fh if line.startswith(b"btime "))
+        assert f"process_start_time_seconds {ticks / os.sysconf('SC_CLK_TCK') + btime!r}" in lines
+        created = [line for line in lines if line.split("{", 1)[0].endswith("_created")]
+        if disabled:
+            assert not created and "_created" not in text
+            return
+        totals = [line.split(" ")[0].replace("_total{", "{") for line in lines
+                  if line.split("{", 1)[0].endswith("_total")]
+        assert sorted(line.split(" ")[0].replace("_created{", "{") for line in created) == sorted(totals)
+        assert "# TYPE vllm:spec_decode_num_drafts_created gauge" in lines
+        assert all(t0 <= float(line.split(" ")[1]) <= time.time() for line in created)
+        # made once when the server started: the same in every read
+        assert created == [line for line in first.splitlines() if line.split("{", 1)[0].endswith("_created")]
+    finally:
+        srv.close()
+
 def test_without_speculation_it_exposes_no_spec_decode_series(world):
     srv = Served(world, ["serve", "openai/gpt-oss-120b", "--served-model-name", "m", "--host", "127.0.0.1"])
     try:

@@ -262,6 +262,9 @@ class Engine:
         self.step_s = float(behaviour.get("step_ms", 2.0)) / 1000
         self.c = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation": 0, "prompt": 0, "running": 0}
         self.per_pos = [0] * self.k
+        # every counter's labelled children are made when the stat logger starts (vllm/v1/metrics/loggers.py:429-439,
+        # utils.py:11-19 create_metric_per_engine), and prometheus_client stamps each child then (0.21.1 metrics.py:304-307)
+        self.created = time.time()
 
     def steps(self, seed: int, max_tokens: int):
         """Yields the number of tokens each engine step produces, counting them."""
@@ -284,20 +287,45 @@ class Engine:
             yield n
 
     def metrics(self) -> str:
+        """/metrics as vLLM serves it with one API server: prometheus_client's default registry in its text format
+        0.0.4 (vllm/v1/metrics/prometheus.py:39-52; an exposition without an Accept header). Each counter's `_total`
+        samples, then its `_created` samples as a gauge of their own (prometheus_client 0.21.1 exposition.py:288-305;
+        none when PROMETHEUS_DISABLE_CREATED_SERIES is true, metrics.py:67-71), and the process collector's
+        process_start_time_seconds (process_collector.py:48-72)."""
         labels = f'engine="0",model_name="{self.cfg["name"]}"'
         with self.lock:
             c, per_pos = dict(self.c), list(self.per_pos)
         lines = [f"vllm:num_requests_running{{{labels}}} {c['running']}.0",
-                 f"vllm:num_requests_waiting{{{labels}}} 0.0",
-                 f"vllm:prompt_tokens_total{{{labels}}} {c['prompt']}.0",
-                 f"vllm:generation_tokens_total{{{labels}}} {c['generation']}.0"]
+                 f"vllm:num_requests_waiting{{{labels}}} 0.0"]
+        lines += self._counter("vllm:prompt_tokens", [(labels, c["prompt"])])
+        lines += self._counter("vllm:generation_tokens", [(labels, c["generation"])])
         if self.k:  # the series exist only with a speculative config (v1/spec_decode/metrics.py:150-152)
-            lines += [f"vllm:spec_decode_num_drafts_total{{{labels}}} {c['drafts']}.0",
-                      f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {c['draft_tokens']}.0",
-                      f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {c['accepted']}.0"]
-            lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {n}.0'
-                      for i, n in enumerate(per_pos)]
+            lines += self._counter("vllm:spec_decode_num_drafts", [(labels, c["drafts"])])
+            lines += self._counter("vllm:spec_decode_num_draft_tokens", [(labels, c["draft_tokens"])])
+            lines += self._counter("vllm:spec_decode_num_accepted_tokens", [(labels, c["accepted"])])
+            lines += self._counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                   [(f'{labels},position="{i}"', n) for i, n in enumerate(per_pos)])
+        lines += ["# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {PROCESS_START}"]
         return "\n".join(lines) + "\n"
+
+    def _counter(self, name: str, children: list[tuple[str, int]]) -> list[str]:
+        lines = [f"# TYPE {name}_total counter", *(f"{name}_total{{{lab}}} {n}.0" for lab, n in children)]
+        if os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1", "t"):
+            lines += [f"# TYPE {name}_created gauge", *(f"{name}_created{{{lab}}} {self.created!r}" for lab, _ in children)]
+        return lines
+
+
+def process_start() -> float:
+    """The process's start as prometheus_client's ProcessCollector reads it (0.21.1 process_collector.py:48-72): starttime
+    (clock ticks after boot, /proc/self/stat field 22) / SC_CLK_TCK + btime (/proc/stat)."""
+    with open("/proc/self/stat", "rb") as fh:
+        starttime = float(fh.read().split(b")")[-1].split()[19])
+    with open("/proc/stat", "rb") as fh:
+        btime = next(float(line.split()[1]) for line in fh if line.startswith(b"btime "))
+    return starttime / os.sysconf("SC_CLK_TCK") + btime
+
+
+PROCESS_START = process_start()
 
 
 WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "on", "was", "by", "this")
