@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -304,3 +305,18 @@ def test_the_in_image_check_accepts_what_specfleet_renders(profile, monkeypatch)
 def test_the_in_image_check_refuses_in_one_line(argv, line):
     r = _check(argv)
     assert r.returncode == 1 and r.stdout.splitlines()[-1].startswith(line), r.stdout + r.stderr
+
+
+def test_a_request_without_a_model_is_the_served_models_and_another_model_is_not_found(world):
+    """vLLM's OpenAI server takes a request that names no model as its served model's (the gateway's
+    /models/<model>/v1/... route forwards such bodies); a model it does not serve is a 404."""
+    srv = Served(world, ["serve", "openai/gpt-oss-120b", "--served-model-name", "openai/gpt-oss-120b",
+                         "--host", "127.0.0.1"])
+    try:
+        out = json.loads(srv.post("/v1/completions", {"prompt": "hello", "max_tokens": 3}))
+        assert out["model"] == "openai/gpt-oss-120b" and out["usage"]["completion_tokens"] == 3, out
+        with pytest.raises(urllib.error.HTTPError) as err:
+            srv.post("/v1/completions", {"model": "other/model", "prompt": "hello", "max_tokens": 3})
+        assert err.value.code == 404
+    finally:
+        srv.close()

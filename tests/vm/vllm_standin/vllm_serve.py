@@ -372,9 +372,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         except ValueError:
             return self._send(400, json.dumps({"error": {"message": "invalid JSON", "code": 400}}).encode())
-        if body.get("model") != self.engine.cfg["name"]:
+        # a request without `model` is the served model's (vllm/entrypoints/openai serving's _is_model_supported:
+        # no name -> supported; the protocol's model is optional), as the gateway's /models/<model>/ route sends it
+        if body.get("model") and body["model"] != self.engine.cfg["name"]:
             msg = f"The model `{body.get('model')}` does not exist."
             return self._send(404, json.dumps({"error": {"message": msg, "type": "NotFoundError", "code": 404}}).encode())
+        body["model"] = self.engine.cfg["name"]
         prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt", ""))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         with self.engine.lock:
