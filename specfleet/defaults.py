@@ -14,9 +14,9 @@ group_data/all.py < the deploy's profile < inventory vars (all < parent group < 
 image = "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"  # noqa: E501  # container image that runs trtllm-serve (pulled only when missing on the host)
 gpus = True  # pass --gpus=all and require the NVIDIA container runtime; false only on hosts without a GPU
 container_env = {}  # noqa: E501  # extra non-secret environment for the serving container, e.g. {"TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL": "1"}
-serve_host = "127.0.0.1"  # noqa: E501  # address trtllm-serve binds; it has no authentication, so loopback unless you put a proxy in front
-serve_port = 8000  # TCP port trtllm-serve listens on
-extra_llm_api_options = {}  # noqa: E501  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml (validated for the image's TensorRT-LLM version)
+serve_host = "127.0.0.1"  # noqa: E501  # address the server (trtllm-serve, vllm serve) binds; it has no authentication, so loopback unless you put a proxy in front
+serve_port = 8000  # TCP port the server (trtllm-serve, vllm serve) listens on
+extra_llm_api_options = {}  # noqa: E501  # TRT-LLM options deep-merged over the profile's extra-llm-api-config.yml; validated, on every host that sets them, for the image's TensorRT-LLM version
 vllm_image = "nvcr.io/nvidia/vllm:26.05.post1-py3"  # noqa: E501  # container image that runs `vllm serve` for the vllm_* profiles (NVIDIA's single-Spark vLLM playbook image)
 vllm_gpu_memory_utilization = 0.8  # noqa: E501  # the share of the memory vLLM takes for weights, activations and KV cache (--gpu-memory-utilization): NVIDIA's Spark recipes' 0.8; at start vLLM refuses a share above what is free (MemAvailable / total on a GB10), and the preflight one that would not leave memory_reserve_gb
 vllm_options = {}  # noqa: E501  # vLLM engine arguments (snake_case, e.g. max_model_len, speculative_config) deep-merged over a vllm_* profile's; validated, on every host that sets them, against the EngineArgs and SpeculativeConfig of the vLLM that vllm_image carries; rendered as argv
@@ -54,7 +54,7 @@ ngc_registry = "nvcr.io"  # the registry the NGC API key logs in to (the key is 
 image_fallback = False  # noqa: E501  # a Spark whose image registry is down, failed to fetch, or fails its pull after the fetch pulls from the image's own registry (with a warning); false: it refuses to pull and keeps serving
 
 # --- gateway (hosts of the inventory group `gateway`; deploys/gateway.py) ----------------------------
-serves = None  # noqa: E501  # profile this Spark serves (eagle3, draft_target, baseline, qwen3_eagle3_pair); required on every Spark of a fleet with a gateway group; a profile deploy skips hosts that serve another
+serves = None  # noqa: E501  # profile this Spark serves (eagle3, draft_target, baseline, ngram, qwen3_eagle3_pair, vllm_eagle3, vllm_draft_target, vllm_ngram, vllm_baseline); required on every Spark of a fleet with a gateway group; a profile deploy skips hosts that serve another
 fleet_address = None  # noqa: E501  # IP address the other fleet hosts reach this host at (gateway -> Spark, the Sparks' allow-lists); None: its ssh_hostname
 gateway_port = 8000  # TCP port of the fleet's OpenAI-compatible endpoint on each gateway host
 gateway_bind = "0.0.0.0"  # address the gateway's endpoint binds on its host (an IP address)
@@ -104,7 +104,7 @@ service_name = None  # noqa: E501  # the serving unit's and container's name (an
 restart_sec = 30  # systemd RestartSec: pause before restarting a crashed server
 start_limit_burst = 3  # systemd StartLimitBurst: starts allowed within start_limit_interval_sec before giving up
 start_limit_interval_sec = 3600  # noqa: E501  # systemd StartLimitIntervalSec: window for start_limit_burst (> burst x (restart_sec + load time))
-stop_timeout_sec = 60  # seconds docker gives trtllm-serve to stop before killing it
+stop_timeout_sec = 60  # seconds docker gives the server to stop before killing it
 
 # --- readiness gate ------------------------------------------------------------------------------
 health_timeout_sec = 1800  # seconds to wait for GET /health to answer 200 after a (re)start (model load takes minutes)

@@ -29,7 +29,8 @@ from .invalid import deploy_plans, invalid_input
 @click.version_option(package_name="specfleet", prog_name="specfleet", message="%(prog)s %(version)s",
                       help="Print the installed specfleet's version and exit.")
 def main() -> None:
-    """specfleet: trtllm-serve speculative decoding on DGX Spark fleets, on pyinfra."""
+    """specfleet: speculative decoding with TensorRT-LLM (trtllm-serve) or vLLM (vllm serve) on DGX Spark fleets,
+    on pyinfra."""
 
 
 @main.command()
@@ -39,9 +40,11 @@ def main() -> None:
               help="Resolve model commits and check gated access on the Hub now (controller only) "
                    "instead of reading pins from the lock file.")
 def check(inventory_file: str, deploy_file: str, hub: bool) -> None:
-    """Validate every host for DEPLOY_FILE without contacting any host.
+    """Validate every host for DEPLOY_FILE against the lock file without contacting any host: the hosts the deploy
+    acts on, then the valid hosts it skips, each with why.
 
-    Exit 0 when all hosts are valid; exit 2 with one line per problem (HOST: KEY: what is wrong).
+    Exit 0 when all hosts are valid; exit 2 with one line per problem (HOST: KEY: what is wrong; a problem several
+    hosts share: GROUP (HOST, ...): KEY: ...).
     """
     with invalid_input():
         inventory, plans = deploy_plans(inventory_file, deploy_file, hub)

@@ -38,8 +38,8 @@ def _log(msg: str) -> None:
 
 @click.command()
 @click.argument("inventory_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--variants", "variant_specs", multiple=True, required=True, help="Variants, e.g. 'baseline "
-              "eagle3:max_draft_len=1,2,3 draft_target:max_draft_len=2,4' (space-separated, or repeat --variants).")
+@click.option("--variants", "variant_specs", multiple=True, required=True, help="Variants, e.g. 'baseline eagle3:"
+              "max_draft_len=1,3 vllm_eagle3:num_speculative_tokens=3,5' (space-separated, or repeat --variants).")
 @click.option("--limit", default=DEFAULT_GROUP, show_default=True, help="Bench hosts or groups (comma-separated).")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True)
 @click.option("--requests", "n_requests", type=click.IntRange(1, 10000), default=8, show_default=True,
@@ -53,7 +53,7 @@ def _log(msg: str) -> None:
               help="Directory for bench.json and bench.png (default: bench-<time>/ in the current directory).")
 @click.option("--health-timeout", type=int, default=None, help="Override health_timeout_sec for the gates.")
 @click.option("--apply", "apply_to", default=None, metavar="GROUP",
-              help="Write the best variant's overrides into GROUP's vars in the fleet file (shows the diff first).")
+              help="Set GROUP's serves and options in the fleet file to the best variant's (diff first).")
 @click.option("--yes", is_flag=True, help="With --apply: write without asking.")
 def bench(inventory_file, variant_specs, limit, concurrency, n_requests, warmup, buckets, max_tokens, temperature,
           out_dir, health_timeout, apply_to, yes):

@@ -15,7 +15,10 @@ from .invalid import exit_invalid
 @click.command("init")
 @click.argument("directory", type=click.Path(file_okay=False))
 def init(directory: str) -> None:
-    """Write a new fleet project in DIR (created if missing); overwrites nothing (exit 2)."""
+    """Write a new fleet project in DIRECTORY (created if missing): the fleet file, group_data/all.py, inventory.py,
+    tests/infra and the deploys eagle3, draft_target, baseline, ngram, qwen3_eagle3_pair, vllm_eagle3,
+    vllm_draft_target, vllm_ngram, vllm_baseline, gateway, hub_mirror, cleanup and rollback (deploys/NAME.py).
+    Overwrites nothing (exit 2)."""
     root = Path(directory)
     files = scaffold_files()
     existing = [rel for rel in files if (root / rel).exists() or (root / rel).is_symlink()]
@@ -27,7 +30,7 @@ def init(directory: str) -> None:
         path.write_text(content, encoding="utf-8")
     click.echo(f"wrote a fleet project in {directory}: {', '.join(files)}")
     click.echo(f"next: cd {directory}; edit {DEFAULT_INVENTORY}; export HF_TOKEN=hf_...; "
-               "specfleet check inventory.py deploys/eagle3.py")
+               "specfleet lock inventory.py; specfleet check inventory.py deploys/eagle3.py")
 
 
 def _short(value: object, width: int = 40) -> str:

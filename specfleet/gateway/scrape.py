@@ -1,5 +1,5 @@
-"""`specfleet scrape-config`: the Prometheus scrape config of a fleet's gateways (HAProxy's exporter) and of the
-Sparks' engine metrics the gateways relay (gateway/render.py: GET /sparks/<name>/metrics on the metrics port).
+"""`specfleet metrics scrape-config`: the Prometheus scrape config of a fleet's gateways (HAProxy's exporter) and of
+the Sparks' engine metrics the gateways relay (gateway/render.py: GET /sparks/<name>/metrics on the metrics port).
 
 Each Spark is scraped through one gateway (the first of the group): every gateway relays it, and scraping it through
 each would count its counters once per gateway in any sum. Its samples are labelled with the Spark (as `instance`),
@@ -40,6 +40,7 @@ def scrape_config(gateways: list[Gateway], sparks: list[Relayed]) -> str:
                                for s in sparks],
             "relabel_configs": [{"source_labels": ["spark"], "target_label": "instance"}],
         })
-    head = ("# Prometheus scrape config for a specfleet fleet, written by `specfleet scrape-config`: the gateways'\n"
-            "# HAProxy exporter, and each Spark's engine metrics relayed by a gateway (GET /sparks/<name>/metrics).\n")
+    head = ("# Prometheus scrape config for a specfleet fleet, written by `specfleet metrics scrape-config`: the\n"
+            "# gateways' HAProxy exporter, and each Spark's engine metrics relayed by a gateway\n"
+            "# (GET /sparks/<name>/metrics).\n")
     return head + yaml.safe_dump({"scrape_configs": jobs}, sort_keys=False)

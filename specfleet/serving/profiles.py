@@ -137,7 +137,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     # vLLM (engines/vllm_contract.py: the pinned vLLM's arguments, read from upstream with provenance). The served
     # model and its name are the TensorRT-LLM profiles' (the repo id, `vllm serve`'s default served name), so a gateway
     # lists one model over backends of both engines. --gpu-memory-utilization is not a profile's: it is rendered from
-    # the memory reserve (engines/command.py).
+    # vllm_gpu_memory_utilization (engines/command.py).
     "vllm_eagle3": {
         "engine": "vllm",
         "description": "EAGLE-3 on vLLM: gpt-oss-120b with the EAGLE-3 head vLLM's recipe uses (7 tokens)",

@@ -61,6 +61,9 @@ def test_init_writes_a_project_and_refuses_to_overwrite(tmp_path):
     target = tmp_path / "p"
     result = CliRunner().invoke(main, ["init", str(target)])
     assert result.exit_code == 0, result.output
+    nexts = result.output.splitlines()[-1].removeprefix("next: ").split("; ")
+    assert nexts.index("specfleet lock inventory.py") < nexts.index("specfleet check inventory.py deploys/eagle3.py"), \
+        "check reads the lock: the next steps lock first"
     assert (target / "inventory/fleet.yml").read_text() == scaffold_files()["inventory/fleet.yml"]
     assert all((target / f"deploys/{d}.py").is_file() for d in DEPLOYS)
     (target / "deploys/eagle3.py").write_text("# mine\n")
@@ -139,4 +142,4 @@ def test_vars_shows_the_project_overrides(proj):
     _overrides(proj, "serve_port = 9000\n")
     result = CliRunner().invoke(main, ["vars", "--project"])
     assert result.exit_code == 0
-    assert "| `serve_port` | `8000` | TCP port trtllm-serve listens on | `9000` |" in result.output.splitlines()
+    assert "| `serve_port` | `8000` | TCP port the server (trtllm-serve, vllm serve) listens on | `9000` |" in result.output.splitlines()
