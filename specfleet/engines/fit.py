@@ -40,4 +40,4 @@ def best_fit(engine: str, problems_with: Callable[[str], list[Problem]]) -> list
         return []
     name, found = best
     return [Problem(p.host, p.key, f"{p.message}; checked with profile {name}, the {engine} profile these options fit "
-                                   "best (the host serves no profile by name)") for p in found]
+                                   "best (the host serves none of them by name)") for p in found]

@@ -128,8 +128,8 @@ def _start_problems(key: str, method: str, spec: dict[str, Any], c: Contract, im
     again = next((m for part, m in c.redetected if isinstance(model, str) and part in model.lower()), None)
     if again is not None and method not in ("eagle", "eagle3", "dflash") and again != method:
         part = next(p for p, m in c.redetected if m == again)
-        out.append((f"{key}.model", f"{show(model)} has {part!r} in it, so vLLM {c.version} takes a {method} draft "
-                                    f"there for a {again} head (allowed: a mount point without "
+        out.append((f"{key}.model", f"{show(model)} has {part!r} in it, so vLLM {c.version} reads the {method} draft "
+                                    f"there as method {again} (allowed: a mount point without "
                                     f"{', '.join(repr(p) for p, _ in c.redetected)}, any case)"))
     return out
 

@@ -246,9 +246,9 @@ def test_the_vllm_an_image_carries_is_read_from_its_tag(image, version):
      "nvcr.io/nvidia/vllm:26.05.post1-py3 is not known to carry"),
     ("{method: draft_model, model: /opt/Llama-3.1-8B-Eagle3-draft/, num_speculative_tokens: 4}",
      "s1: vllm_options.speculative_config.model: '/opt/Llama-3.1-8B-Eagle3-draft/' has 'eagle3' in it, so vLLM "
-     "0.20.1 takes a draft_model draft there for a eagle3 head"),
+     "0.20.1 reads the draft_model draft there as method eagle3"),
     ("{model: /opt/EAGLE-small/}", "s1: vllm_options.speculative_config.model: '/opt/EAGLE-small/' has 'eagle-' in "
-                                   "it, so vLLM 0.20.1 takes a draft_model draft there for a eagle head"),
+                                   "it, so vLLM 0.20.1 reads the draft_model draft there as method eagle"),
     ("{model: /opt/qwen-dflash/}", "s1: vllm_options.speculative_config.model: '/opt/qwen-dflash/' has 'dflash' in "
                                    "it"),
     ("{draft_tensor_parallel_size: 2}", "s1: vllm_options.speculative_config.draft_tensor_parallel_size: 2 is refused "
