@@ -24,6 +24,8 @@ from tests.unit.test_quoting import _settings
 from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 
 SCRIPT = Path(__file__).parent / "vllm_standin" / "vllm_serve.py"
+#: A DGX Spark's MemTotal as DGX OS reports it: 121.69 GiB of its 128 GB.
+GB10_MEMTOTAL_KB = 127_600_717
 GPT_OSS = {"model_type": "gpt_oss", "vocab_size": 201088}
 LLAMA = {"model_type": "llama", "vocab_size": 128256}
 
@@ -55,11 +57,19 @@ def world(tmp_path):
     tik = tmp_path / "tiktoken"
     tik.mkdir()
     (tik / "o200k_base.tiktoken").write_text("enc")
+    meminfo = tmp_path / "meminfo"
+    _meminfo(meminfo, GB10_MEMTOTAL_KB, GB10_MEMTOTAL_KB - 4 * (1 << 20))
     behaviour = tmp_path / "behaviour.json"
-    behaviour.write_text(json.dumps({"step_ms": 1, "acceptance": {"eagle3": [1, 1, 0.5], "ngram": [0.6, 0.3]}}))
+    behaviour.write_text(json.dumps({"step_ms": 1, "acceptance": {"eagle3": [1, 1, 0.5], "ngram": [0.6, 0.3]},
+                                     "meminfo": str(meminfo)}))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TIKTOKEN_ENCODINGS_BASE": str(tik),
            "VLLM_STANDIN_BEHAVIOUR": str(behaviour)}
-    return {"env": env, "drafts": drafts, "tmp": tmp_path}
+    return {"env": env, "drafts": drafts, "tmp": tmp_path, "meminfo": meminfo}
+
+
+def _meminfo(path: Path, total_kb: int, available_kb: int) -> None:
+    path.write_text(f"MemTotal:       {total_kb} kB\nMemFree:        {available_kb} kB\n"
+                    f"MemAvailable:   {available_kb} kB\n")
 
 
 def _port() -> int:
@@ -103,7 +113,7 @@ class Served:
 
 def _specfleets_argv(profile: str, world, monkeypatch) -> list[str]:
     """What specfleet's unit runs in the container for `profile`, with the container's paths made this machine's
-    (the draft's mount point -> a draft directory here) and systemd's expansion of the memory share done."""
+    (the draft's mount point -> a draft directory here)."""
     monkeypatch.setenv("HF_TOKEN", "hf_standin_test_token")
     s = _settings(profile)
     cmd = container_command(s)[1:]  # after `vllm`
@@ -115,7 +125,7 @@ def _specfleets_argv(profile: str, world, monkeypatch) -> list[str]:
         cmd[spec_i] = json.dumps(spec)
     port_i = cmd.index("--port")
     del cmd[port_i:port_i + 2]
-    return [*cmd, "--gpu-memory-utilization=0.8812"]
+    return cmd
 
 
 @pytest.mark.parametrize("profile", sorted(p for p in PROFILES if p.startswith("vllm_")))
@@ -250,6 +260,21 @@ def test_it_logs_the_names_of_the_credential_headers_it_receives_never_their_val
 def test_it_refuses_what_vllm_refuses(world, extra, needle):
     r = _run(world, ["serve", "openai/gpt-oss-120b", *extra])
     assert r.returncode in (1, 2) and needle in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("free_gib, share, starts", [(100, 0.8, True), (97, 0.8, False), (110, 0.94, False)])
+def test_it_refuses_a_memory_share_above_what_is_free_at_start_up(world, free_gib, share, starts):
+    """vLLM 0.20.1 asks ceil(MemTotal * share) of a unified-memory GPU and refuses when MemAvailable is less: 0.8 of
+    a Spark's 121.69 GiB is 97.35 GiB."""
+    _meminfo(world["meminfo"], GB10_MEMTOTAL_KB, free_gib << 20)
+    if starts:
+        srv = Served(world, ["serve", "openai/gpt-oss-120b", f"--gpu-memory-utilization={share}"])
+        srv.close()
+        return
+    r = _run(world, ["serve", "openai/gpt-oss-120b", f"--gpu-memory-utilization={share}"])
+    assert r.returncode == 1, r.stderr
+    assert f"Free memory on device cuda:0 ({free_gib}.0/121.69 GiB) on startup is less than desired GPU memory " \
+           f"utilization ({share}," in r.stderr, r.stderr
 
 
 def test_it_refuses_a_draft_model_of_another_vocabulary_and_eagle3_on_a_target_vllm_does_not_list(world):
