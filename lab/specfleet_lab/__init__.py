@@ -47,7 +47,8 @@ CI-only differences (kept short on purpose)
 * Debian 12 instead of DGX OS 7 (Ubuntu 24.04); no GPU (the NVIDIA container toolkit is
   the stand-in above). A container host runs the machine's kernel: what that cannot show is
   in the ledger (docs/dev/lab.md), and the memlock limit it cannot raise is met by the
-  STAND-IN ``runc-rlimit-clamp-STANDIN``, the ``runc`` its inner dockerd finds first on its PATH.
+  STAND-IN ``runc-container-host-STANDIN``, the ``runc`` its inner dockerd finds first on its PATH
+  (which also gives each container the host's ``/proc/meminfo``, lxcfs' view).
 * QEMU guests are x86_64 by default; ``up(arch="arm64")`` (CLI ``--arch
   arm64``, or ``x86_64,arm64`` for one arch per guest) gives aarch64 guests like a Spark:
   an arm64 image (``linux-image-arm64``; its own recipe hash, cached side by side), built

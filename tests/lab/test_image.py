@@ -35,7 +35,7 @@ def test_the_disk_and_the_container_image_have_the_same_packages(pair):
     on_disk, in_container = packages(disk), packages(container)
     assert len(on_disk) > 100 and on_disk == in_container, set(on_disk.items()) ^ set(in_container.items())
     assert not [n for n in names if n.startswith(("./boot/vmlinuz", "./lib/modules/", "./usr/lib/modules/"))]
-    assert "./usr/local/bin/runc-rlimit-clamp-STANDIN" in names  # the container output's own files
+    assert "./usr/local/bin/runc-container-host-STANDIN" in names  # the container output's own files
 
 
 def test_the_status_parser_reads_installed_packages_only():

@@ -34,6 +34,10 @@ STANDIN_TAG = f"{STANDIN_REPO}:1.2.0rc6-standin"
 #: the guests from the trtllm-serve stand-in image (make_vllm_standin_in_guests); a test sets it as `vllm_image`.
 VLLM_STANDIN_TAG = "specfleet-standin/vllm:0.20.1-standin"
 VLLM_STANDIN_SCRIPT = Path(__file__).with_name("vllm_standin") / "vllm_serve.py"
+#: The share of memory the lab's vLLM Sparks ask (`vllm_gpu_memory_utilization`, a test's var beside `vllm_image`):
+#: the guests have 2 GiB, so the default 0.8 is more than the memory fit allows with memory_reserve_gb 0.5 (at most
+#: 0.75), and vLLM asks its share of MemTotal free at start-up (what the stand-in checks, vllm_serve.memory_check).
+VLLM_LAB_SHARE = 0.4
 
 
 def ci_vars(hub_port: int, controller: str, image: str = STANDIN_TAG, bind: str = "127.0.0.1") -> dict:

@@ -42,7 +42,7 @@ cat > "$R/etc/systemd/system/docker.service.d/specfleet-lab-container.conf" <<'E
 ExecStart=
 ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --exec-opt native.cgroupdriver=systemd $DOCKER_OPTS
 EON
-ln -sf /usr/local/bin/runc-rlimit-clamp-STANDIN "$R/usr/local/sbin/runc"
+ln -sf /usr/local/bin/runc-container-host-STANDIN "$R/usr/local/sbin/runc"
 
 # no block device to mount or check; docker mounts its own resolv.conf, hostname and hosts over these files
 echo "# a container host: its root is the container's" > "$R/etc/fstab"

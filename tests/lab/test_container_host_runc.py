@@ -1,6 +1,7 @@
-"""The rlimit clamp, the container hosts' STAND-IN runtime (container_files/usr/local/bin/runc-rlimit-clamp-STANDIN):
-each rlimit of a bundle's config.json (runc create/run) or of an exec's process file (runc exec --process) above
-the hard limit it has is clamped to it and logged; others are left; then runc runs with the same arguments."""
+"""The container hosts' STAND-IN runtime (container_files/usr/local/bin/runc-container-host-STANDIN): each rlimit of
+a bundle's config.json (runc create/run) or of an exec's process file (runc exec --process) above the hard limit it
+has is clamped to it and logged, others are left; a new container gets the host's /proc/meminfo bound over its own;
+then runc runs with the same arguments."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 CLAMP = (Path(__file__).resolve().parents[2] / "lab" / "specfleet_lab" / "container_files" / "usr" / "local" / "bin"
-         / "runc-rlimit-clamp-STANDIN")
+         / "runc-container-host-STANDIN")
 
 
 @pytest.fixture
@@ -23,7 +24,8 @@ def run(tmp_path):
     fake = tmp_path / "runc"
     fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/runc-args\n")
     fake.chmod(0o755)
-    env = {**os.environ, "RUNC_CLAMP_RUNC": str(fake), "RUNC_CLAMP_LOG": str(tmp_path / "clamps.log")}
+    env = {**os.environ, "RUNC_CLAMP_RUNC": str(fake), "RUNC_CLAMP_LOG": str(tmp_path / "clamps.log"),
+           "RUNC_HOST_MEMINFO": "/host/meminfo"}
 
     def go(*args: str) -> str:
         subprocess.run([sys.executable, str(CLAMP), *args], env=env, check=True, timeout=30)
@@ -62,3 +64,25 @@ def test_limits_within_reach_are_left_as_they_are(run, tmp_path):
     run("run", "-b", str(tmp_path), "c1")
     assert json.loads((tmp_path / "config.json").read_text())["process"]["rlimits"] == _rlimits(1024)
     assert not (tmp_path / "clamps.log").exists()
+
+
+PROC = {"destination": "/proc", "type": "proc", "source": "proc"}
+HOST_MEMINFO = {"destination": "/proc/meminfo", "type": "bind", "source": "/host/meminfo",
+                "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]}
+
+
+def test_a_new_container_reads_the_hosts_meminfo_after_its_own_proc(run, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"process": {"rlimits": _rlimits(1024)}, "mounts": [PROC]}))
+    run("create", "--bundle", str(tmp_path), "c1")
+    assert json.loads((tmp_path / "config.json").read_text())["mounts"] == [PROC, HOST_MEMINFO]
+
+
+def test_a_bundle_that_binds_its_own_meminfo_and_an_exec_keep_theirs(run, tmp_path):
+    own = {**HOST_MEMINFO, "source": "/elsewhere"}
+    (tmp_path / "config.json").write_text(json.dumps({"mounts": [PROC, own]}))
+    run("run", "-b", str(tmp_path), "c1")
+    assert json.loads((tmp_path / "config.json").read_text())["mounts"] == [PROC, own]
+    process = tmp_path / "process.json"
+    process.write_text(json.dumps({"args": ["sh"]}))
+    run("exec", "--process", str(process), "c1")
+    assert json.loads(process.read_text()) == {"args": ["sh"]}
