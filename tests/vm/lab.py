@@ -324,16 +324,17 @@ def make_vllm_standin_in_guests(fleet, tag: str = VLLM_STANDIN_TAG, guests=None)
         return dict(zip((g.name for g in guests), pool.map(one, guests), strict=True))
 
 
-def with_vars(inventory: Path, out: Path, **vars) -> Path:
+def with_vars(inventory: Path, out: Path, lock: bool = True, **vars) -> Path:
     """A copy of an inventory with some all-level vars changed (a new release for a rollout), locked: the copy's
-    lock starts from the original's (same pins) and `specfleet lock` adds what the changed vars need."""
+    lock starts from the original's (same pins) and `specfleet lock` adds what the changed vars need. `lock=False`:
+    the original's lock as it is (for vars that `specfleet lock` refuses)."""
     inv = yaml.safe_load(inventory.read_text())
     inv["all"]["vars"].update(vars)
     out.write_text(yaml.safe_dump(inv, sort_keys=False))
     source_lock = Path(f"{inventory}.lock")
     if source_lock.exists():
         Path(f"{out}.lock").write_text(source_lock.read_text())
-    return write_lock(out)
+    return write_lock(out) if lock else out
 
 
 def _children_cpu() -> float:

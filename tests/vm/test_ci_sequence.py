@@ -12,6 +12,7 @@ import time
 import pytest
 
 from specfleet import defaults
+from specfleet.engines.catalog import ENGINES
 from specfleet.host.layout import EARLYOOM_UNIT, Layout
 from tests.vm import lab
 from tests.vm.conftest import figure
@@ -32,8 +33,12 @@ def api_bytes(hub: HubStandin) -> int:
 
 
 def started_at(fleet) -> dict[str, str]:
-    return {g.name: g.ssh("docker inspect --format '{{.State.StartedAt}}' specfleet-trtllm").stdout.strip()
-            for g in fleet.guests}
+    """When each host's serving container started: its current release's engine's container (service_name unset)."""
+    out = {}
+    for g in fleet.guests:
+        unit = ENGINES[json.loads(lab.guest_release_json(g))["engine"]].unit
+        out[g.name] = g.ssh(f"docker inspect --format '{{{{.State.StartedAt}}}}' {unit}").stdout.strip()
+    return out
 
 
 def test_converge_eagle3(vm_fleet, lab_inventory, hub):

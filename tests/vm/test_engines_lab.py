@@ -4,7 +4,6 @@ derived in the guests from the trtllm-serve stand-in; `vllm_image` names it). Ev
 
 - the bench table across both engines (no gateway);
 - a bad `vllm_options` refused by the deploy before anything changes;
-- a memory share above what is free at start-up: vLLM refuses it, the gate fails, the previous release serves;
 - behind one gateway: one model, `openai/gpt-oss-120b`, served by TensorRT-LLM and vLLM Sparks side by side, no
   client credential reaching the vLLM Spark through the API or the metrics relay, and a rollout of the fleet from
   TensorRT-LLM to vLLM under a client's load (0 failed requests).
@@ -16,7 +15,6 @@ Sparks serving vllm_eagle3, their gateway side installed and the gateway host go
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -39,7 +37,6 @@ MODEL = "openai/gpt-oss-120b"
 DATA = "/var/lib/specfleet"
 TRT_UNIT, VLLM_UNIT = TRTLLM.unit, VLLM.unit  # each engine's serving unit and container (service_name unset)
 GENERATED = "vllm:generation_tokens_total"  # the vLLM stand-in's own count of the tokens it served
-HELD = "specfleet-test-held-memory"  # a transient unit that holds memory on a host while a vLLM release starts
 COMPLETION_LINE = '"POST /v1/completions HTTP/1.1" 200'  # the trtllm-serve stand-in's line per answered completion
 
 
@@ -134,62 +131,28 @@ def test_bad_vllm_options_refused_before_anything_changes(vm_fleet, plain_invent
     _serving(plain_inventory, "vllm_eagle3")
     before, files, started = current(vm_fleet), release_files(vm_fleet), started_at(vm_fleet)
     assert all(release(g)["engine"] == "vllm" for g in vm_fleet.guests)
-    bad = lab.with_vars(plain_inventory, vm_fleet.workdir / "engines-bad.yml",
+    bad = lab.with_vars(plain_inventory, vm_fleet.workdir / "engines-bad.yml", lock=False,
                         vllm_options={"speculative_config": {"method": "eagle4"}})
+    problem = ("vllm_options.speculative_config.method: 'eagle4' is not accepted (allowed: ngram, ngram_gpu, medusa, "
+               "mlp_speculator, draft_model, suffix, eagle, eagle3, dflash, mtp, extract_hidden_states)")
+    group = "vm_fleet (" + ", ".join(g.name for g in vm_fleet.guests) + ")"
+    lock_before = Path(f"{bad}.lock").read_text()
+    locked = lab.run_specfleet("lock", "inventory.py", inventory=bad)
+    # `specfleet lock` refuses it too, with one line for the group, and writes nothing
+    assert locked.returncode == EXIT_INVALID and f"{group}: {problem}" in locked.stderr, locked.stderr[-3000:]
+    assert Path(f"{bad}.lock").read_text() == lock_before
     run = lab.run_pyinfra(bad, "vllm_eagle3")
     # refused while pyinfra loads the inventory (pyinfra_groups), before it connects: EXIT_INVALID and one
-    # `HOST: KEY: ...` line per host and problem
+    # `GROUP (HOSTS): KEY: ...` line for the problem the group's hosts share
     assert run.returncode == EXIT_INVALID, run.output()[-3000:]
     assert "Connecting to hosts" not in run.output(), run.output()[-3000:]
     refused = [line for line in run.output().splitlines() if "vllm_options" in line]
-    assert refused == [f"specfleet: {g.name}: vllm_options.speculative_config.method: 'eagle4' is not accepted "
-                       "(allowed: ngram, ngram_gpu, medusa, mlp_speculator, draft_model, suffix, eagle, eagle3, "
-                       "dflash, mtp, extract_hidden_states)" for g in vm_fleet.guests], run.output()[-3000:]
+    assert refused == [f"specfleet: {group}: {problem}"], run.output()[-3000:]
     assert not run.changed, run.changed
     # what the hosts serve afterwards: the same release, the same files, the same container
     assert current(vm_fleet) == before and release_files(vm_fleet) == files and started_at(vm_fleet) == started
     for g in vm_fleet.guests:
         assert lab.guest_curl_completion(g)["choices"][0]["text"].strip()
-
-
-# ---- e. a memory share above what is free at start-up: vLLM refuses it, the previous release serves -------------
-def _memory_kib(guest) -> tuple[int, int]:
-    """The host's MemTotal and MemAvailable (KiB), as its containers read them."""
-    out = guest.ssh("grep -E '^(MemTotal|MemAvailable):' /proc/meminfo").stdout.split()
-    return int(out[1]), int(out[4])
-
-
-def test_a_share_above_what_is_free_at_start_up_fails_the_gate_and_the_previous_release_serves(vm_fleet,
-                                                                                              plain_inventory):
-    """vLLM asks ceil(MemTotal * share) free at start-up and refuses less (vLLM 0.20.1's check, the stand-in's
-    memory_check). Something else on the host holds memory while a switch from eagle3 to vllm_eagle3 starts: the
-    memory fit passes (it reads MemTotal), every start of the vLLM release fails with vLLM's line, its gate fails,
-    and the host serves its TensorRT-LLM release again. The held memory is measured before the deploy starts: a
-    mechanism, not a race."""
-    g = vm_fleet.guests[0]
-    _serving(plain_inventory, "eagle3", "--limit", g.name)
-    before, files = current(vm_fleet)[g.name], release_files(vm_fleet)[g.name]
-    total, free = _memory_kib(g)
-    asked = math.ceil(total * lab.VLLM_LAB_SHARE)
-    hold = free - asked // 2  # KiB: leaves half of what vLLM asks
-    g.ssh(f"systemd-run --unit={HELD} --quiet python3 -c 'import time; b = b\"x\" * ({hold} << 10); time.sleep(3600)'")
-    try:
-        lab.wait_for("the held memory to be taken", lambda: _memory_kib(g)[1] < asked * 3 // 4, timeout=120)
-        since = g.ssh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip()
-        start = time.monotonic()
-        run = lab.run_pyinfra(plain_inventory, "vllm_eagle3", "--limit", g.name)
-        figure("engines: a vLLM start refused for memory, gate failed and reverted", f"{time.monotonic() - start:.1f} s")
-    finally:
-        g.ssh(f"systemctl stop {HELD}", check=False)
-    assert run.returncode != 0, run.output()[-3000:]
-    journal = g.ssh(f"journalctl -q --no-pager -o cat -u {VLLM_UNIT} --since '{since}'").stdout
-    refusal = f"on startup is less than desired GPU memory utilization ({lab.VLLM_LAB_SHARE},"
-    assert refusal in journal and "Free memory on device cuda:0" in journal, journal[-3000:]
-    # what the host serves afterwards: its TensorRT-LLM release, the same files, answering
-    assert current(vm_fleet)[g.name] == before and release_files(vm_fleet)[g.name] == files
-    assert release(g)["engine"] == "trtllm"
-    assert g.ssh(f"systemctl is-active {TRT_UNIT}").stdout.strip() == "active"
-    assert lab.guest_curl_completion(g)["choices"][0]["text"].strip()
 
 
 # ---- a and b: behind one gateway ---------------------------------------------------------------------------------

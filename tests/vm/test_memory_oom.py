@@ -4,11 +4,13 @@ at MemTotal less memory_reserve_gb, and it runs with --oom-score-adj=1000), that
 that the host serves its release again. The trtllm-serve stand-in's modes oom_load (allocate without bound while
 loading) and oom_request (on a long prompt) exhaust the guest's 2 GiB. Case (c): memory taken outside the container
 (the stand-in for a GB10's GPU allocations, which its cap does not see) is met by earlyoom, which ends the container.
-One guest of its own, the session fleet paused meanwhile: --full."""
+Case (d): vLLM refuses at start-up a memory share above what is free (the vLLM stand-in's check), and the host serves
+its TensorRT-LLM release again. One guest of its own, the session fleet paused meanwhile: --full."""
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from specfleet import defaults
-from specfleet.engines.catalog import TRTLLM
+from specfleet.engines.catalog import TRTLLM, VLLM
 from specfleet.host.layout import DOCKER_UNIT, EARLYOOM_UNIT, SSH_UNIT, Layout, main_pid
 from specfleet.serving.render import OOM_SCORE_ADJ
 from tests.vm import lab
@@ -51,7 +53,7 @@ def spark(tmp_path_factory, request, standins):
     assert run.returncode == 0, run.output()[-4000:]
     figure("memory: prepare + first converge of release A", f"{time.monotonic() - t0:.1f} s")
     guest = fleet.guests[0]
-    STATE["A"] = json.loads(lab.guest_release_json(guest))["id"]
+    STATE["A"], STATE["fleet"] = json.loads(lab.guest_release_json(guest))["id"], fleet
     return guest, inventory
 
 
@@ -265,3 +267,54 @@ def test_memory_taken_outside_the_container_is_met_by_earlyoom_which_ends_the_co
     figure("memory: (c) memory taken outside the container -> earlyoom's kill -> serving again (restart policy)",
            f"{back - since:.1f} s from the stand-in's start; floor {floor // 1024} MiB; SSH answered {poll.polls} "
            f"polls, longest {poll.longest:.1f} s; earlyoom: " + "; ".join(line.split(":", 1)[0] for line in sent))
+
+
+HELD_UNIT = "specfleet-test-held-memory"
+
+
+def memory_kib(guest) -> tuple[int, int]:
+    """The host's MemTotal and MemAvailable (KiB): what its kernel counts, and what a container on it reads."""
+    out = guest.ssh("grep -E '^(MemTotal|MemAvailable):' /proc/meminfo").stdout.split()
+    return int(out[1]), int(out[4])
+
+
+@pytest.mark.kernel("memory-available")
+def test_a_vllm_share_above_what_is_free_at_start_up_fails_the_gate_and_the_previous_release_serves(spark):
+    """(d) vLLM asks ceil(MemTotal * share) free at start-up and refuses less (vLLM 0.20.1's check, the vLLM
+    stand-in's memory_check, which reads the container's /proc/meminfo). A process outside the container holds memory
+    while the host switches from its TensorRT-LLM release to vllm_eagle3: the memory fit passes (it reads MemTotal),
+    every start fails with vLLM's line, the gate fails, and the host serves its previous release again. What is held
+    is measured before the deploy starts: a mechanism, not a race."""
+    guest, inventory = spark
+    now = serving(guest)
+    assert now["text"], now
+    lab.make_vllm_standin_in_guests(STATE["fleet"])
+    vllm = lab.with_vars(inventory, STATE["fleet"].workdir / "vllm-inventory.yml", vllm_image=lab.VLLM_STANDIN_TAG,
+                         vllm_gpu_memory_utilization=lab.VLLM_LAB_SHARE)
+    total, free = memory_kib(guest)
+    asked = math.ceil(total * lab.VLLM_LAB_SHARE)
+    hold = free - asked // 2  # KiB: leaves half of what vLLM asks, above earlyoom's floor
+    assert asked // 2 > earlyoom_floor_kib(guest), (asked, earlyoom_floor_kib(guest))
+    since = guest.ssh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    guest.ssh(f"systemd-run --unit={HELD_UNIT} --quiet python3 -c "
+              f"'import time; b = b\"x\" * ({hold} << 10); time.sleep(3600)'")
+    try:
+        lab.wait_for("the held memory to be taken", lambda: memory_kib(guest)[1] < asked * 3 // 4, 300, 2)
+        start = time.monotonic()
+        run = lab.run_pyinfra(vllm, "vllm_eagle3")
+        seconds = time.monotonic() - start
+    finally:
+        guest.ssh(f"systemctl stop {HELD_UNIT}; systemctl reset-failed {HELD_UNIT}", check=False)
+    assert run.returncode != 0, run.output()[-3000:]
+    journal = guest.ssh(f"journalctl -q --no-pager -o cat -u {VLLM.unit} --since '{since}'").stdout
+    refused = [line for line in journal.splitlines() if "Free memory on device cuda:0" in line]
+    assert refused and f"on startup is less than desired GPU memory utilization ({lab.VLLM_LAB_SHARE}," in refused[0], \
+        journal[-3000:]
+    # what the host serves afterwards: its previous release, TensorRT-LLM's unit, answering
+    st = serving(guest)
+    assert st["release"] == now["release"] and st["text"], st
+    assert json.loads(lab.guest_release_json(guest))["engine"] == "trtllm"
+    assert guest.ssh(f"systemctl is-active {SERVICE}").stdout.strip() == "active"
+    figure("memory: (d) a vLLM share above what is free at start-up -> refused, the previous release serving",
+           f"{seconds:.1f} s for the deploy; {hold // 1024} MiB held, {asked // 1024} MiB asked; vLLM: "
+           + refused[0].split("ERROR [vllm-standin] ", 1)[-1][:120])
