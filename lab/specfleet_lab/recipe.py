@@ -58,7 +58,7 @@ def _hook(name: str) -> str:
 CUSTOMIZE_HOOK = _hook("customize.sh")
 
 #: The container output (hooks/container.sh): run on the rootfs after the disk image was made from it, with the
-#: files of container_files/ copied over it first (the ifnames unit, the rlimit clamp). Made for the machine's own
+#: files of container_files/ copied over it first (the ifnames unit, the runc wrapper). Made for the machine's own
 #: architecture only.
 CONTAINER_HOOK = _hook("container.sh")
 CONTAINER_FILES = resources.files(__package__) / "container_files"

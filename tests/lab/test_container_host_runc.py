@@ -86,3 +86,9 @@ def test_a_bundle_that_binds_its_own_meminfo_and_an_exec_keep_theirs(run, tmp_pa
     process.write_text(json.dumps({"args": ["sh"]}))
     run("exec", "--process", str(process), "c1")
     assert json.loads(process.read_text()) == {"args": ["sh"]}
+
+
+def test_a_bundle_with_no_mounts_list_gets_the_hosts_meminfo(run, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"process": {}, "mounts": None}))
+    run("create", "--bundle", str(tmp_path), "c1")
+    assert json.loads((tmp_path / "config.json").read_text())["mounts"] == [HOST_MEMINFO]

@@ -324,7 +324,7 @@ def make_vllm_standin_in_guests(fleet, tag: str = VLLM_STANDIN_TAG, guests=None)
         return dict(zip((g.name for g in guests), pool.map(one, guests), strict=True))
 
 
-def with_vars(inventory: Path, out: Path, lock: bool = True, **vars) -> Path:
+def with_vars(inventory: Path, out: Path, *, lock: bool = True, **vars) -> Path:
     """A copy of an inventory with some all-level vars changed (a new release for a rollout), locked: the copy's
     lock starts from the original's (same pins) and `specfleet lock` adds what the changed vars need. `lock=False`:
     the original's lock as it is (for vars that `specfleet lock` refuses)."""

@@ -36,7 +36,9 @@ def started_at(fleet) -> dict[str, str]:
     """When each host's serving container started: its current release's engine's container (service_name unset)."""
     out = {}
     for g in fleet.guests:
-        unit = ENGINES[json.loads(lab.guest_release_json(g))["engine"]].unit
+        engine = json.loads(lab.guest_release_json(g)).get("engine")
+        assert engine in ENGINES, f"{g.name}: its current release names no engine ({engine!r})"
+        unit = ENGINES[engine].unit
         out[g.name] = g.ssh(f"docker inspect --format '{{{{.State.StartedAt}}}}' {unit}").stdout.strip()
     return out
 

@@ -295,7 +295,7 @@ def test_a_vllm_share_above_what_is_free_at_start_up_fails_the_gate_and_the_prev
     asked = math.ceil(total * lab.VLLM_LAB_SHARE)
     hold = free - asked // 2  # KiB: leaves half of what vLLM asks, above earlyoom's floor
     assert asked // 2 > earlyoom_floor_kib(guest), (asked, earlyoom_floor_kib(guest))
-    since = guest.ssh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    since = int(float(guest.ssh("date +%s.%N").stdout))
     guest.ssh(f"systemd-run --unit={HELD_UNIT} --quiet python3 -c "
               f"'import time; b = b\"x\" * ({hold} << 10); time.sleep(3600)'")
     try:
@@ -306,7 +306,7 @@ def test_a_vllm_share_above_what_is_free_at_start_up_fails_the_gate_and_the_prev
     finally:
         guest.ssh(f"systemctl stop {HELD_UNIT}; systemctl reset-failed {HELD_UNIT}", check=False)
     assert run.returncode != 0, run.output()[-3000:]
-    journal = guest.ssh(f"journalctl -q --no-pager -o cat -u {VLLM.unit} --since '{since}'").stdout
+    journal = guest.ssh(f"journalctl -q --no-pager -o cat -u {VLLM.unit} --since @{since}").stdout
     refused = [line for line in journal.splitlines() if "Free memory on device cuda:0" in line]
     assert refused and f"on startup is less than desired GPU memory utilization ({lab.VLLM_LAB_SHARE}," in refused[0], \
         journal[-3000:]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.engines.command import container_command
+from specfleet.engines.command import container_command, memory_flag
 from specfleet.engines.vllm_contract import COUNTERS
 from specfleet.overview.host.overview import acceptance_from_counters, counter_sums
 from specfleet.serving.profiles import PROFILES
@@ -125,7 +125,7 @@ def _specfleets_argv(profile: str, world, monkeypatch) -> list[str]:
         cmd[spec_i] = json.dumps(spec)
     port_i = cmd.index("--port")
     del cmd[port_i:port_i + 2]
-    return cmd
+    return [*cmd, memory_flag(s)]  # the unit appends the share (serving/render.py)
 
 
 @pytest.mark.parametrize("profile", sorted(p for p in PROFILES if p.startswith("vllm_")))
