@@ -287,7 +287,7 @@ CERTAIN_VLLM = {"step_ms": 1, "acceptance": {"eagle3": [1, 1, 0]}}  # every step
 def vllm_standin(tmp_path):
     """start(k, **env) -> the URL of a vLLM STAND-IN (tests/vm/vllm_standin) serving VLLM_MODEL with an EAGLE-3 head
     drafting k tokens per step (none: no speculation), served locally."""
-    from tests.vm.test_vllm_standin import GPT_OSS, Served, _snapshot
+    from tests.vm.test_vllm_standin import GPT_OSS, Served, _snapshot, spark_meminfo
 
     _snapshot(tmp_path / "hf" / "hub", VLLM_MODEL, GPT_OSS)
     head = tmp_path / "eagle3-head"
@@ -297,7 +297,8 @@ def vllm_standin(tmp_path):
     tik = tmp_path / "tiktoken"
     tik.mkdir()
     (tik / "o200k_base.tiktoken").write_text("enc")
-    (tmp_path / "vllm-behaviour.json").write_text(json.dumps(CERTAIN_VLLM))
+    (tmp_path / "vllm-behaviour.json").write_text(json.dumps({**CERTAIN_VLLM,
+                                                             "meminfo": str(spark_meminfo(tmp_path / "meminfo"))}))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "TIKTOKEN_ENCODINGS_BASE": str(tik), "VLLM_STANDIN_BEHAVIOUR": str(tmp_path / "vllm-behaviour.json")}
     served = []

@@ -29,7 +29,7 @@ from tests.unit.test_bench import EAGLE_MODEL, free_port, standin  # noqa: F401 
 from tests.unit.test_gateway_files import CREDENTIALS, HAPROXY, KEY, OTHER, _Agent, _options
 from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 from tests.vm.test_trtllm_standin import _fake_hf_model
-from tests.vm.test_vllm_standin import Served
+from tests.vm.test_vllm_standin import Served, spark_meminfo
 
 Route = tuple[str, str, dict | None]  # method, URL, JSON body
 
@@ -98,7 +98,7 @@ def vllm_spark(tmp_path, standin):  # noqa: F811
     """A vLLM stand-in serving OTHER from the Hugging Face cache the trtllm-serve stand-ins read."""
     _fake_hf_model(tmp_path / "hf" / "hub", OTHER, ["model.safetensors"], "b" * 40)
     behaviour = tmp_path / "vllm-behaviour.json"
-    behaviour.write_text(json.dumps({"step_ms": 1}))
+    behaviour.write_text(json.dumps({"step_ms": 1, "meminfo": str(spark_meminfo(tmp_path / "meminfo"))}))
     env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
            "VLLM_STANDIN_BEHAVIOUR": str(behaviour)}
     spark = Served({"env": env}, ["serve", OTHER, "--served-model-name", OTHER, "--host", "127.0.0.1"])

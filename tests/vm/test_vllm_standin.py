@@ -57,14 +57,20 @@ def world(tmp_path):
     tik = tmp_path / "tiktoken"
     tik.mkdir()
     (tik / "o200k_base.tiktoken").write_text("enc")
-    meminfo = tmp_path / "meminfo"
-    _meminfo(meminfo, GB10_MEMTOTAL_KB, GB10_MEMTOTAL_KB - 4 * (1 << 20))
+    meminfo = spark_meminfo(tmp_path / "meminfo")
     behaviour = tmp_path / "behaviour.json"
     behaviour.write_text(json.dumps({"step_ms": 1, "acceptance": {"eagle3": [1, 1, 0.5], "ngram": [0.6, 0.3]},
                                      "meminfo": str(meminfo)}))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TIKTOKEN_ENCODINGS_BASE": str(tik),
            "VLLM_STANDIN_BEHAVIOUR": str(behaviour)}
     return {"env": env, "drafts": drafts, "tmp": tmp_path, "meminfo": meminfo}
+
+
+def spark_meminfo(path: Path) -> Path:
+    """A Spark's /proc/meminfo with 4 GiB in use, for the stand-in's start-up memory check (its behaviour's
+    `meminfo`): every stand-in run on the controller reads this, never the controller's own memory."""
+    _meminfo(path, GB10_MEMTOTAL_KB, GB10_MEMTOTAL_KB - 4 * (1 << 20))
+    return path
 
 
 def _meminfo(path: Path, total_kb: int, available_kb: int) -> None:
@@ -85,6 +91,9 @@ def _run(world, argv: list[str]) -> subprocess.CompletedProcess:
 
 class Served:
     def __init__(self, world, argv: list[str]):
+        behaviour = Path(world["env"].get("VLLM_STANDIN_BEHAVIOUR", "/nonexistent"))
+        assert behaviour.is_file() and "meminfo" in json.loads(behaviour.read_text()), \
+            "a vLLM stand-in on the controller reads a Spark's meminfo (spark_meminfo), never this machine's"
         self.port = _port()
         self.proc = subprocess.Popen([sys.executable, str(SCRIPT), *argv, "--port", str(self.port)], env=world["env"],
                                      stderr=subprocess.PIPE, text=True)
