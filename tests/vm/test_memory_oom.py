@@ -297,7 +297,8 @@ def test_a_vllm_share_above_what_is_free_at_start_up_fails_the_gate_and_the_prev
     total, free = memory_kib(guest)
     asked = math.ceil(total * lab.VLLM_LAB_SHARE)
     hold = free - asked // 2  # KiB: leaves half of what vLLM asks, above earlyoom's floor
-    assert asked // 2 > earlyoom_floor_kib(guest), (asked, earlyoom_floor_kib(guest))
+    floor = earlyoom_floor_kib(guest)
+    assert asked // 2 > floor, (asked, floor)
     since = int(float(guest.ssh("date +%s.%N").stdout))
     guest.ssh(f"systemd-run --unit={HELD_UNIT} --quiet python3 -c "
               f"'import time; b = b\"x\" * ({hold} << 10); time.sleep(3600)'")

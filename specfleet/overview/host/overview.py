@@ -107,9 +107,10 @@ def restarted(before: dict[str, Any], after: dict[str, Any], names: list[str]) -
     A `_created` sample changes when a counter's child is made again, in a new process or reset in the same one."""
     b, a = before["created"], after["created"]
     for n in names:
-        keys = {k for k in (*b, *a) if k.split("{", 1)[0] == created_name(n)}
+        created = created_name(n)
+        keys = {k for k in (*b, *a) if k.split("{", 1)[0] == created}
         if any(b.get(k) != a.get(k) for k in keys):
-            return f"{created_name(n)} changed"
+            return f"{created} changed"
     if before["start"] is not None and after["start"] is not None:
         return f"{PROCESS_START} changed" if before["start"] != after["start"] else ""
     return "" if b and a else None
@@ -138,7 +139,7 @@ def counter_window(before: dict[str, Any], after: dict[str, Any], names: list[st
     is not one server's: a read failed (a missing "before" would count everything since the server started), or the
     server restarted in between (restarted(); a counter that went down). Reads that cannot tell, of counters that are
     there, are refused too: vLLM exposes neither `_created` nor the process start with PROMETHEUS_DISABLE_CREATED_SERIES
-    set and the process collector gone, or with several API servers (vllm/entrypoints/cli/serve.py:236-237:
+    set and the process collector gone, or with several API servers (vllm v0.20.1 entrypoints/cli/serve.py:236-237:
     prometheus_client's multi-process mode)."""
     ends = {"before": "the window would count everything since the server started", "after": "the window has no end"}
     for when, read in (("before", before), ("after", after)):
@@ -232,9 +233,8 @@ def sh(*cmd: str) -> str:
 def uptime_s(svc: str) -> int | None:
     started = sh("docker", "inspect", "--format", "{{.State.Running}} {{.State.StartedAt}}", svc)
     m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", started.split()[1]) if started.startswith("true ") else None
-    if not m:
-        return None
-    return max(0, int(time.time() - calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))))
+    started_at = _epoch(m.group(1) + "Z") if m else None
+    return None if started_at is None else max(0, int(time.time() - started_at))
 
 
 def get(url: str, path: str, timeout: float = 5) -> tuple[int, bytes]:
