@@ -1,4 +1,4 @@
-"""Converge every host of the inventory into a trtllm-serve server for the baseline profile (see specfleet/serving/profiles.py)."""
+"""Converge every host of the inventory into a trtllm-serve server for the baseline profile (`specfleet profiles` shows it)."""
 
 from specfleet.steps import converge
 

@@ -1,4 +1,4 @@
-"""Converge every host of the inventory into a trtllm-serve server for the draft_target profile (see specfleet/serving/profiles.py)."""
+"""Converge every host of the inventory into a trtllm-serve server for the draft_target profile (`specfleet profiles` shows it)."""
 
 from specfleet.steps import converge
 

@@ -20,6 +20,7 @@ from .constants import DEFAULT_INVENTORY, EXIT_INVALID
 from .fleet.inventory import Inventory, InventoryError, load_inventory
 from .fleet.model import Fleet, read_fleet
 from .fleet.problems import Problem, grouped_lines
+from .fleet.profiles import ProfileError
 from .fleet.project import project_dir, use_project
 from .fleet.settings import Settings, build_fleet
 from .gateway import rules as gateway_fleet
@@ -366,7 +367,7 @@ def pyinfra_groups(argv: list[str] | None = None, project: str | None = None) ->
         problems = role_problems(plans, deploys)
         if problems:
             raise PlanError(problems)
-    except PlanError as exc:
+    except (PlanError, ProfileError) as exc:
         for line in exc.lines:
             print(f"specfleet: {line}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID) from None

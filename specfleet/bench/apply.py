@@ -14,7 +14,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from ..engines.catalog import engine_of
-from ..serving.profiles import PROFILES
+from ..fleet.profiles import profiles
 from .rules import best_variant
 
 
@@ -26,7 +26,7 @@ def with_best_variant(results: list[dict[str, Any]], fleet_path: Path,
     best = best_variant(results)
     if not best:
         return None, "", None
-    var = engine_of(PROFILES[best["profile"]]).options_var
+    var = engine_of(profiles()[best["profile"]]).options_var
     options = (best.get("overrides") or {}).get(var) or {}
     old_text = Path(fleet_path).read_text()
     rt = YAML()

@@ -28,10 +28,10 @@ from typing import Any
 
 from ..engines.catalog import Engine, draft_len, engine_of, speculative
 from ..fleet.inventory import Inventory
+from ..fleet.profiles import nodes, profiles
 from ..overview.host.overview import counter_window, iteration_window, window_samples
 from ..plan import HostPlan, build_plans
 from ..serving.options import deep_merge
-from ..serving.profiles import PROFILES, nodes
 
 DEFAULT_GROUP = "bench"
 LOAD_TOOL = "specfleet-bench-load"
@@ -48,16 +48,16 @@ class Variant:
 
     @property
     def engine(self) -> str:
-        return engine_of(PROFILES[self.profile]).name
+        return engine_of(profiles()[self.profile]).name
 
     @property
     def options_var(self) -> str:
-        return engine_of(PROFILES[self.profile]).options_var
+        return engine_of(profiles()[self.profile]).options_var
 
     @property
     def draft_len(self) -> int:
         """Tokens drafted per step (0: no speculation): the swept value, else the profile's."""
-        return next((v for _, v in self.params), None) or draft_len(PROFILES[self.profile])
+        return next((v for _, v in self.params), None) or draft_len(profiles()[self.profile])
 
 
 def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
@@ -69,9 +69,9 @@ def parse_variants(specs: list[str] | tuple[str, ...]) -> list[Variant]:
     out: list[Variant] = []
     for item in items:
         profile, _, rest = item.partition(":")
-        single = sorted(p for p in PROFILES if nodes(p) == 1)  # bench variants run on single Sparks
+        single = sorted(p for p in profiles() if nodes(p) == 1)  # bench variants run on single Sparks
         if profile not in single:
-            what = "a two-Spark profile" if profile in PROFILES else "unknown profile"
+            what = "a two-Spark profile" if profile in profiles() else "unknown profile"
             raise ValueError(f"--variants: '{item}': {what} '{profile}' (allowed: {', '.join(single)})")
         if not rest:
             if ":" in item:
@@ -92,10 +92,10 @@ def _swept(item: str, profile: str, rest: str) -> list[Variant]:
     key, eq, values = rest.partition("=")
     if not eq or not key:
         raise ValueError(f"--variants: '{item}': expected PROFILE:KEY=V1,V2 (e.g. eagle3:max_draft_len=1,2,3)")
-    allowed = engine_of(PROFILES[profile]).draft_len
+    allowed = engine_of(profiles()[profile]).draft_len
     if key != allowed:
         raise ValueError(f"--variants: '{item}': unknown key '{key}' (allowed: {allowed})")
-    if not speculative(PROFILES[profile]):
+    if not speculative(profiles()[profile]):
         raise ValueError(f"--variants: '{item}': profile {profile} has no speculation, so no {key}")
     out = []
     for raw in values.split(","):
@@ -317,7 +317,7 @@ def variant_plans(inventory: Inventory, hosts_variants: list[tuple[str, Variant]
         by_profile.setdefault(v.name, []).append((h, v))
     for _, pairs in by_profile.items():
         v = pairs[0][1]
-        bench_options = engine_of(PROFILES[v.profile]).bench_options
+        bench_options = engine_of(profiles()[v.profile]).bench_options
         hvars = {}
         for h, _ in pairs:
             base = copy.deepcopy(inventory.host_vars[h])

@@ -23,10 +23,10 @@ from ..bench.rules import (
     variant_plans,
     write_outputs,
 )
+from ..fleet.profiles import profiles
 from ..fleet.project import use_project
 from ..fleet.selection import select
 from ..plan import PlanError, build_plans, load_inventory_or_fail
-from ..serving.profiles import PROFILES
 from .invalid import invalid_input
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -104,7 +104,7 @@ def _report(json_path: Path, png: Path, standin: bool, results: list[dict]) -> N
     if standin:
         click.echo("NOTE: this bench ran against a STAND-IN server (image name contains 'standin'): the figures come "
                    "from its SYNTHETIC speculative-decoding model, not from an engine on a GPU.")
-    targets = {r["profile"]: PROFILES[r["profile"]]["target"]["repo"] for r in results}
+    targets = {r["profile"]: profiles()[r["profile"]]["target"]["repo"] for r in results}
     if len(set(targets.values())) > 1:
         click.echo("note: the variants serve different target models ("
                    + ", ".join(f"{p}: {m}" for p, m in sorted(targets.items())) + "): a speed-up is against its "

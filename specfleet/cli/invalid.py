@@ -13,6 +13,7 @@ import click
 
 from ..constants import EXIT_INVALID
 from ..fleet.inventory import Inventory
+from ..fleet.profiles import ProfileError
 from ..fleet.project import use_project
 from ..plan import HostPlan, PlanError, build_plans, deploy_profile, fleet_plans, load_inventory_or_fail, role_problems
 
@@ -26,7 +27,7 @@ def exit_invalid(lines: list[str]) -> NoReturn:
 @contextmanager
 def invalid_input(*also: type[Exception]) -> Iterator[None]:
     """A PlanError raised inside (or one of `also`, its message as the line) exits 2 with its lines."""
-    caught: tuple[type[Exception], ...] = (PlanError, *also)
+    caught: tuple[type[Exception], ...] = (PlanError, ProfileError, *also)
     try:
         yield
     except caught as exc:

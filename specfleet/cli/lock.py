@@ -9,12 +9,12 @@ from pathlib import Path
 import click
 
 from ..fleet import run as runner
+from ..fleet.profiles import profiles
 from ..fleet.selection import select
 from ..gateway.steps.gateways import gateway_plan
 from ..mirror.steps.hub import mirror_plan
 from ..pins.lockfile import fleets_to_lock, update_lock
 from ..plan import PlanError, build_plans, deploy_constant, deploy_profile, load_inventory_or_fail, role_problems
-from ..serving.profiles import PROFILES
 from ..serving.run.preview import counted, exit_code, read_changes, report
 from .invalid import exit_invalid, invalid_input, use_inventory_py
 
@@ -23,7 +23,7 @@ from .invalid import exit_invalid, invalid_input, use_inventory_py
 @click.argument("args", nargs=-1, metavar="inventory.py [REPO ...]")
 @click.option("--upgrade", is_flag=True, help="Resolve the pins again (all, or only the named model repos / images) "
                                                "and print old -> new.")
-@click.option("--profile", type=click.Choice(sorted(PROFILES)), default=None,
+@click.option("--profile", default=None,
               help="Lock only what this profile needs (default: every profile, for every host).")
 def lock(args: tuple[str, ...], upgrade: bool, profile: str | None) -> None:
     """Pin every model revision (commit + the files the server reads) and image (registry digest) the fleet
@@ -36,12 +36,15 @@ def lock(args: tuple[str, ...], upgrade: bool, profile: str | None) -> None:
         inventory_file, repos = "inventory.py", list(args)
     with invalid_input():
         use_inventory_py(inventory_file)
+        if profile is not None and profile not in (known := profiles()):
+            exit_invalid([f"--profile: unknown profile {profile!r} (allowed: {', '.join(sorted(known))})"])
     if repos and not upgrade:
         exit_invalid([f"{' '.join(repos)}: naming repos only makes sense with --upgrade "
                       "(specfleet lock --upgrade REPO ...)"])
     with invalid_input():
         inventory = load_inventory_or_fail()
-    fleets, errors, notes = fleets_to_lock(inventory, profile)
+    with invalid_input():
+        fleets, errors, notes = fleets_to_lock(inventory, profile)
     if errors:
         exit_invalid(errors)
     result = update_lock(fleets, inventory.path, upgrade=upgrade, only=tuple(repos), prune=profile is None,

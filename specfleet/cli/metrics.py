@@ -10,9 +10,9 @@ import click
 
 from ..engines.catalog import engine_of
 from ..fleet.model import fleet_address
+from ..fleet.profiles import profiles
 from ..gateway.render import server_name
 from ..gateway.scrape import Gateway, Relayed, scrape_config
-from ..serving.profiles import PROFILES
 from .invalid import exit_invalid, fleet_plans_or_exit
 
 DASHBOARD = "specfleet-fleet.json"  # package data: specfleet/gateway/dashboards/
@@ -46,7 +46,7 @@ def scrape_config_cmd(inventory_file: str, out: str | None) -> None:
                       "(allowed: a fleet with a `gateway` group, docs/gateway.md)"])
     backends = plans[gateways[0].name].settings.gateway_backends
     serves = {h: plans[h].settings.serves or "" for h in backends}  # a gateway's backend always serves a profile
-    relayed = [Relayed(server_name(h), serves[h], engine_of(PROFILES[serves[h]]).name)
+    relayed = [Relayed(server_name(h), serves[h], engine_of(profiles()[serves[h]]).name)
                for h, (_model, _address, _agent, *path) in backends.items() if path and path[0]]
     _write(scrape_config(gateways, relayed), out)
 

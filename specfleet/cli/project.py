@@ -1,4 +1,5 @@
-"""`specfleet init DIR` (a new fleet project from the packaged scaffold) and `specfleet vars` (every variable)."""
+"""`specfleet init DIR` (a new fleet project from the packaged scaffold), `specfleet vars` (every variable) and
+`specfleet profiles` (every profile the project can run)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 import click
 
 from ..constants import DEFAULT_INVENTORY
+from ..engines.catalog import ENGINES
+from ..fleet.profiles import ProfileError, catalog
 from ..fleet.project import project_dir, scaffold_files
 from ..fleet.tunables import default_comments, load_defaults, load_overrides
-from .invalid import exit_invalid
+from .invalid import exit_invalid, invalid_input, use_inventory_py
 
 
 @click.command("init")
@@ -53,3 +56,26 @@ def vars_(show_project: bool) -> None:
         if show_project:
             row += f" {'`' + _short(overrides[name]) + '`' if name in overrides else ''} |"
         click.echo(row)
+
+
+@click.command("profiles")
+@click.argument("inventory_file", default="inventory.py", type=click.Path(dir_okay=False))
+def profiles_cmd(inventory_file: str) -> None:
+    """List every profile the project of INVENTORY_FILE can run: the packaged ones and the project's own
+    (profiles/NAME.yml), with engine, target, draft and speculative method. Exit 2 on a bad profile file
+    (profiles/NAME.yml: KEY: ...)."""
+    with invalid_input():
+        use_inventory_py(inventory_file)
+        found = catalog()
+        if found.problems:
+            raise ProfileError([str(p) for p in found.problems])
+    click.echo("| profile | from | engine | target | draft | method |")
+    click.echo("|---|---|---|---|---|---|")
+    for name, p in found.profiles.items():
+        engine = ENGINES[p["engine"]]
+        spec = p["options"].get("speculative_config") or {}
+        method = spec.get(engine.method_key, "none")
+        draft = p["draft"]["repo"] if p["draft"] else "none"
+        nodes = f" (x{p['nodes']} Sparks)" if p.get("nodes", 1) > 1 else ""
+        click.echo(f"| {name} | {found.origin[name]} | {engine.name} | {p['target']['repo']} | {draft} | "
+                   f"{method}{nodes} |")

@@ -26,7 +26,7 @@ def serve_args(s: Settings) -> list[str]:
     """trtllm-serve's arguments (also what the pair's MPI launch runs on each rank)."""
     assert s.profile is not None
     return [s.profile["target"]["repo"], "--host", s.serve_host, "--port", str(s.serve_port),
-            *s.profile["serve_args"], s.llm_schema.contract.serve_flag, CONTAINER_CONFIG]
+            *s.profile["serve_flags"], s.llm_schema.contract.serve_flag, CONTAINER_CONFIG]
 
 
 def _trtllm(s: Settings) -> list[str]:

@@ -13,24 +13,25 @@ from collections.abc import Callable
 from typing import Any
 
 from ..fleet.problems import Problem
-from ..serving.profiles import PROFILES, nodes
+
+Profiles = dict[str, dict[str, Any]]  # name -> profile (fleet/profiles.py)
 
 
-def engine_profiles(engine: str) -> list[str]:
+def engine_profiles(engine: str, profiles: Profiles) -> list[str]:
     """The single-Spark profiles of an engine, in their order (a pair's profile needs its pair group)."""
-    return [p for p, v in PROFILES.items() if v["engine"] == engine and nodes(p) == 1]
+    return [p for p, v in profiles.items() if v["engine"] == engine and v.get("nodes", 1) == 1]
 
 
-def checked_profile(profile_name: str | None, serves: Any) -> str | None:
+def checked_profile(profile_name: str | None, serves: Any, profiles: Profiles) -> str | None:
     """The profile a host's engine options are checked against: the run's, else the one it serves."""
-    return profile_name or (serves if isinstance(serves, str) and serves in PROFILES else None)
+    return profile_name or (serves if isinstance(serves, str) and serves in profiles else None)
 
 
-def best_fit(engine: str, problems_with: Callable[[str], list[Problem]]) -> list[Problem]:
+def best_fit(engine: str, profiles: Profiles, problems_with: Callable[[str], list[Problem]]) -> list[Problem]:
     """[] when the options fit one of the engine's profiles; else the problems with the one they fit best (the fewest),
     each line naming it."""
     best: tuple[str, list[Problem]] | None = None
-    for name in engine_profiles(engine):
+    for name in engine_profiles(engine, profiles):
         found = problems_with(name)
         if not found:
             return []

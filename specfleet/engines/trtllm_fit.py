@@ -10,14 +10,13 @@ from pydantic import ValidationError
 
 from ..fleet.problems import Problem, error_key, llm_error_message
 from ..serving.options import Schema, deep_merge, image_version, schema_for_image, show
-from ..serving.profiles import PROFILES
-from .fit import best_fit
+from .fit import Profiles, best_fit
 
 VAR = "extra_llm_api_options"
 
 
 def trtllm_options(host: str, image: Any, defaults: dict[str, Any], deploy_vars: dict[str, Any],
-                   profile_name: str | None, checked: str | None,
+                   profile_name: str | None, checked: str | None, profiles: Profiles,
                    problems: list[Problem]) -> tuple[Schema, dict[str, Any]] | None:
     """The image version's schema and the merged options, lowest first: the defaults' (packaged {} +
     group_data/all.py), the run profile's, the inventory's. Checked whenever they are set, against `checked` when it is
@@ -33,18 +32,19 @@ def trtllm_options(host: str, image: Any, defaults: dict[str, Any], deploy_vars:
     base, extra = schema.canonical_aliases(base), schema.canonical_aliases(extra)
 
     def over(name: str | None) -> dict[str, Any]:
-        mine = PROFILES[name].get("llm_api_options") if name else None
+        mine = profiles[name]["options"] if name and profiles[name]["engine"] == "trtllm" else None
         return deep_merge(deep_merge(base, schema.for_version(mine)) if mine is not None else base, extra)
 
     merged = over(profile_name)
-    if checked is not None and PROFILES[checked].get("llm_api_options") is not None:
-        problems += _problems(host, over(checked), schema, checked)
+    if checked is not None and profiles[checked]["engine"] == "trtllm":
+        problems += _problems(host, over(checked), schema, checked, profiles)
     elif deep_merge(base, extra):  # set, for a host of no TensorRT-LLM profile: fitted to every one
-        problems += best_fit("trtllm", lambda name: _problems(host, over(name), schema, name))
+        problems += best_fit("trtllm", profiles, lambda name: _problems(host, over(name), schema, name, profiles))
     return schema, merged
 
 
-def _problems(host: str, merged: dict[str, Any], schema: Schema, profile_name: str | None) -> list[Problem]:
+def _problems(host: str, merged: dict[str, Any], schema: Schema, profile_name: str | None,
+              profiles: Profiles) -> list[Problem]:
     """The merged options against the schema, and the draft model against the profile (if all else is valid)."""
     out: list[Problem] = []
     try:
@@ -54,7 +54,7 @@ def _problems(host: str, merged: dict[str, Any], schema: Schema, profile_name: s
                 for err in exc.errors()]
     if out or profile_name is None:
         return out
-    profile = PROFILES[profile_name]
+    profile = profiles[profile_name]
     if profile.get("draft") and not schema.draft_path(merged):
         out.append(Problem(host, f"{VAR}.speculative_config", f"profile {profile_name} serves a draft model: "
                                                             f"speculative_config with {schema.contract.draft_field} "
@@ -66,10 +66,10 @@ def _problems(host: str, merged: dict[str, Any], schema: Schema, profile_name: s
     return out
 
 
-def image_version_problem(host: str, image: Any, profile_name: str) -> Problem | None:
+def image_version_problem(host: str, image: Any, profile_name: str, profiles: Profiles) -> Problem | None:
     """A profile with a minimum TensorRT-LLM version (min_trtllm) needs an image whose tag names that version or a
     newer one: a tag that names none cannot show it (the stricter reading)."""
-    need = PROFILES[profile_name].get("min_trtllm")
+    need = profiles[profile_name].get("min_version")
     if need is None or not isinstance(image, str):
         return None
     have = image_version(image)

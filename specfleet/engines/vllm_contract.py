@@ -125,11 +125,84 @@ class Contract:
     draft_tp: tuple[int, ...]  # the draft_tensor_parallel_size values it accepts on one Spark
     suffix_needs: str  # the module suffix decoding imports
     redetected: tuple[tuple[str, str], ...]  # (substring of a draft's path, the method vLLM then takes)
+    redetect_skips: tuple[str, ...] = ("eagle", "eagle3", "dflash")  # methods whose draft path is not re-read
+    # methods that refuse disable_padded_drafter_batch: true at start (); not read for 0.20.1: none refused there
+    padded_needed: tuple[str, ...] = ()
 
 
 CONTRACT = Contract(version="0.20.1", image="nvcr.io/nvidia/vllm:26.05.post1-py3",
                     source="vllm-project/vllm v0.20.1 (f98b2747f)", methods=METHODS, needs_model=NEEDS_MODEL,
                     speculative=SPECULATIVE, engine=ENGINE, reserved=RESERVED, validator=VALIDATOR,
                     draft_tp=DRAFT_TP, suffix_needs=SUFFIX_NEEDS, redetected=REDETECTED)
+
+# ---- vLLM 0.28.0: the version NVIDIA's recipe catalog for Spark runs (vllm/vllm-openai:v0.28.0) ----------------------
+# Read from the PyPI sdist vllm-0.28.0.tar.gz (sha256 ac96dd0e...634a; vllm/_version.py: commit 2cf0a6915), lines that
+# tree's, files as for 0.20.1 above. Differences: methods dspark (new) and custom_class (left out, stricter: it imports
+# a user's class by dotted path, :720-745); rejection_sample_method takes standard/synthetic/block (0.20.1's
+# "probabilistic" moved to the new draft_sample_method); --spec-method/--spec-model/--spec-tokens (new) are merged
+# into the speculative config and raise when it names the same key, so specfleet renders only --speculative-config.
+
+# vLLM 0.28.0 (vllm-project/vllm 2cf0a6915, PyPI sdist vllm-0.28.0.tar.gz); lines are that tree's
+# speculative.py:69-79 (SpeculativeMethod), :63-68; MTP aliases rewritten to mtp (:752-756), so only `mtp` (stricter);
+# custom_class (:75, imports a user class by dotted path, :720-745) left out (stricter)
+METHODS_0_28 = ("ngram", "ngram_gpu", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3",
+                "dflash", "dspark", "mtp", "extract_hidden_states")
+# :758-798: without a model, mtp/dspark use the target, ngram/ngram_gpu/suffix/extract_hidden_states a placeholder;
+# every other method raises "num_speculative_tokens was provided but without speculative model"
+NEEDS_MODEL_0_28 = ("eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash")
+SPECULATIVE_0_28: dict[str, Spec] = {
+    "method": (METHODS_0_28, {}),  # :97
+    "model": _STR,  # :94
+    "num_speculative_tokens": _POS,  # :91 Field(gt=0); required (:1352); n_predict divisibility (:1073-1081)
+    "draft_tensor_parallel_size": _GE1,  # :105 Field(ge=1); 1 or the target's TP (:1286-1293)
+    "max_model_len": _GE1,  # :129 Field(ge=1); <= draft's and target's (:1200-1211)
+    "enforce_eager": _BOOL,  # :88
+    # :142; true refused for draft_model/dflash/dspark (llm_base_proposer.py:219)
+    "disable_padded_drafter_batch": _BOOL,
+    "prompt_lookup_max": _GE1,  # :160 Field(ge=1)
+    "prompt_lookup_min": _GE1,  # :163 Field(ge=1); min <= max (:825-829)
+    "parallel_drafting": _BOOL,  # :168; forced True for dflash/dspark (:1046-1047)
+    "rejection_sample_method": (("standard",), {}),  # :219, :80; "block" (V2 runner only) and "synthetic" left out
+    "draft_sample_method": (("greedy", "probabilistic"), {}),  # :290, :81 (NEW; 0.20.1's "probabilistic" moved here)
+}
+DRAFT_TP_0_28 = (1,)  # :1261-1294 unchanged
+SUFFIX_NEEDS_0_28 = "arctic_inference"  # :1146-1151; utils/import_utils.py:542-545
+# :935-957: skipped for eagle/eagle3/dflash/dspark; substring tests in this order (architecture tests not modelled)
+REDETECTED_0_28 = (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark"))
+ENGINE_0_28: dict[str, Spec] = {
+    "max_model_len": _POS,  # arg_utils.py:863 (model.py:209)
+    "max_num_seqs": _GE1,  # arg_utils.py:1520-1526, scheduler.py:63 ge=1
+    "max_num_batched_tokens": _GE1,  # arg_utils.py:1506-1512, scheduler.py:49 ge=1
+    "enable_prefix_caching": _BOOL,  # arg_utils.py:1217-1223 (cache.py:96)
+    "enable_chunked_prefill": _BOOL,  # arg_utils.py:1536-1542 (scheduler.py:74)
+    "async_scheduling": _BOOL,  # arg_utils.py:1562-1564 (scheduler.py:148)
+    "enforce_eager": _BOOL,  # arg_utils.py:872 (model.py:236)
+    "trust_remote_code": _BOOL,  # arg_utils.py:846-848 (model.py:165)
+    "kv_cache_dtype": (("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
+                       {}),  # arg_utils.py:1213, cache.py:19-37; int4_per_token_head, nvfp4_4over6 not modelled
+    "dtype": (("auto", "half", "float16", "bfloat16", "float", "float32"), {}),  # arg_utils.py:849, model.py:99
+    "max_cudagraph_capture_size": _GE1,  # arg_utils.py:1578-1581 (compilation.py:692)
+    "stream_interval": _GE1,  # arg_utils.py:1565-1567, scheduler.py:153 ge=1
+    "enable_log_requests": _BOOL,  # arg_utils.py:2864-2872
+}
+RESERVED_0_28 = {**RESERVED,  # host/port cli_args.py:246/:248, api_key :283, model_tag :373, served_model_name
+                 # arg_utils.py:897, gpu_memory_utilization :1208, tensor_parallel_size :1052, download_dir :937
+                 "spec_method": "the speculative config is rendered as one --speculative-config "
+                                "(arg_utils.py:1618-1623, :1838-1850)",
+                 "spec_model": "as spec_method", "spec_tokens": "as spec_method"}
+# metrics.py:229-231, Counters (:198) exposed with `_total`; labels loggers.py:468
+COUNTERS_0_28 = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+                 "vllm:spec_decode_num_accepted_tokens_total")
+# cli/serve.py:14, :155, :168; cli_args.py:366, :413; utils/argparse_utils.py:113; engine/arg_utils.py:2849 (:1707)
+VALIDATOR_0_28 = VALIDATOR  # same four module:name strings
+# llm_base_proposer.py:219: draft_model, dflash and dspark refuse disable_padded_drafter_batch: true
+PADDED_NEEDED_0_28 = ("draft_model", "dflash", "dspark")
+CONTRACT_0_28 = Contract(version="0.28.0", image="vllm/vllm-openai:v0.28.0",
+                         source="vllm-project/vllm v0.28.0 (2cf0a6915)", methods=METHODS_0_28,
+                         needs_model=NEEDS_MODEL_0_28, speculative=SPECULATIVE_0_28, engine=ENGINE_0_28,
+                         reserved=RESERVED_0_28, validator=VALIDATOR_0_28, draft_tp=DRAFT_TP_0_28,
+                         suffix_needs=SUFFIX_NEEDS_0_28, redetected=REDETECTED_0_28,
+                         redetect_skips=("eagle", "eagle3", "dflash", "dspark"), padded_needed=PADDED_NEEDED_0_28)
+
 # vLLM version -> its contract: the versions specfleet can check options for
-CONTRACTS: dict[str, Contract] = {c.version: c for c in (CONTRACT,)}
+CONTRACTS: dict[str, Contract] = {c.version: c for c in (CONTRACT, CONTRACT_0_28)}

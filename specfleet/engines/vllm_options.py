@@ -22,8 +22,7 @@ from typing import Any
 
 from ..fleet.problems import Problem
 from ..serving.options import deep_merge, path_problem, show
-from ..serving.profiles import PROFILES
-from .fit import best_fit
+from .fit import Profiles, best_fit
 from .vllm_contract import Contract, Spec
 from .vllm_images import carries
 
@@ -124,9 +123,12 @@ def _start_problems(key: str, method: str, spec: dict[str, Any], c: Contract, im
     if method == "suffix" and not carries(image, c.suffix_needs):
         out.append((f"{key}.method", f"suffix decoding needs the {c.suffix_needs} module, which {image} is not known "
                                      f"to carry; vLLM {c.version} refuses it at start (allowed: another method)"))
+    if method in c.padded_needed and spec.get("disable_padded_drafter_batch") is True:
+        out.append((f"{key}.disable_padded_drafter_batch", f"is refused by vLLM {c.version} at start for method "
+                                                           f"{method} (allowed: false, or leave it out)"))
     model = spec.get("model")
     again = next((m for part, m in c.redetected if isinstance(model, str) and part in model.lower()), None)
-    if again is not None and method not in ("eagle", "eagle3", "dflash") and again != method:
+    if again is not None and method not in c.redetect_skips and again != method:
         part = next(p for p, m in c.redetected if m == again)
         out.append((f"{key}.model", f"{show(model)} has {part!r} in it, so vLLM {c.version} reads the {method} draft "
                                     f"there as method {again} (allowed: a mount point without "
@@ -180,7 +182,7 @@ def argv(options: dict[str, Any]) -> list[str]:
 
 
 def merged(host: str, defaults: dict[str, Any], deploy_vars: dict[str, Any], profile: dict[str, Any] | None,
-           checked: dict[str, Any] | None, contract: tuple[Contract, str] | None,
+           checked: dict[str, Any] | None, contract: tuple[Contract, str] | None, profiles: Profiles,
            out: list[Problem]) -> dict[str, Any] | None:
     """A host's vLLM options, lowest first: the defaults' (packaged {} + group_data/all.py), the profile's, the
     inventory's. None, with the problem in `out`: a layer is no mapping. `profile`: the run's (a vLLM profile's options
@@ -193,15 +195,15 @@ def merged(host: str, defaults: dict[str, Any], deploy_vars: dict[str, Any], pro
             out.append(Problem(host, VAR, f"must be a mapping of vLLM engine arguments, got {type(layer).__name__}"))
             return None
     def over(p: dict[str, Any] | None) -> dict[str, Any]:
-        mine = (p or {}).get(VAR)
+        mine = p["options"] if p is not None and p["engine"] == "vllm" else None
         return deep_merge(deep_merge(below, mine), var) if mine is not None else deep_merge(below, var)
 
     def found(p: dict[str, Any]) -> list[Problem]:
         assert contract is not None
         return [Problem(host, key, message) for key, message in problems(over(p), bool(p["draft"]), *contract)]
 
-    if contract is not None and checked is not None and checked.get(VAR) is not None:
+    if contract is not None and checked is not None and checked["engine"] == "vllm":
         out += found(checked)
     elif contract is not None and over(None):  # set, for a host of no vLLM profile: fitted to every one
-        out += best_fit("vllm", lambda name: found(PROFILES[name]))
-    return over(profile) if profile is not None and profile.get(VAR) is not None else var
+        out += best_fit("vllm", profiles, lambda name: found(profiles[name]))
+    return over(profile) if profile is not None and profile["engine"] == "vllm" else var

@@ -27,10 +27,10 @@ from ..host.layout import RELEASE_ID
 from ..mirror import rules as mirror_fleet
 from ..pair import rules as pair_fleet
 from ..serving.options import DEFAULT_VERSION, SCHEMAS, Schema, show
-from ..serving.profiles import PROFILES
 from . import grammars, secrets
 from .model import Fleet
 from .problems import Problem, error_key, error_message
+from .profiles import profile_problems, profile_vars, profiles
 from .tunables import load_defaults, load_overrides, unknown_variable
 
 SECRET_ENV = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"}
@@ -219,8 +219,8 @@ class Settings(BaseModel):
     @field_validator("serves")
     @classmethod
     def _v_serves(cls, v: str | None) -> str | None:
-        if v is not None and v not in PROFILES:
-            raise ValueError(f"{show(v)} is not a profile (allowed: {', '.join(PROFILES)})")
+        if v is not None and v not in (known := profiles()):
+            raise ValueError(f"{show(v)} is not a profile (allowed: {', '.join(known)})")
         return v
 
     @field_validator("operator_users")
@@ -280,23 +280,26 @@ def build_settings(host: str, deploy_vars: dict[str, Any], profile_name: str | N
     reads gated repos with it), so it is read and required (hf_token_required) also without a profile."""
     defaults = load_defaults() if defaults is None else defaults
     problems = [Problem(host, key, unknown_variable(key, defaults)) for key in deploy_vars if key not in defaults]
-    if profile_name is not None and profile_name not in PROFILES:
-        problems.append(Problem(host, "profile", f"unknown profile '{profile_name}' (allowed: {', '.join(PROFILES)})"))
+    known = profiles()
+    if profile_name is not None and profile_name not in known:
+        problems.append(Problem(host, "profile", f"unknown profile '{profile_name}' (allowed: {', '.join(known)})"))
         return None, problems
 
-    values = {**defaults, **{k: v for k, v in deploy_vars.items() if k in defaults}}
-    profile = PROFILES.get(profile_name) if profile_name else None
-    checked = checked_profile(profile_name, values.get("serves"))  # what its engine options are fitted to
-    options = trtllm_options(host, values.get("image"), defaults, deploy_vars, profile_name, checked, problems)
+    profile = known.get(profile_name) if profile_name else None
+    values = {**defaults, **profile_vars(profile, engine_of(profile).image_var),
+              **{k: v for k, v in deploy_vars.items() if k in defaults}}
+    checked = checked_profile(profile_name, values.get("serves"), known)  # what its engine options are fitted to
+    options = trtllm_options(host, values.get("image"), defaults, deploy_vars, profile_name, checked, known,
+                             problems)
     if options is None:
         return None, problems
     schema, merged = options
     vllm_contract = _vllm_contract(host, values.get("vllm_image"), problems)
-    vllm = vllm_options.merged(host, defaults, deploy_vars, profile, PROFILES.get(checked) if checked else None,
-                               vllm_contract, problems)
+    vllm = vllm_options.merged(host, defaults, deploy_vars, profile, known.get(checked) if checked else None,
+                               vllm_contract, known, problems)
     if vllm is None:
         return None, problems
-    if profile_name is not None and (old := image_version_problem(host, values.get("image"), profile_name)):
+    if profile_name is not None and (old := image_version_problem(host, values.get("image"), profile_name, known)):
         problems.append(old)
     token = secrets.hf_token(host, values, profile is not None or mirror, problems)
     fields = {k: v for k, v in values.items() if k in Settings.model_fields}
@@ -341,6 +344,7 @@ def build_fleet(fleet: Fleet, profile_name: str | None,
     `deploying`: a deploy run, in which hub_mirror hosts read the token like hosts of a profile run (their warm-up
     reads gated repos)."""
     overrides, problems = load_overrides()
+    problems += profile_problems()  # the project's profiles/NAME.yml files: every command refuses a bad one
     if problems:
         return {}, problems
     defaults = {**load_defaults(), **overrides}

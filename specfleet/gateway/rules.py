@@ -14,8 +14,8 @@ from typing import Any
 from ..engines.catalog import engine_of
 from ..fleet.model import GATEWAY_GROUP, MIRROR_GROUP, Fleet, fleet_address, is_ipv4
 from ..fleet.problems import Problem
+from ..fleet.profiles import profiles
 from ..serving.options import show
-from ..serving.profiles import PROFILES
 
 # vars every gateway must agree on: the gateways serve one config (two gateways behind DNS or a VIP are identical)
 SHARED_GATEWAY_VARS = ("gateway_port", "gateway_bind", "gateway_metrics_port", "gateway_health_path",
@@ -47,7 +47,7 @@ def host_profiles(fleet: Fleet, serves: dict[str, Any], profile_name: str | None
     skips it: see `skips`)."""
     out: dict[str, str | None] = {}
     for host in fleet.hosts:
-        other = profile_name is not None and serves[host] in PROFILES and serves[host] != profile_name
+        other = profile_name is not None and serves[host] in profiles() and serves[host] != profile_name
         out[host] = None if host in fleet.gateways or other else profile_name
     return out
 
@@ -81,7 +81,7 @@ def problems(fleet: Fleet, values: dict[str, dict[str, Any]]) -> list[Problem]:
     for h in sparks:
         if values[h].get("serves") is None:
             out.append(Problem(h, "serves", f"not set; with a {GATEWAY_GROUP} group every Spark names the profile it "
-                                            f"serves (allowed: {', '.join(PROFILES)})"))
+                                            f"serves (allowed: {', '.join(profiles())})"))
         out += _port_problems(h, values[h], SPARK_PORT_PAIRS)
         if values[h].get("serve_host") != "127.0.0.1":
             out.append(Problem(h, "serve_host", f"{show(values[h].get('serve_host'))}: behind gateways trtllm-serve "
@@ -139,9 +139,9 @@ def gateway_fleet(fleet: Fleet, values: dict[str, dict[str, Any]],
     addresses = {h: fleet_address(values[h], fleet.hosts[h].connection, h) for h in gateways + sparks}
     # model, the filtering socket, the agent's port, and the engine's metrics path the gateways relay ("": none, as
     # for an engine whose metrics a read consumes; gateway/render.py)
-    backends = {h: [PROFILES[values[h]["serves"]]["target"]["repo"],
+    backends = {h: [profiles()[values[h]["serves"]]["target"]["repo"],
                     f"{addresses[h]}:{values[h]['gateway_backend_port']}", values[h]["gateway_agent_port"],
-                    relayed_metrics_path(PROFILES[values[h]["serves"]])]
+                    relayed_metrics_path(profiles()[values[h]["serves"]])]
                 for h in sparks}
     return GatewayFleet(tuple(gateways), {h: values[h]["serves"] for h in sparks}, addresses,
                         {"gateways": [addresses[g] for g in gateways],

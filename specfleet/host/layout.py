@@ -76,6 +76,7 @@ REGISTRY_BIN = "/usr/bin/docker-registry"  # the distribution's registry (Debian
 REGISTRY_USER = "docker-registry"  # the system user that package creates: the registry runs as it and owns the store
 # The files of a release directory (<data_dir>/releases/<id>/, reached as <data_dir>/current/ once active).
 CONFIG_FILE = "extra-llm-api-config.yml"  # trtllm-serve's options
+CONTAINER_TIKTOKEN = "/opt/tiktoken"  # where the serving container sees the tiktoken encodings (read-only)
 CONTAINER_CONFIG = "/etc/specfleet/extra-llm-api-config.yml"  # where the serving container reads CONFIG_FILE
 SMOKE_FILE = "smoke.json"  # the readiness gate's smoke completion request
 RECORD_FILE = "release.json"  # what the release is: id, models, image, gate settings (written once)

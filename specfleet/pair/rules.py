@@ -15,8 +15,8 @@ from typing import Any
 
 from ..fleet.model import GATEWAY_GROUP, MIRROR_GROUP, PAIR_PREFIX, Fleet
 from ..fleet.problems import Problem
+from ..fleet.profiles import nodes, profiles
 from ..serving.options import show
-from ..serving.profiles import PROFILES, nodes
 
 ROLES = ("head", "worker")
 HOST_NUMBER = {"head": 10, "worker": 11}  # a role's address in each link subnet (connect-two-sparks: .10 and .11)
@@ -35,7 +35,7 @@ class Pair:
 
 
 def pair_profiles() -> list[str]:
-    return [p for p in PROFILES if nodes(p) > 1]
+    return [p for p in profiles() if nodes(p) > 1]
 
 
 def link_addresses(v: dict[str, Any]) -> list[str]:

@@ -21,8 +21,8 @@ import yaml
 from ..fleet.inventory import Inventory
 from ..fleet.model import Fleet, read_fleet
 from ..fleet.problems import Problem, grouped_lines
+from ..fleet.profiles import nodes, profiles
 from ..fleet.settings import Settings, build_fleet
-from ..serving.profiles import PROFILES, nodes
 from . import images as registry
 from .image_sizes import platform_sizes
 from .lock_images import DigestOf, SizesOf, lock_images, read_image_entry
@@ -196,7 +196,7 @@ def _wanted(repo_or_image: str, only: tuple[str, ...]) -> bool:
 
 def profiles_to_lock(fleet: Fleet) -> list[str]:
     """Every profile the fleet can run: a two-Spark profile only in a fleet with a pair group."""
-    return sorted(p for p in PROFILES if fleet.pairs or nodes(p) == 1)
+    return sorted(p for p in profiles() if fleet.pairs or nodes(p) == 1)
 
 
 def fleets_to_lock(inventory: Inventory,

@@ -15,6 +15,7 @@ from ..fleet.templating import ENV, systemd_args, systemd_word
 from ..host.layout import (
     CONTAINER_CONFIG,
     CONTAINER_MEMORY_VAR,
+    CONTAINER_TIKTOKEN,
     DOCKER_UNIT,
     DRAFT_LINK,
     PAIR_AGENT,
@@ -27,7 +28,6 @@ from ..host.layout import (
 from ..memory.rules import reserve_kb
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
-CONTAINER_TIKTOKEN = "/opt/tiktoken"
 REDACTED = "<redacted: the Hugging Face token from HF_TOKEN / hf_token_file>"
 # Bumped when specfleet itself renders differently for the same inputs (new release ids, so hosts restart on their
 # next converge); recorded in release.json, shown by `plan` as its own reason, each bump in docs/upgrades.md.
@@ -105,7 +105,7 @@ def unit_text(s: Settings) -> str:
     layout = Layout.of(s)
     pre, cap = memory_cap_args(s)
     model = profile_of(s)["target"]["repo"]
-    return ENV.get_template("trtllm-serve.service.j2").render(
+    return ENV.get_template("serving.service.j2").render(
         profile=s.profile_name, model=model, current_dir=layout.current, docker_unit=DOCKER_UNIT,
         container_name=systemd_word(s.serving_unit), image=systemd_word(s.image),
         drop_caches=systemd_args(pre), cap_env=layout.container_memory,

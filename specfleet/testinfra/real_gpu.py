@@ -9,6 +9,9 @@ import re
 
 import pytest
 
+from ..engines.catalog import speculative
+from ..overview.host.overview import counter_sums
+
 pytestmark = pytest.mark.real_gpu
 
 
@@ -40,15 +43,24 @@ def test_train_prompt_at_temperature_zero_answers_276(gpu_spark):
 
 
 def test_metrics_show_draft_acceptance(gpu_spark):
+    """The server's own counters show accepted drafts after a completion, where its engine counts them
+    (Engine.counters: vLLM's Prometheus counters, trtllm-serve's JSON iteration stats)."""
     gpu_spark.skip_a_worker()
-    if "speculative_config" not in gpu_spark.plan.settings.llm_api_options:
+    s = gpu_spark.plan.settings
+    if not speculative(s.profile):
         pytest.skip("no speculation in this profile")
-    if not gpu_spark.plan.settings.llm_api_options.get("enable_iter_perf_stats"):
+    counters = s.engine.counters
+    if not counters.scrapable and not s.llm_api_options.get("enable_iter_perf_stats"):
         pytest.skip("set extra_llm_api_options.enable_iter_perf_stats: true to collect /metrics")
     url = gpu_spark.release["url"]
     gpu_spark.host.check_output(f"curl -fsS -m 300 {url}/v1/completions -H 'Content-Type: application/json' "
                                 f"-d '{{\"model\": \"{gpu_spark.release['served_model']}\", "
                                 f"\"prompt\": \"Count to twenty:\", \"max_tokens\": 64}}'")
-    stats = json.loads(gpu_spark.host.check_output(f"curl -fsS -m 30 {url}/metrics"))
+    text = gpu_spark.host.check_output(f"curl -fsS -m 30 {url}{counters.path}")
+    if counters.scrapable:
+        sums = counter_sums(text, [counters.drafts, counters.draft_tokens, counters.accepted])
+        assert sums.get(counters.accepted, 0) > 0, sums
+        return
+    stats = json.loads(text)
     spec = [s["specDecodingStats"] for s in stats if s.get("specDecodingStats")]
     assert spec and sum(s.get("numAcceptedTokens", 0) for s in spec) > 0, stats[-3:]

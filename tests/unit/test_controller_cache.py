@@ -33,7 +33,7 @@ def test_a_noop_converge_renders_each_host_once_and_compiles_no_template_twice(m
     assert not state.failed_hosts and changed_ops(state) == {h: [] for h in plans}
     # once per host, whatever the number of steps reading it (pyinfra hands each a shallow copy of the plan)
     assert sorted(renders) == sorted(plans), renders
-    assert compiles.count("trtllm-serve.service.j2") == 1, compiles
+    assert compiles.count("serving.service.j2") == 1, compiles
 
 
 def test_a_changed_setting_renders_again():

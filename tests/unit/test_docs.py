@@ -166,8 +166,8 @@ def _deploys() -> set[str]:
 
 
 def _profiles(engine: str | None = None) -> set[str]:
-    from specfleet.serving.profiles import PROFILES
-    return {name for name, p in PROFILES.items() if engine in (None, p["engine"])}
+    from specfleet.fleet.profiles import profiles
+    return {name for name, p in profiles().items() if engine in (None, p["engine"])}
 
 
 LISTED = {"deploys": _deploys, "profiles": _profiles, "trtllm profiles": lambda: _profiles("trtllm"),
@@ -239,7 +239,7 @@ def _list_problem(where: str, text: str, pattern: str, how: str, what: str) -> s
 
 def test_every_list_of_deploys_and_profiles_is_the_codes():
     """Each list of deploys or profiles a user reads holds exactly the deploy files `specfleet init` writes, or the
-    profiles of specfleet/serving/profiles.py (of one engine where it says so)."""
+    profiles of specfleet/profiles/ (of one engine where it says so)."""
     assert _deploys() >= _profiles(), "every profile has its deploy file"
     wrong = [problem for entry in _lists() if (problem := _list_problem(*entry))]
     assert not wrong, "\n".join(wrong)
@@ -297,8 +297,8 @@ def test_the_bench_page_shows_what_apply_writes_into_its_fleet_file(tmp_path):
     assert variant, "the page names the best variant and the group of its example"
     name, profile, key, value, group = variant.groups()
     from specfleet.engines.catalog import engine_of
-    from specfleet.serving.profiles import PROFILES
-    engine = engine_of(PROFILES[profile])
+    from specfleet.fleet.profiles import profiles
+    engine = engine_of(profiles()[profile])
     base = {"variant": "b", "profile": "b", "draft_len": 0, "overrides": {}, "error": None,
             "buckets": {"short": {"speedup": 1.0}}}
     best = {"variant": name, "profile": profile, "draft_len": int(value), "error": None,

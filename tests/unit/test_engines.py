@@ -14,29 +14,29 @@ from specfleet.engines import vllm_options
 from specfleet.engines.catalog import ENGINES, engine_of
 from specfleet.engines.command import container_command
 from specfleet.engines.vllm_contract import CONTRACT, COUNTERS
+from specfleet.fleet.profiles import nodes, profiles
 from specfleet.overview.host.overview import acceptance_from_counters, counter_sums, counter_window, iteration_window
-from specfleet.serving.profiles import PROFILES, nodes
 from specfleet.serving.render import docker_run_args, unit_text
 from tests.unit.test_quoting import _settings, exec_line
 
-VLLM_PROFILES = sorted(p for p in PROFILES if engine_of(PROFILES[p]).name == "vllm")
+VLLM_PROFILES = sorted(p for p in profiles() if engine_of(profiles()[p]).name == "vllm")
 
 
 def test_every_profile_names_its_engine_and_the_vllm_profiles_are_there():
-    assert all(PROFILES[p]["engine"] in ENGINES for p in PROFILES)
+    assert all(profiles()[p]["engine"] in ENGINES for p in profiles())
     assert VLLM_PROFILES == ["vllm_baseline", "vllm_draft_target", "vllm_eagle3", "vllm_ngram"]
-    assert PROFILES["ngram"]["engine"] == "trtllm"
-    assert PROFILES["ngram"]["llm_api_options"]["speculative_config"]["decoding_type"] == "NGram"
+    assert profiles()["ngram"]["engine"] == "trtllm"
+    assert profiles()["ngram"]["options"]["speculative_config"]["decoding_type"] == "NGram"
     # a two-Spark profile runs on an engine that pairs (pair/launch.py is TensorRT-LLM's MPI launch)
-    assert all(engine_of(PROFILES[p]).pairs for p in PROFILES if nodes(p) > 1)
+    assert all(engine_of(profiles()[p]).pairs for p in profiles() if nodes(p) > 1)
 
 
 @pytest.mark.parametrize("profile", VLLM_PROFILES)
 def test_each_vllm_profile_is_valid_and_serves_the_target_under_its_repo_id(profile):
     s = _settings(profile)
-    assert vllm_options.problems(s.vllm_options, bool(PROFILES[profile]["draft"]), s.vllm_contract, s.vllm_image) == []
+    assert vllm_options.problems(s.vllm_options, bool(profiles()[profile]["draft"]), s.vllm_contract, s.vllm_image) == []
     argv = exec_line(unit_text(s), "ExecStart")
-    model = PROFILES[profile]["target"]["repo"]
+    model = profiles()[profile]["target"]["repo"]
     start = argv.index(s.image)
     # the NGC image's entrypoint runs its command: `vllm serve MODEL` (dgx-spark-playbooks, nvidia/vllm/README.md)
     assert argv[start + 1:start + 6] == ["vllm", "serve", model, "--served-model-name", model]
@@ -44,7 +44,7 @@ def test_each_vllm_profile_is_valid_and_serves_the_target_under_its_repo_id(prof
     assert s.image == CONTRACT.image == "nvcr.io/nvidia/vllm:26.05.post1-py3"
     run = docker_run_args(s)
     assert not any(a.endswith("extra-llm-api-config.yml:ro") for a in run), "vLLM reads no options file"
-    if PROFILES[profile]["draft"]:
+    if profiles()[profile]["draft"]:
         spec = json.loads(argv[argv.index("--speculative-config") + 1])
         assert f"{s.data_dir}/current/draft:{spec['model'].rstrip('/')}:ro" in run
 
@@ -217,7 +217,7 @@ def test_bad_trtllm_options_are_refused_on_a_host_of_a_vllm_deploy(fleet_file):
                                       "no contract for (allowed: vLLM 0.20.1"),
     ("nvcr.io/nvidia/vllm:26.06-py3", "'nvcr.io/nvidia/vllm:26.06-py3' is an NGC vLLM release (26.06-py3) whose vLLM "
                                       "version specfleet does not know"),
-    ("vllm/vllm-openai:v0.28.0", "'vllm/vllm-openai:v0.28.0' carries vLLM 0.28.0 (its tag v0.28.0), which specfleet "
+    ("vllm/vllm-openai:v0.29.0", "'vllm/vllm-openai:v0.29.0' carries vLLM 0.29.0 (its tag v0.29.0), which specfleet "
                                  "has no contract for"),
     ("vllm/vllm-openai:latest", "'vllm/vllm-openai:latest' names no vLLM version in its tag"),
     ("registry.lab/vllm@sha256:" + "a" * 64, "'registry.lab/vllm@sha256:" + "a" * 64 + "' names no vLLM version"),
@@ -263,7 +263,7 @@ def test_what_vllm_refuses_at_start_is_refused_by_check(fleet_file, spec, line):
 
 def test_an_eagle3_head_at_an_eagle3_path_is_what_vllm_reads_it_as():
     """The packaged vllm_eagle3 mounts its head at /opt/gpt-oss-120b-Eagle3-v3/: method eagle3 is not re-read."""
-    assert "eagle3" in PROFILES["vllm_eagle3"]["vllm_options"]["speculative_config"]["model"].lower()
+    assert "eagle3" in profiles()["vllm_eagle3"]["options"]["speculative_config"]["model"].lower()
     s = _settings("vllm_eagle3")
     assert vllm_options.problems(s.vllm_options, True, s.vllm_contract, s.vllm_image) == []
 

@@ -20,18 +20,18 @@ import pytest
 import yaml
 
 from specfleet.fleet.inventory import load_inventory
+from specfleet.fleet.profiles import nodes, profiles
 from specfleet.gateway.render import backends, gateway_files, gateway_options, spark_files
 from specfleet.mirror.render import mirror_files
 from specfleet.plan import PlanError, build_plans
-from specfleet.serving.profiles import PROFILES, nodes
 from tests.unit.fakehost import write_fake_lock
 
 GOLDEN = Path(__file__).parent / "golden" / "rendered.json"
 EXAMPLE = Path(__file__).parents[2] / "specfleet" / "scaffold" / "inventory" / "example.yml"
 # The single-Spark profiles, on both example fleets; a two-Spark profile on the PAIR fleet (its rules are
 # tests/unit/test_pair_fleet.py's).
-SINGLE = sorted(p for p in PROFILES if nodes(p) == 1)
-PAIRED = sorted(p for p in PROFILES if nodes(p) == 2)
+SINGLE = sorted(p for p in profiles() if nodes(p) == 1)
+PAIRED = sorted(p for p in profiles() if nodes(p) == 2)
 IMAGES = {"1.2.0rc6": "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6",
           "1.3.0rc12": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"}
 # A lab-like fleet: a Hub mirror, non-default paths, port, service name, container env and a tiktoken profile.
@@ -95,12 +95,12 @@ def _fleet_file(tmp: Path, fleet: str, version: str) -> Path:
 
 def rendered(tmp: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    for fleet, versions, profiles in (("example", IMAGES, SINGLE), ("lab", IMAGES, SINGLE),
+    for fleet, versions, names in (("example", IMAGES, SINGLE), ("lab", IMAGES, SINGLE),
                                       ("pair", ["1.3.0rc12"], PAIRED), ("gateway", ["1.3.0rc12"], [None]),
                                       ("mixed", ["1.3.0rc12"], [None])):
         for version in versions:
             inventory = load_inventory(_fleet_file(tmp, fleet, version))
-            for profile in profiles:
+            for profile in names:
                 try:
                     plans = build_plans(inventory, profile)
                 except PlanError as exc:  # e.g. the example's draft override under baseline: refused, also pinned

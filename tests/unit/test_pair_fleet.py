@@ -9,9 +9,9 @@ from specfleet.cli import main
 from specfleet.engines.command import serve_args
 from specfleet.fleet.inventory import load_inventory
 from specfleet.fleet.model import read_fleet
+from specfleet.fleet.profiles import nodes, profiles
 from specfleet.fleet.settings import build_fleet
 from specfleet.pins.lockfile import fleets_to_lock
-from specfleet.serving.profiles import PROFILES, nodes
 from tests.unit.fakehost import make_plans
 
 PAIR_DEPLOY = "deploys/qwen3_eagle3_pair.py"
@@ -48,7 +48,7 @@ def test_a_well_formed_pair_passes_and_gets_nvidias_addresses(fleet_file):
 def test_the_profile_is_the_playbooks_in_the_names_1_3_0rc12_accepts(fleet_file):
     path = fleet_file(_fleet())
     s = build_fleet(read_fleet(load_inventory(path)), "qwen3_eagle3_pair")[0]["spark-1"]
-    profile = PROFILES["qwen3_eagle3_pair"]
+    profile = profiles()["qwen3_eagle3_pair"]
     assert profile["target"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"
     assert profile["draft"]["repo"] == "nvidia/Qwen3-235B-A22B-Eagle3"
     spec = s.llm_api_options["speculative_config"]
@@ -153,7 +153,7 @@ def test_a_single_spark_profile_on_a_pair_host_is_refused_unless_it_serves_the_p
 def test_without_a_pair_group_lock_and_check_see_no_pair(fleet_file):
     path = fleet_file("all:\n  hosts:\n    spark-01:\n    spark-02:\n")
     fleets, errors, notes = fleets_to_lock(load_inventory(path), None)
-    assert sorted(fleets) == sorted(p for p in PROFILES if nodes(p) == 1) and not errors and not notes
+    assert sorted(fleets) == sorted(p for p in profiles() if nodes(p) == 1) and not errors and not notes
     assert "qwen3_eagle3_pair" not in fleets
     path = fleet_file(_fleet(more="spark-3: {ssh_hostname: 10.0.0.13}",
                              pair_more="      vars: {serves: qwen3_eagle3_pair}\n"))

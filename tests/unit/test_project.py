@@ -38,7 +38,7 @@ def test_scaffold_is_what_the_repository_root_holds():
     files = scaffold_files()
     assert set(files) == {"inventory.py", *(f"deploys/{d}.py" for d in DEPLOYS), "group_data/all.py",
                           "inventory/fleet.yml", "tests/infra/conftest.py", "tests/infra/test_converged.py",
-                          "tests/infra/test_real_gpu.py", "README.md"}
+                          "tests/infra/test_real_gpu.py", "README.md", "profiles/my_eagle3.yml.example"}
     for rel, content in files.items():
         if rel not in ("inventory/fleet.yml", "README.md"):
             assert (ROOT / rel).read_text() == content, f"{rel} differs from specfleet/scaffold/{rel}"

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from specfleet.fleet.profiles import nodes, profiles
 from specfleet.serving.options import SCHEMAS
-from specfleet.serving.profiles import PROFILES, nodes
 from specfleet.serving.validate import CONTAINER_CONFIG, SCRIPT, host_command
 from tests.contract import trtllm_contract as table
 from tests.unit.fakehost import make_plans
@@ -25,8 +25,8 @@ IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:{}"
 # Every profile on every version that can run it (the two-Spark profile needs 1.3.0rc12: older ones are refused,
 # tests/unit/test_pair_fleet.py); the golden release ids cover the single-Spark profiles (a pair is not rendered
 # as such yet: its head renders here only for the config's contract).
-CASES = [(v, p) for v in table.versions() for p in PROFILES if "llm_api_options" in PROFILES[p]
-         if Version(v) >= Version(PROFILES[p].get("min_trtllm", "0"))]
+CASES = [(v, p) for v in table.versions() for p in profiles() if profiles()[p]["engine"] == "trtllm"
+         if Version(v) >= Version(profiles()[p].get("min_version", "0"))]
 SINGLE_CASES = [(v, p) for v, p in CASES if nodes(p) == 1]
 
 

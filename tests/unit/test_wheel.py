@@ -133,13 +133,15 @@ def test_installed_wheel_inits_and_checks_a_project(wheel, venv, tmp_path):
 
 
 def test_the_runtime_wheel_holds_every_file_the_code_reads_from_the_package(wheel):
-    """Package data read with importlib.resources ships in the wheel (templates, probes, the gateway's Lua)."""
+    """Package data read with importlib.resources ships in the wheel (templates, probes, the gateway's Lua, the
+    packaged profiles)."""
     root = Path(__file__).resolve().parents[2] / "specfleet"
     wanted = {p.relative_to(root.parent).as_posix() for pattern in ("*/templates/*.j2", "host/probes/*.sh", "*/host/*.sh", "*/host/*.lua",
-                                                                   "*/dashboards/*.json")
+                                                                   "*/dashboards/*.json", "profiles/*.yml")
               for p in root.glob(pattern)}
-    assert {"specfleet/gateway/host/gateway_models.lua", "specfleet/serving/templates/trtllm-serve.service.j2",
-            "specfleet/gateway/dashboards/specfleet-fleet.json"} <= wanted
+    assert {"specfleet/gateway/host/gateway_models.lua", "specfleet/serving/templates/serving.service.j2",
+            "specfleet/gateway/dashboards/specfleet-fleet.json", "specfleet/profiles/eagle3.yml",
+            "specfleet/profiles/index.yml"} <= wanted
     with zipfile.ZipFile(wheel) as z:
         missing = sorted(wanted - set(z.namelist()))
     assert not missing, missing

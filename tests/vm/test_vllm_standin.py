@@ -18,8 +18,8 @@ import pytest
 
 from specfleet.engines.command import container_command, memory_flag
 from specfleet.engines.vllm_contract import COUNTERS
+from specfleet.fleet.profiles import profiles
 from specfleet.overview.host.overview import acceptance_from_counters, counter_sums
-from specfleet.serving.profiles import PROFILES
 from tests.unit.test_quoting import _settings
 from tests.vm.standin_common.standin_credentials import CREDENTIALS_SEEN
 
@@ -137,11 +137,11 @@ def _specfleets_argv(profile: str, world, monkeypatch) -> list[str]:
     return [*cmd, memory_flag(s)]  # the unit appends the share (serving/render.py)
 
 
-@pytest.mark.parametrize("profile", sorted(p for p in PROFILES if p.startswith("vllm_")))
+@pytest.mark.parametrize("profile", sorted(p for p in profiles() if p.startswith("vllm_")))
 def test_it_serves_what_specfleet_renders_for_each_vllm_profile_under_the_repo_id(world, profile, monkeypatch):
     srv = Served(world, _specfleets_argv(profile, world, monkeypatch))
     try:
-        model = PROFILES[profile]["target"]["repo"]
+        model = profiles()[profile]["target"]["repo"]
         assert [m["id"] for m in json.loads(srv.get("/v1/models"))["data"]] == [model]
         out = json.loads(srv.post("/v1/completions", {"model": model, "prompt": "hello", "max_tokens": 12}))
         assert out["usage"]["completion_tokens"] == 12 and len(out["choices"][0]["text"].split()) == 12
@@ -324,7 +324,7 @@ def _check(argv: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=30)
 
 
-@pytest.mark.parametrize("profile", sorted(p for p in PROFILES if p.startswith("vllm_")))
+@pytest.mark.parametrize("profile", sorted(p for p in profiles() if p.startswith("vllm_")))
 def test_the_in_image_check_accepts_what_specfleet_renders(profile, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_standin_test_token")
     r = _check(container_command(_settings(profile))[2:])

@@ -71,7 +71,7 @@ class Changes:
             out.append(self.dockerd)
         out += self.earlyoom
         if self.validate:
-            out.append(f"validate the config with {self.validate}'s own TensorRT-LLM (no cached verdict)")
+            out.append(f"validate the options with {self.validate} (no cached verdict)")
         if self.install:
             out.append(f"install {self.install}")
         if self.pull:
@@ -109,7 +109,7 @@ def changes(plan: HostPlan) -> Changes:
                    fetches=fetches, pull=pull, token=token, users=users,
                    install=None if hub_client_ok(plan) else s.hub_client_requirement, writes=writes,
                    removes=[path for path in spark_paths(s) if path in st.files.found] if not s.gateways else [],
-                   validate=s.image if needs_validation(plan) else None,
+                   validate=f"{s.image}'s own {s.engine.checked_by}" if needs_validation(plan) else None,
                    pair=_pair_lines(plan), dockerd=dockerd_work(plan), earlyoom=earlyoom_work(plan),
                    notes=[n for n in (dockerd_note(plan),) if n],
                    memory=plan.memory_fit.plan_line(mem.mem_total, mem.mem_available) if plan.memory_fit else None)

@@ -1,4 +1,4 @@
-"""Converge every host of the inventory into a vLLM (`vllm serve`) server for the vllm_ngram profile (see specfleet/serving/profiles.py)."""
+"""Converge every host of the inventory into a vLLM (`vllm serve`) server for the vllm_ngram profile (`specfleet profiles` shows it)."""
 
 from specfleet.steps import converge
 
