@@ -76,6 +76,6 @@ def profiles_cmd(inventory_file: str) -> None:
         spec = p["options"].get("speculative_config") or {}
         method = spec.get(engine.method_key, "none")
         draft = p["draft"]["repo"] if p["draft"] else "none"
-        nodes = f" (x{p['nodes']} Sparks)" if p.get("nodes", 1) > 1 else ""
+        nodes = f" (x{p['nodes']} Sparks)" if p["nodes"] > 1 else ""
         click.echo(f"| {name} | {found.origin[name]} | {engine.name} | {p['target']['repo']} | {draft} | "
                    f"{method}{nodes} |")

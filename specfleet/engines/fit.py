@@ -19,7 +19,7 @@ Profiles = dict[str, dict[str, Any]]  # name -> profile (fleet/profiles.py)
 
 def engine_profiles(engine: str, profiles: Profiles) -> list[str]:
     """The single-Spark profiles of an engine, in their order (a pair's profile needs its pair group)."""
-    return [p for p, v in profiles.items() if v["engine"] == engine and v.get("nodes", 1) == 1]
+    return [p for p, v in profiles.items() if v["engine"] == engine and v["nodes"] == 1]
 
 
 def checked_profile(profile_name: str | None, serves: Any, profiles: Profiles) -> str | None:

@@ -244,6 +244,7 @@ def _with_mount(engine: Engine, options: dict[str, Any], draft: dict[str, Any] |
 def _loaded(engine: Engine, raw: dict[str, Any]) -> dict[str, Any]:
     profile = {k: v for k, v in raw.items() if k != "extends"}
     profile.setdefault("draft", None)
+    profile.setdefault("nodes", 1)
     profile.setdefault("tiktoken", False)
     profile.setdefault("options", {})
     profile["target"] = {"ignore_patterns": [], **profile["target"]}

@@ -92,7 +92,7 @@ def profile_problems() -> list[Problem]:
 def nodes(profile: str | None) -> int:
     """How many Sparks serve `profile` as one server (2: a pair_* group's hosts); None or unknown: 1."""
     known = catalog().profiles
-    return int(known[profile].get("nodes", 1)) if profile in known else 1
+    return int(known[profile]["nodes"]) if profile in known else 1
 
 
 def packaged_names() -> tuple[str, ...]:
